@@ -1,0 +1,51 @@
+//! The one interface between the policy engine and a device.
+//!
+//! The simulator implements it with a timing model; the real backend will implement it
+//! with the CUDA driver's VMM calls (`cuMemCreate`, `cuMemMap`, `cuMemSetAccess`,
+//! `cuMemUnmap`, `cuMemRelease`) and copies on two dedicated streams.
+
+use crate::memory::{ChunkId, Tier};
+
+/// A physical GPU-memory chunk (a `CUmemGenericAllocationHandle` on the real device).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PhysChunk(pub u64);
+
+/// A recorded event: completes when everything before it on its stream has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Event(pub u64);
+
+/// An application command held in a software queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CommandId(pub u64);
+
+/// The mover's two copy streams, so that eviction and population run full-duplex.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CopyStream {
+    /// Device → host and host → disk.
+    Evict,
+    /// Disk → host and host → device.
+    Populate,
+}
+
+/// Operations gmux needs from a device. Every call is asynchronous where the device allows.
+pub trait Device {
+    /// Error type; its message must name the failing call.
+    type Error: std::fmt::Display;
+
+    /// Creates one physical chunk.
+    fn create_chunk(&mut self) -> Result<PhysChunk, Self::Error>;
+    /// Returns a physical chunk to the driver.
+    fn release_chunk(&mut self, phys: PhysChunk) -> Result<(), Self::Error>;
+    /// Maps `phys` at the virtual address of `chunk` and grants access.
+    fn map(&mut self, chunk: ChunkId, phys: PhysChunk) -> Result<(), Self::Error>;
+    /// Unmaps `chunk`'s virtual address; the physical chunk stays alive.
+    fn unmap(&mut self, chunk: ChunkId) -> Result<(), Self::Error>;
+    /// Copies `chunk`'s data from tier `from` to tier `to` on `stream`.
+    fn copy(&mut self, stream: CopyStream, chunk: ChunkId, from: Tier, to: Tier) -> Result<(), Self::Error>;
+    /// Records an event on `stream`.
+    fn record(&mut self, stream: CopyStream) -> Result<Event, Self::Error>;
+    /// Makes later work on `stream` wait for `event`.
+    fn wait(&mut self, stream: CopyStream, event: Event) -> Result<(), Self::Error>;
+    /// Releases an application command to the device once `after` have completed.
+    fn release_command(&mut self, cmd: CommandId, after: &[Event]) -> Result<(), Self::Error>;
+}

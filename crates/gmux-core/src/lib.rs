@@ -1,0 +1,24 @@
+//! gmux-core: the policy engine of gmux.
+//!
+//! Pure and deterministic: no CUDA, no I/O, no clock. Time enters only as
+//! arguments ([`Nanos`]); the device is reached only through [`device::Device`].
+//! The same engine drives the simulator (`gmux-sim`) and, later, the real GPU.
+
+pub mod device;
+pub mod error;
+pub mod evict;
+pub mod hooks;
+pub mod knobs;
+pub mod memory;
+pub mod placement;
+pub mod planner;
+pub mod sched;
+pub mod size;
+pub mod tenant;
+pub mod timeline;
+
+pub use error::CoreError;
+pub use memory::{AllocId, ChunkId, Memory, Place, Tier};
+pub use size::{Nanos, CHUNK_BYTES};
+pub use tenant::{TenantId, Tenants};
+pub use timeline::{Slot, Timeline};

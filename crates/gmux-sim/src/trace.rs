@@ -1,0 +1,233 @@
+//! The trace format: one JSON object per line, one line per allocation, command or free.
+//! It is what `gmux record` will write from a real run; see docs/trace-format.md.
+
+use crate::workload::{Access, AllocSpec, Command, Source};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::path::Path;
+
+/// One line of a trace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Record {
+    /// Format header; must be the first line.
+    Header { version: u32, chunk_bytes: u64 },
+    /// An allocation; `id` is unique per tenant.
+    Alloc {
+        tenant: String,
+        id: u32,
+        bytes: u64,
+        #[serde(default, skip_serializing_if = "is_false")]
+        on_disk: bool,
+    },
+    /// A command as the device ran it.
+    Cmd {
+        tenant: String,
+        stream: u32,
+        /// `kernel`, `memcpy`, `memset`, `graph`, `host_fn`, `event`.
+        kind: String,
+        /// Kernel name, where known.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        name: String,
+        /// Time on the device, µs.
+        dur_us: f64,
+        /// Ranges touched.
+        ws: Vec<Range>,
+        /// Last command of a task or request.
+        #[serde(default, skip_serializing_if = "is_false")]
+        task_end: bool,
+        /// When the request it starts arrived, µs from the start of the trace.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arrival_us: Option<f64>,
+    },
+    /// An allocation was freed.
+    Free { tenant: String, id: u32 },
+}
+
+fn is_false(b: &bool) -> bool {
+    !b
+}
+
+/// A byte range of an allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Range {
+    /// Allocation id.
+    pub alloc: u32,
+    /// First byte.
+    pub off: u64,
+    /// Length.
+    pub len: u64,
+    /// Written.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub w: bool,
+}
+
+/// Current format version.
+pub const VERSION: u32 = 1;
+
+/// One tenant's part of a trace, with allocation ids made dense.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TenantTrace {
+    /// Allocations, dense.
+    pub allocs: Vec<AllocSpec>,
+    /// Commands in order.
+    pub cmds: Vec<Command>,
+}
+
+/// Reads a trace and keeps one tenant (the only one when `tenant` is `None`).
+pub fn load_tenant(path: &Path, tenant: Option<&str>) -> Result<TenantTrace, String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot open trace {}: {e}", path.display()))?;
+    let mut names: Vec<String> = Vec::new();
+    let mut recs = Vec::new();
+    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| format!("{}: {e}", path.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let rec: Record = serde_json::from_str(&line).map_err(|e| format!("{}:{}: {e}", path.display(), n + 1))?;
+        if n == 0 {
+            match rec {
+                Record::Header { version: VERSION, .. } => continue,
+                _ => return Err(format!("{}: first line must be {{\"t\":\"header\",\"version\":{VERSION},..}}", path.display())),
+            }
+        }
+        if let Record::Alloc { tenant, .. } | Record::Cmd { tenant, .. } | Record::Free { tenant, .. } = &rec {
+            if !names.contains(tenant) {
+                names.push(tenant.clone());
+            }
+        }
+        recs.push(rec);
+    }
+    let want = match tenant {
+        Some(t) if names.iter().any(|n| n == t) => t.to_string(),
+        Some(t) => return Err(format!("trace {} has no tenant {t:?}; it has {names:?}", path.display())),
+        None if names.len() == 1 => names[0].clone(),
+        None => return Err(format!("trace {} has tenants {names:?}; pick one with tenant = \"...\"", path.display())),
+    };
+    to_tenant(recs, &want).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn to_tenant(recs: Vec<Record>, want: &str) -> Result<TenantTrace, String> {
+    let mut ids: HashMap<u32, usize> = HashMap::new();
+    let mut out = TenantTrace { allocs: Vec::new(), cmds: Vec::new() };
+    for rec in recs {
+        match rec {
+            Record::Alloc { tenant, id, bytes, on_disk } if tenant == want => {
+                if ids.insert(id, out.allocs.len()).is_some() {
+                    return Err(format!("allocation {id} of {want} defined twice"));
+                }
+                out.allocs.push(AllocSpec { bytes, on_disk });
+            }
+            Record::Cmd { tenant, dur_us, ws, task_end, arrival_us, .. } if tenant == want => {
+                let ws = ws
+                    .iter()
+                    .map(|r| {
+                        let a = *ids.get(&r.alloc).ok_or(format!("command touches unknown allocation {}", r.alloc))?;
+                        Ok(Access { alloc: a, offset: r.off, len: r.len, write: r.w })
+                    })
+                    .collect::<Result<Vec<_>, String>>()?;
+                if !(dur_us.is_finite() && dur_us >= 0.0) {
+                    return Err(format!("command with duration {dur_us} µs"));
+                }
+                out.cmds.push(Command { duration_ns: dur_us * 1e3, ws, task_end, arrival_ns: arrival_us.map(|a| a * 1e3) });
+            }
+            _ => {}
+        }
+    }
+    if out.cmds.is_empty() {
+        return Err(format!("tenant {want} has no commands"));
+    }
+    Ok(out)
+}
+
+/// Writes records as a trace (header first).
+pub fn write(out: &mut dyn Write, recs: &[Record]) -> std::io::Result<()> {
+    let header = Record::Header { version: VERSION, chunk_bytes: gmux_core::CHUNK_BYTES };
+    for r in std::iter::once(&header).chain(recs) {
+        serde_json::to_writer(&mut *out, r)?;
+        out.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+/// Replays one tenant's commands, once or in a loop.
+pub struct Replay {
+    trace: TenantTrace,
+    at: usize,
+    repeat: bool,
+    offset_ns: f64,
+}
+
+impl Replay {
+    /// A replay with sizes scaled by `scale` (rounded up to whole bytes).
+    pub fn new(mut trace: TenantTrace, scale: f64, repeat: bool) -> Self {
+        if scale != 1.0 {
+            for a in &mut trace.allocs {
+                a.bytes = (a.bytes as f64 * scale).ceil() as u64;
+            }
+            for c in &mut trace.cmds {
+                for r in &mut c.ws {
+                    r.offset = (r.offset as f64 * scale) as u64;
+                    r.len = (r.len as f64 * scale).ceil() as u64;
+                }
+            }
+        }
+        Replay { trace, at: 0, repeat, offset_ns: 0.0 }
+    }
+}
+
+impl Source for Replay {
+    fn allocs(&self) -> Vec<AllocSpec> {
+        self.trace.allocs.clone()
+    }
+    fn next(&mut self) -> Option<Command> {
+        if self.at == self.trace.cmds.len() {
+            if !self.repeat {
+                return None;
+            }
+            self.at = 0;
+            self.offset_ns += self.trace.cmds.iter().filter_map(|c| c.arrival_ns).fold(0.0, f64::max);
+        }
+        let mut c = self.trace.cmds[self.at].clone();
+        c.arrival_ns = c.arrival_ns.map(|a| a + self.offset_ns);
+        self.at += 1;
+        Some(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_through_a_file() {
+        let recs = vec![
+            Record::Alloc { tenant: "a".into(), id: 7, bytes: 4 << 20, on_disk: false },
+            Record::Alloc { tenant: "b".into(), id: 7, bytes: 2 << 20, on_disk: true },
+            Record::Cmd {
+                tenant: "a".into(),
+                stream: 0,
+                kind: "kernel".into(),
+                name: "k".into(),
+                dur_us: 12.5,
+                ws: vec![Range { alloc: 7, off: 2 << 20, len: 1 << 20, w: true }],
+                task_end: true,
+                arrival_us: None,
+            },
+        ];
+        let path = std::env::temp_dir().join(format!("gmux-trace-{}.jsonl", std::process::id()));
+        write(&mut std::fs::File::create(&path).unwrap(), &recs).unwrap();
+        let t = load_tenant(&path, Some("a")).unwrap();
+        assert_eq!(t.allocs, vec![AllocSpec { bytes: 4 << 20, on_disk: false }]);
+        assert_eq!(t.cmds.len(), 1);
+        assert_eq!(t.cmds[0].duration_ns, 12_500.0);
+        assert_eq!(t.cmds[0].ws[0], Access { alloc: 0, offset: 2 << 20, len: 1 << 20, write: true });
+        let err = load_tenant(&path, None).unwrap_err();
+        assert!(err.contains("pick one"), "{err}");
+        let err = load_tenant(&path, Some("b")).unwrap_err();
+        assert!(err.contains("no commands"), "{err}");
+        std::fs::remove_file(path).ok();
+    }
+}
