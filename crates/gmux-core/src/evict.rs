@@ -4,7 +4,9 @@
 //! - [`Eviction::DualClock`]: Ghost's global CLOCK, with a per-tenant recency chain used
 //!   when a tenant must evict its own chunks (over `gmem.limit.high`).
 //! - [`Eviction::Opt`]: Belady from the timeline (MSched §6): the chunk whose next use
-//!   is furthest in the [`Forecast`] leaves first; never-used chunks before all others.
+//!   is furthest in the [`Forecast`] leaves first; chunks beyond the forecast leave
+//!   before all others, most recently used first (GPU work is iterative: what was
+//!   used last in a loop is needed last again).
 
 use crate::memory::{ChunkId, Memory};
 use serde::{Deserialize, Serialize};
@@ -93,7 +95,11 @@ impl Evictor {
         let last = |c: &ChunkId| mem.chunk(*c).last_use;
         match self.kind {
             Eviction::Lru => candidates.sort_by_key(|c| (last(c), *c)),
-            Eviction::Opt => candidates.sort_by_key(|c| (std::cmp::Reverse(forecast.next_use(*c)), last(c), *c)),
+            Eviction::Opt => candidates.sort_by_key(|c| {
+                let next = forecast.next_use(*c);
+                let beyond = if next == Forecast::NEVER { std::cmp::Reverse(last(c)) } else { std::cmp::Reverse(0) };
+                (std::cmp::Reverse(next), beyond, *c)
+            }),
             Eviction::DualClock if own_tenant => candidates.sort_by_key(|c| (last(c), *c)),
             Eviction::DualClock => candidates.sort_by_key(|c| (self.is_referenced(*c), self.pos(*c), *c)),
         }

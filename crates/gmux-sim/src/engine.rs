@@ -9,7 +9,7 @@ use crate::lanes::{Item, Lane, Lanes};
 use crate::model::DeviceModel;
 use crate::workload::{Command, Source};
 use gmux_core::evict::{Eviction, Evictor, Forecast};
-use gmux_core::memory::{Capacities, Place, Tier};
+use gmux_core::memory::{Capacities, Tier};
 use gmux_core::placement::PlacementKind;
 use gmux_core::planner::{Move, Plan, Planner, Request};
 use gmux_core::sched::{Policy, RoundRobin, Scheduler, TenantView};
@@ -317,7 +317,7 @@ impl Engine<'_> {
             forecast = Forecast::from_accesses(acc);
             self.migrate(tenant, &need, &forecast, t)?;
         }
-        let slot_end = t + slice as f64;
+        let mut slot_end = t + slice as f64;
         let mut executed = 0;
         while t < slot_end {
             self.ensure(ti, 1);
@@ -330,14 +330,22 @@ impl Engine<'_> {
             }
             let start = if gmux {
                 let predicted = q.predicted.clone();
-                if predicted.iter().any(|c| !self.mem.is_resident(*c)) {
-                    self.migrate(tenant, &predicted, &forecast, t)?;
+                if predicted.iter().any(|c| !self.mem.is_resident(*c)) && self.migrate(tenant, &predicted, &forecast, t)? < predicted.len() {
+                    return Err(self.stuck(tenant, &predicted));
                 }
                 predicted.iter().map(|c| self.ready_at[c.0 as usize]).fold(t, f64::max)
             } else {
                 let chunks: Vec<ChunkId> = q.exact.iter().map(|(c, _)| *c).collect();
                 t + self.fault_in(tenant, &chunks)?
             };
+            if executed > 0 && start > t && self.preempted(tenant, start) {
+                let arrival = self.first_arrival_above(tenant, start);
+                t = arrival.max(t);
+                break;
+            }
+            if executed == 0 && gmux {
+                slot_end = start + slice as f64;
+            }
             let q = self.runs[ti].buf.pop_front().expect("front exists");
             t = self.execute(ti, q, start);
             executed += 1;
@@ -349,6 +357,17 @@ impl Engine<'_> {
 }
 
 impl Engine<'_> {
+    /// Earliest arrival, at or before `by`, of a ready tenant with a higher priority than `cur`.
+    fn first_arrival_above(&self, cur: TenantId, by: f64) -> f64 {
+        let p = self.tenants.get(cur).priority;
+        self.tenants
+            .ids()
+            .filter(|id| self.tenants.get(*id).priority > p)
+            .filter_map(|id| self.runs[id.0 as usize].buf.front().map(|q| q.cmd.arrival_ns.unwrap_or(0.0)))
+            .filter(|a| *a <= by)
+            .fold(by, f64::min)
+    }
+
     fn preempted(&self, cur: TenantId, at: f64) -> bool {
         if self.spec.policy != Policy::Priority || self.spec.system == System::Um {
             return false;
@@ -396,12 +415,10 @@ impl Engine<'_> {
         end
     }
 
-    /// Plans and starts the migration that makes `need` resident (gmux systems).
-    fn migrate(&mut self, tenant: TenantId, need: &[ChunkId], forecast: &Forecast, at: f64) -> Result<(), String> {
+    /// Plans and starts the migration that makes `need` resident, as far as the budgets
+    /// allow; returns how much of `need` is covered (gmux systems).
+    fn migrate(&mut self, tenant: TenantId, need: &[ChunkId], forecast: &Forecast, at: f64) -> Result<usize, String> {
         let plan = self.planner.plan(&self.mem, &self.tenants, &Request { tenant, need, pinned: &|_| false }, forecast);
-        if plan.covered < need.len() && plan.moves.is_empty() && !need.iter().all(|c| self.mem.is_resident(*c)) {
-            return Err(self.stuck(tenant, need));
-        }
         let items = self.items(&plan, at);
         let done = self.lanes.schedule(self.spec.model, at, &items.list);
         self.account(tenant, &plan);
@@ -410,13 +427,7 @@ impl Engine<'_> {
         for (c, i) in items.ready {
             self.ready_at[c.0 as usize] = done[i];
         }
-        if plan.covered < need.len() {
-            let rest = &need[plan.covered..];
-            if rest.iter().any(|c| !self.mem.is_resident(*c)) {
-                return self.migrate(tenant, rest, forecast, at);
-            }
-        }
-        Ok(())
+        Ok(plan.covered)
     }
 
     /// Demand paging: faults the command's chunks in, evicting LRU; returns the stall, ns.
@@ -456,7 +467,7 @@ impl Engine<'_> {
         format!(
             "tenant {}: one command needs {} MiB but its gmem.limit.high and the GPU budget leave no room; raise gmem.limit.high or the GPU budget",
             t.name,
-            need.len() as u64 * CHUNK_BYTES >> 20
+            need.iter().collect::<std::collections::HashSet<_>>().len() as u64 * CHUNK_BYTES >> 20
         )
     }
 
@@ -509,7 +520,7 @@ impl Engine<'_> {
         let mut list: Vec<Item> = Vec::new();
         let mut ready = Vec::new();
         let mut freed: VecDeque<usize> = VecDeque::new();
-        let mut push = |list: &mut Vec<Item>, lane, bytes, fixed_us: f64, deps: [Option<usize>; 2], earliest: f64| {
+        let push = |list: &mut Vec<Item>, lane, bytes, fixed_us: f64, deps: [Option<usize>; 2], earliest: f64| {
             list.push(Item { lane, bytes, fixed_ns: fixed_us * 1e3, deps, earliest });
             list.len() - 1
         };

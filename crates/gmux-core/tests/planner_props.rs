@@ -1,0 +1,88 @@
+//! Invariants of the planner on random traces: budgets hold, every chunk is in exactly
+//! one place, no command runs with a chunk missing, and OPT never moves more than LRU.
+
+use gmux_core::evict::{Eviction, Evictor, Forecast};
+use gmux_core::memory::{Capacities, Tier};
+use gmux_core::placement::PlacementKind;
+use gmux_core::planner::{Planner, Request};
+use gmux_core::{ChunkId, Memory, TenantId, Tenants, CHUNK_BYTES};
+use proptest::prelude::*;
+
+/// Replays `cmds` (tenant, chunk indices) with a GPU budget of `budget` chunks; returns
+/// chunks moved in plus out.
+fn replay(eviction: Eviction, tenants_n: u32, chunks_per_tenant: u32, budget: u64, cmds: &[(u32, Vec<u32>)]) -> u64 {
+    let mut mem = Memory::new(Capacities { gpu: Some(budget * CHUNK_BYTES), ..Default::default() });
+    let mut tenants = Tenants::default();
+    for t in 0..tenants_n {
+        tenants.add(&format!("t{t}")).unwrap();
+        mem.allocate(TenantId(t), chunks_per_tenant as u64 * CHUNK_BYTES).unwrap();
+    }
+    let chunk = |t: u32, i: u32| ChunkId(t * chunks_per_tenant + i);
+    let mut planner = Planner::new(Evictor::new(eviction), PlacementKind::TierOrder.build(0));
+    let mut moved = 0;
+    for (i, (t, ws)) in cmds.iter().enumerate() {
+        let need: Vec<ChunkId> = ws.iter().map(|&c| chunk(*t, c)).collect();
+        let future = cmds[i..].iter().flat_map(|(t, ws)| ws.iter().map(move |&c| chunk(*t, c)));
+        let forecast = Forecast::from_accesses(future);
+        let plan = planner.plan(&mem, &tenants, &Request { tenant: TenantId(*t), need: &need, pinned: &|_| false }, &forecast);
+        let m = planner.apply(&mut mem, &plan).unwrap();
+        moved += m.populated + m.evicted;
+        mem.check().unwrap();
+        for c in &need {
+            assert!(mem.is_resident(*c), "command {i} released with chunk {c:?} not resident");
+        }
+        assert!(mem.used_chunks(Tier::Gpu) <= budget, "GPU budget exceeded");
+        for (k, c) in need.iter().enumerate() {
+            planner.access(&mut mem, *c, (i * 64 + k) as u64 + 1, k % 2 == 0);
+        }
+    }
+    moved
+}
+
+fn trace() -> impl Strategy<Value = (u32, u32, u64, Vec<(u32, Vec<u32>)>)> {
+    (1u32..4, 2u32..12).prop_flat_map(|(tenants, per)| {
+        let cmd = (0..tenants, prop::collection::vec(0..per, 1..4));
+        (Just(tenants), Just(per), 3u64..10, prop::collection::vec(cmd, 1..60))
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn opt_never_moves_more_than_lru((tenants, per, budget, cmds) in trace()) {
+        let opt = replay(Eviction::Opt, tenants, per, budget, &cmds);
+        let lru = replay(Eviction::Lru, tenants, per, budget, &cmds);
+        prop_assert!(opt <= lru, "OPT moved {opt} chunks, LRU {lru}");
+    }
+
+    #[test]
+    fn dual_clock_keeps_every_invariant((tenants, per, budget, cmds) in trace()) {
+        replay(Eviction::DualClock, tenants, per, budget, &cmds);
+    }
+}
+
+#[test]
+fn limit_high_evicts_own_chunks_and_limit_low_protects() {
+    let mut mem = Memory::new(Capacities { gpu: Some(8 * CHUNK_BYTES), ..Default::default() });
+    let mut tenants = Tenants::default();
+    let a = tenants.add("a").unwrap();
+    let b = tenants.add("b").unwrap();
+    tenants.set_knob("a", "gmem.limit.high", "6M").unwrap();
+    tenants.set_knob("b", "gmem.limit.low", "8M").unwrap();
+    mem.allocate(a, 8 * CHUNK_BYTES).unwrap();
+    mem.allocate(b, 4 * CHUNK_BYTES).unwrap();
+    let mut p = Planner::new(Evictor::new(Eviction::Lru), PlacementKind::TierOrder.build(0));
+    let run = |p: &mut Planner, mem: &mut Memory, t: TenantId, need: Vec<ChunkId>| {
+        let plan = p.plan(mem, &tenants, &Request { tenant: t, need: &need, pinned: &|_| false }, &Forecast::default());
+        p.apply(mem, &plan).unwrap();
+        plan.covered
+    };
+    assert_eq!(run(&mut p, &mut mem, b, (8..12).map(ChunkId).collect()), 4);
+    assert_eq!(run(&mut p, &mut mem, a, (0..3).map(ChunkId).collect()), 3);
+    assert_eq!(mem.usage(a).bytes(Tier::Gpu), 6 << 20, "a stops at gmem.limit.high");
+    run(&mut p, &mut mem, a, (3..6).map(ChunkId).collect());
+    assert_eq!(mem.usage(a).bytes(Tier::Gpu), 6 << 20, "a evicted its own chunks");
+    assert_eq!(mem.usage(b).bytes(Tier::Gpu), 8 << 20, "b untouched: at its gmem.limit.low");
+    mem.check().unwrap();
+}
