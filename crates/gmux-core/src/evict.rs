@@ -23,34 +23,54 @@ pub enum Eviction {
     Opt,
 }
 
-/// Position of each chunk's first future access over the timeline.
+/// Every future access position of each chunk over the timeline, with a cursor: the
+/// next use of a chunk is its first access at or after the cursor.
 #[derive(Debug, Clone, Default)]
 pub struct Forecast {
-    next: Vec<u64>,
+    start: Vec<u32>,
+    positions: Vec<u64>,
+    from: u64,
 }
 
 impl Forecast {
     /// No known future use.
     pub const NEVER: u64 = u64::MAX;
 
-    /// Builds a forecast from the future accesses in order (repeats keep their first position).
+    /// Builds a forecast from the future accesses in order; the cursor starts at 0.
     pub fn from_accesses(accesses: impl IntoIterator<Item = ChunkId>) -> Self {
-        let mut f = Forecast::default();
-        for (pos, c) in accesses.into_iter().enumerate() {
-            let i = c.0 as usize;
-            if f.next.len() <= i {
-                f.next.resize(i + 1, Self::NEVER);
-            }
-            if f.next[i] == Self::NEVER {
-                f.next[i] = pos as u64;
-            }
+        let acc: Vec<ChunkId> = accesses.into_iter().collect();
+        let bound = acc.iter().map(|c| c.0 as usize + 1).max().unwrap_or(0);
+        let mut start = vec![0u32; bound + 1];
+        for c in &acc {
+            start[c.0 as usize + 1] += 1;
         }
-        f
+        for i in 1..start.len() {
+            start[i] += start[i - 1];
+        }
+        let mut fill = start.clone();
+        let mut positions = vec![0u64; acc.len()];
+        for (pos, c) in acc.iter().enumerate() {
+            let slot = &mut fill[c.0 as usize];
+            positions[*slot as usize] = pos as u64;
+            *slot += 1;
+        }
+        Forecast { start, positions, from: 0 }
     }
 
-    /// Position of `c`'s next use, or [`Forecast::NEVER`].
+    /// Moves the cursor: accesses before `pos` are in the past.
+    pub fn advance_to(&mut self, pos: u64) {
+        self.from = pos;
+    }
+
+    /// Position of `c`'s next use at or after the cursor, or [`Forecast::NEVER`].
     pub fn next_use(&self, c: ChunkId) -> u64 {
-        self.next.get(c.0 as usize).copied().unwrap_or(Self::NEVER)
+        let i = c.0 as usize;
+        if i + 1 >= self.start.len() {
+            return Self::NEVER;
+        }
+        let list = &self.positions[self.start[i] as usize..self.start[i + 1] as usize];
+        let k = list.partition_point(|&p| p < self.from);
+        list.get(k).copied().unwrap_or(Self::NEVER)
     }
 }
 
@@ -161,9 +181,13 @@ mod tests {
         let mut c: Vec<_> = (0..4).map(ChunkId).collect();
         Evictor::new(Eviction::Lru).order(&m, &mut c, &Forecast::default(), false);
         assert_eq!(c, vec![ChunkId(3), ChunkId(2), ChunkId(1), ChunkId(0)]);
-        let f = Forecast::from_accesses([ChunkId(2), ChunkId(0), ChunkId(2), ChunkId(1)]);
+        let mut f = Forecast::from_accesses([ChunkId(2), ChunkId(0), ChunkId(2), ChunkId(1)]);
         Evictor::new(Eviction::Opt).order(&m, &mut c, &f, false);
         assert_eq!(c, vec![ChunkId(3), ChunkId(1), ChunkId(0), ChunkId(2)]);
+        f.advance_to(2);
+        assert_eq!((f.next_use(ChunkId(2)), f.next_use(ChunkId(0)), f.next_use(ChunkId(1))), (2, Forecast::NEVER, 3));
+        Evictor::new(Eviction::Opt).order(&m, &mut c, &f, false);
+        assert_eq!(c, vec![ChunkId(0), ChunkId(3), ChunkId(1), ChunkId(2)], "beyond the forecast: most recent first");
     }
 
     #[test]

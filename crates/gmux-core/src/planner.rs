@@ -36,6 +36,9 @@ pub struct Request<'a> {
     pub tenant: TenantId,
     /// Chunks it will touch, in first-use order (repeats are ignored).
     pub need: &'a [ChunkId],
+    /// `need[..required]` must be made resident (the next command); the rest is
+    /// prefetch, planned only while it does not evict anything used sooner.
+    pub required: usize,
     /// Chunks that must stay resident.
     pub pinned: &'a dyn Fn(ChunkId) -> bool,
 }
@@ -100,7 +103,9 @@ impl Planner {
             while !st.room_for(owner) {
                 let vs = victims.get_or_insert_with(|| Victims::new(self, mem, req, &need_set, forecast));
                 let own_only = st.over_high(owner);
-                let Some(v) = vs.next(mem, &st, owner, own_only) else {
+                let victim = vs.next(mem, &st, owner, own_only);
+                let prefetch_hurts = |v: ChunkId| i >= req.required && forecast.next_use(v) <= forecast.next_use(c);
+                let Some(v) = victim.filter(|v| !prefetch_hurts(*v)) else {
                     plan.covered = i;
                     self.commit(&mut victims, &plan);
                     return plan;

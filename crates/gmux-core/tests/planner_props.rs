@@ -24,7 +24,7 @@ fn replay(eviction: Eviction, tenants_n: u32, chunks_per_tenant: u32, budget: u6
         let need: Vec<ChunkId> = ws.iter().map(|&c| chunk(*t, c)).collect();
         let future = cmds[i..].iter().flat_map(|(t, ws)| ws.iter().map(move |&c| chunk(*t, c)));
         let forecast = Forecast::from_accesses(future);
-        let plan = planner.plan(&mem, &tenants, &Request { tenant: TenantId(*t), need: &need, pinned: &|_| false }, &forecast);
+        let plan = planner.plan(&mem, &tenants, &Request { tenant: TenantId(*t), need: &need, required: need.len(), pinned: &|_| false }, &forecast);
         let m = planner.apply(&mut mem, &plan).unwrap();
         moved += m.populated + m.evicted;
         mem.check().unwrap();
@@ -74,7 +74,7 @@ fn limit_high_evicts_own_chunks_and_limit_low_protects() {
     mem.allocate(b, 4 * CHUNK_BYTES).unwrap();
     let mut p = Planner::new(Evictor::new(Eviction::Lru), PlacementKind::TierOrder.build(0));
     let run = |p: &mut Planner, mem: &mut Memory, t: TenantId, need: Vec<ChunkId>| {
-        let plan = p.plan(mem, &tenants, &Request { tenant: t, need: &need, pinned: &|_| false }, &Forecast::default());
+        let plan = p.plan(mem, &tenants, &Request { tenant: t, need: &need, required: need.len(), pinned: &|_| false }, &Forecast::default());
         p.apply(mem, &plan).unwrap();
         plan.covered
     };

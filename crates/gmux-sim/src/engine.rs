@@ -122,8 +122,8 @@ pub struct Outcome {
     pub faults: u64,
     /// Commands released with a touched chunk not resident.
     pub violations: u64,
-    /// Executed chunk accesses in order, when recorded.
-    pub accesses: Vec<ChunkId>,
+    /// Executed commands' chunks in order, when recorded.
+    pub accesses: crate::ideal::Commands,
 }
 
 /// A command with its chunks resolved.
@@ -273,12 +273,12 @@ impl Engine<'_> {
         }
     }
 
-    /// The global order of predicted accesses over the timeline, and how many commands
-    /// of the head slot it covers.
-    fn forecast(&mut self, timeline: &Timeline) -> (Vec<ChunkId>, usize) {
+    /// The global order of predicted accesses over the timeline, and where each command
+    /// of the head slot starts in it (one entry past the last).
+    fn forecast(&mut self, timeline: &Timeline) -> (Vec<ChunkId>, Vec<u64>) {
         let mut cursor = vec![0usize; self.runs.len()];
         let mut acc = Vec::new();
-        let mut head = 0;
+        let mut head = vec![0u64];
         for (j, slot) in timeline.slots.iter().enumerate() {
             let t = slot.tenant.0 as usize;
             let mut left = slot.slice as f64;
@@ -292,9 +292,9 @@ impl Engine<'_> {
                 acc.extend_from_slice(&q.predicted);
                 left -= q.cmd.duration_ns;
                 cursor[t] += 1;
-            }
-            if j == 0 {
-                head = cursor[t];
+                if j == 0 {
+                    head.push(acc.len() as u64);
+                }
             }
         }
         (acc, head)
@@ -310,13 +310,17 @@ impl Engine<'_> {
             self.last = Some(tenant);
         }
         let gmux = !self.spec.system.demand_paged();
-        let mut forecast = Forecast::default();
-        if gmux {
+        let (mut forecast, head) = if gmux {
             let (acc, head) = self.forecast(timeline);
-            let need: Vec<ChunkId> = self.runs[ti].buf.iter().take(head).flat_map(|q| q.predicted.iter().copied()).collect();
-            forecast = Forecast::from_accesses(acc);
-            self.migrate(tenant, &need, &forecast, t)?;
-        }
+            let forecast = Forecast::from_accesses(acc);
+            let mut need: Vec<ChunkId> = self.runs[ti].buf.iter().take(head.len() - 1).flat_map(|q| q.predicted.iter().copied()).collect();
+            dedup_keep_order(&mut need);
+            let first = self.runs[ti].buf.front().map_or(0, |q| q.predicted.len()).min(need.len());
+            self.migrate(tenant, &need, first, &forecast, t)?;
+            (forecast, head)
+        } else {
+            (Forecast::default(), Vec::new())
+        };
         let mut slot_end = t + slice as f64;
         let mut executed = 0;
         while t < slot_end {
@@ -329,11 +333,12 @@ impl Engine<'_> {
                 break;
             }
             let start = if gmux {
-                let predicted = q.predicted.clone();
-                if predicted.iter().any(|c| !self.mem.is_resident(*c)) && self.migrate(tenant, &predicted, &forecast, t)? < predicted.len() {
-                    return Err(self.stuck(tenant, &predicted));
+                forecast.advance_to(head.get(executed).or(head.last()).copied().unwrap_or(0));
+                let need = q.predicted.clone();
+                if need.iter().any(|c| !self.mem.is_resident(*c)) && self.migrate(tenant, &need, need.len(), &forecast, t)? < need.len() {
+                    return Err(self.stuck(tenant, &need));
                 }
-                predicted.iter().map(|c| self.ready_at[c.0 as usize]).fold(t, f64::max)
+                need.iter().map(|c| self.ready_at[c.0 as usize]).fold(t, f64::max)
             } else {
                 let chunks: Vec<ChunkId> = q.exact.iter().map(|(c, _)| *c).collect();
                 t + self.fault_in(tenant, &chunks)?
@@ -388,13 +393,7 @@ impl Engine<'_> {
             self.planner.access(&mut self.mem, c, self.tick, write);
         }
         if self.spec.record_accesses {
-            let mut last = None;
-            for &(c, _) in &q.exact {
-                if last != Some(c) {
-                    self.out.accesses.push(c);
-                }
-                last = Some(c);
-            }
+            self.out.accesses.push(q.exact.iter().map(|(c, _)| *c));
         }
         let end = start + q.cmd.duration_ns;
         self.out.compute_ns += q.cmd.duration_ns;
@@ -417,8 +416,9 @@ impl Engine<'_> {
 
     /// Plans and starts the migration that makes `need` resident, as far as the budgets
     /// allow; returns how much of `need` is covered (gmux systems).
-    fn migrate(&mut self, tenant: TenantId, need: &[ChunkId], forecast: &Forecast, at: f64) -> Result<usize, String> {
-        let plan = self.planner.plan(&self.mem, &self.tenants, &Request { tenant, need, pinned: &|_| false }, forecast);
+    fn migrate(&mut self, tenant: TenantId, need: &[ChunkId], required: usize, forecast: &Forecast, at: f64) -> Result<usize, String> {
+        let req = Request { tenant, need, required, pinned: &|_| false };
+        let plan = self.planner.plan(&self.mem, &self.tenants, &req, forecast);
         let items = self.items(&plan, at);
         let done = self.lanes.schedule(self.spec.model, at, &items.list);
         self.account(tenant, &plan);
@@ -432,7 +432,7 @@ impl Engine<'_> {
 
     /// Demand paging: faults the command's chunks in, evicting LRU; returns the stall, ns.
     fn fault_in(&mut self, tenant: TenantId, chunks: &[ChunkId]) -> Result<f64, String> {
-        let plan = self.planner.plan(&self.mem, &self.tenants, &Request { tenant, need: chunks, pinned: &|_| false }, &Forecast::default());
+        let plan = self.planner.plan(&self.mem, &self.tenants, &Request { tenant, need: chunks, required: chunks.len(), pinned: &|_| false }, &Forecast::default());
         if plan.covered < chunks.len() {
             return Err(self.stuck(tenant, chunks));
         }

@@ -72,7 +72,7 @@ impl Lanes {
             if cur.iter().all(Option::is_none) && queues.iter().all(|q| q.is_empty()) {
                 break;
             }
-            let rates = rates(model, &cur);
+            let rates = rates(model, &cur, &t_floor, t);
             let mut dt = f64::INFINITY;
             for l in 0..LANES {
                 match cur[l] {
@@ -121,8 +121,10 @@ impl Lanes {
     }
 }
 
-fn rates(m: &DeviceModel, cur: &[Option<(usize, f64, f64)>; LANES]) -> [f64; LANES] {
-    let moving = |l: Lane| matches!(cur[l as usize], Some((_, f, _)) if f == 0.0);
+/// Rates now. A copy lane still busy with an earlier batch counts as moving, so that
+/// batches issued at different times also share the duplex cap.
+fn rates(m: &DeviceModel, cur: &[Option<(usize, f64, f64)>; LANES], busy_until: &[f64; LANES], t: f64) -> [f64; LANES] {
+    let moving = |l: Lane| matches!(cur[l as usize], Some((_, f, _)) if f == 0.0) || t < busy_until[l as usize];
     let (mut h2d, mut d2h) = (m.h2d_gbps, m.d2h_gbps);
     if moving(Lane::H2D) && moving(Lane::D2H) && h2d + d2h > m.duplex_gbps {
         let scale = m.duplex_gbps / (h2d + d2h);
@@ -157,7 +159,7 @@ mod tests {
         let total_gbps = 2.0 * gb as f64 / done[0].max(done[1]);
         assert!(total_gbps > 80.0 && total_gbps <= 86.0 + 1e-6, "{total_gbps}");
         let sequential = gb as f64 / 53.0 + gb as f64 / 55.0;
-        assert!(done[0].max(done[1]) < 0.6 * sequential);
+        assert!(done[0].max(done[1]) < 0.65 * sequential, "pipelined is at least 1.5x sequential");
     }
 
     #[test]
@@ -179,5 +181,16 @@ mod tests {
         lanes.schedule(&m, 0.0, &[item(Lane::H2D, 53_000)]);
         let done = lanes.schedule(&m, 0.0, &[item(Lane::H2D, 53_000)]);
         assert!((done[0] - 2000.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn batches_issued_apart_still_share_the_duplex_cap() {
+        let m = DeviceModel::default();
+        let mut lanes = Lanes::default();
+        let gb = 1_000_000_000;
+        let first = lanes.schedule(&m, 0.0, &[item(Lane::D2H, gb)])[0];
+        let second = lanes.schedule(&m, 0.0, &[item(Lane::H2D, gb)])[0];
+        let total_gbps = 2.0 * gb as f64 / first.max(second);
+        assert!(total_gbps <= 86.0 + 1e-6, "{total_gbps} GB/s over the 86 GB/s cap");
     }
 }
