@@ -321,9 +321,12 @@ impl Engine<'_> {
         } else {
             (Forecast::default(), Vec::new())
         };
-        let mut slot_end = t + slice as f64;
+        // gmux counts a slice in GPU time: waiting for a migration does not use it up.
+        // The demand-paging models count wall time, as hardware time slicing does.
+        let slot_end = t + slice as f64;
+        let mut ran = 0.0;
         let mut executed = 0;
-        while t < slot_end {
+        while if gmux { ran < slice as f64 } else { t < slot_end } {
             self.ensure(ti, 1);
             let Some(q) = self.runs[ti].buf.front() else { break };
             if q.cmd.arrival_ns.is_some_and(|a| a > t) {
@@ -348,10 +351,8 @@ impl Engine<'_> {
                 t = arrival.max(t);
                 break;
             }
-            if executed == 0 && gmux {
-                slot_end = start + slice as f64;
-            }
             let q = self.runs[ti].buf.pop_front().expect("front exists");
+            ran += q.cmd.duration_ns;
             t = self.execute(ti, q, start);
             executed += 1;
         }
