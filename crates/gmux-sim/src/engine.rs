@@ -468,7 +468,7 @@ impl Engine<'_> {
         format!(
             "tenant {}: one command needs {} MiB but its gmem.limit.high and the GPU budget leave no room; raise gmem.limit.high or the GPU budget",
             t.name,
-            need.iter().collect::<std::collections::HashSet<_>>().len() as u64 * CHUNK_BYTES >> 20
+            (need.iter().collect::<std::collections::HashSet<_>>().len() as u64 * CHUNK_BYTES) >> 20
         )
     }
 

@@ -38,6 +38,29 @@ pub struct Row {
     pub violations: u64,
 }
 
+impl Row {
+    /// A row with every measurement empty.
+    pub fn new(system: &str, variant: &str, subscription: Option<f64>, sim_seconds: f64) -> Row {
+        Row {
+            system: system.into(),
+            variant: variant.into(),
+            modelled: false,
+            subscription,
+            throughput_norm: None,
+            bytes_h2d: 0,
+            bytes_d2h: 0,
+            bytes_disk_read: 0,
+            bytes_disk_write: 0,
+            faults: None,
+            p50_ms: None,
+            p99_ms: None,
+            be_tasks_per_s: None,
+            sim_seconds,
+            violations: 0,
+        }
+    }
+}
+
 /// A whole scenario's results.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {

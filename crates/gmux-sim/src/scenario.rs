@@ -340,23 +340,7 @@ fn variant(f: &ScenarioFile, policy: Policy, placement: PlacementKind) -> String
 }
 
 fn blank(system: &str, variant: &str, sub: Option<f64>, elapsed_ns: f64) -> Row {
-    Row {
-        system: system.into(),
-        variant: variant.into(),
-        modelled: false,
-        subscription: sub,
-        throughput_norm: None,
-        bytes_h2d: 0,
-        bytes_d2h: 0,
-        bytes_disk_read: 0,
-        bytes_disk_write: 0,
-        faults: None,
-        p50_ms: None,
-        p99_ms: None,
-        be_tasks_per_s: None,
-        sim_seconds: elapsed_ns / 1e9,
-        violations: 0,
-    }
+    Row::new(system, variant, sub, elapsed_ns / 1e9)
 }
 
 /// Mean over tenants of rate / in-HBM rate, skipping tenants that made no progress in-HBM.

@@ -6,23 +6,7 @@ const GIB: u64 = 1 << 30;
 
 /// A plain row with no optional data.
 pub fn row(system: &str, variant: &str, modelled: bool, sub: f64, tput: f64) -> Row {
-    Row {
-        system: system.into(),
-        variant: variant.into(),
-        modelled,
-        subscription: Some(sub),
-        throughput_norm: Some(tput),
-        bytes_h2d: 0,
-        bytes_d2h: 0,
-        bytes_disk_read: 0,
-        bytes_disk_write: 0,
-        faults: None,
-        p50_ms: None,
-        p99_ms: None,
-        be_tasks_per_s: None,
-        sim_seconds: 10.0,
-        violations: 0,
-    }
+    Row { modelled, throughput_norm: Some(tput), ..Row::new(system, variant, Some(sub), 10.0) }
 }
 
 /// gmux-exact/tier-order and um (modelled) at 100, 150 and 200 %.
