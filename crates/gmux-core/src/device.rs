@@ -36,9 +36,11 @@ pub trait Device {
     fn create_chunk(&mut self) -> Result<PhysChunk, Self::Error>;
     /// Returns a physical chunk to the driver.
     fn release_chunk(&mut self, phys: PhysChunk) -> Result<(), Self::Error>;
-    /// Maps `phys` at the virtual address of `chunk` and grants access.
+    /// Maps `phys` at the virtual address of `chunk` and grants access, once `phys` is
+    /// no longer mapped elsewhere.
     fn map(&mut self, chunk: ChunkId, phys: PhysChunk) -> Result<(), Self::Error>;
-    /// Unmaps `chunk`'s virtual address; the physical chunk stays alive.
+    /// Unmaps `chunk`'s virtual address once the copies of it issued so far are done;
+    /// the physical chunk stays alive for reuse.
     fn unmap(&mut self, chunk: ChunkId) -> Result<(), Self::Error>;
     /// Copies `chunk`'s data from tier `from` to tier `to` on `stream`.
     fn copy(&mut self, stream: CopyStream, chunk: ChunkId, from: Tier, to: Tier) -> Result<(), Self::Error>;

@@ -10,6 +10,7 @@ pub mod evict;
 pub mod hooks;
 pub mod knobs;
 pub mod memory;
+pub mod mover;
 pub mod placement;
 pub mod planner;
 pub mod sched;

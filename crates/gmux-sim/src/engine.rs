@@ -5,11 +5,12 @@
 //! switch and execute the plan on the mover's lanes (full duplex, early start). The
 //! demand-paging models fault chunks in on first use instead.
 
-use crate::lanes::{Item, Lane, Lanes};
+use crate::device::SimDevice;
 use crate::model::DeviceModel;
 use crate::workload::{Command, Source};
 use gmux_core::evict::{Eviction, Evictor, Forecast};
 use gmux_core::memory::{Capacities, Tier};
+use gmux_core::mover::Mover;
 use gmux_core::placement::PlacementKind;
 use gmux_core::planner::{Move, Plan, Planner, Request};
 use gmux_core::sched::{Policy, RoundRobin, Scheduler, TenantView};
@@ -152,7 +153,8 @@ struct Engine<'a> {
     runs: Vec<TenantRun>,
     planner: Planner,
     sched: Box<dyn Scheduler>,
-    lanes: Lanes,
+    mover: Mover,
+    dev: SimDevice,
     ready_at: Vec<f64>,
     now: f64,
     tick: u64,
@@ -195,7 +197,8 @@ pub fn run(mut spec: RunSpec) -> Result<Outcome, String> {
         runs,
         planner: Planner::new(Evictor::new(eviction), placement),
         sched,
-        lanes: Lanes::default(),
+        mover: Mover::default(),
+        dev: SimDevice::new(spec.model.clone()),
         ready_at: Vec::new(),
         now: 0.0,
         tick: 0,
@@ -420,13 +423,14 @@ impl Engine<'_> {
     fn migrate(&mut self, tenant: TenantId, need: &[ChunkId], required: usize, forecast: &Forecast, at: f64) -> Result<usize, String> {
         let req = Request { tenant, need, required, pinned: &|_| false };
         let plan = self.planner.plan(&self.mem, &self.tenants, &req, forecast);
-        let items = self.items(&plan, at);
-        let done = self.lanes.schedule(self.spec.model, at, &items.list);
+        self.dev.begin(at);
+        let ready = self.mover.issue(&plan, &self.mem, &mut self.dev).map_err(|e| format!("mover bug: {e}"))?;
+        self.dev.flush();
         self.account(tenant, &plan);
         self.planner.apply(&mut self.mem, &plan).map_err(|e| format!("planner bug: {e}"))?;
         self.grow_ready();
-        for (c, i) in items.ready {
-            self.ready_at[c.0 as usize] = done[i];
+        for (c, ev) in ready {
+            self.ready_at[c.0 as usize] = self.dev.time(ev);
         }
         Ok(plan.covered)
     }
@@ -513,67 +517,6 @@ impl Engine<'_> {
             self.ready_at.resize(self.mem.id_bound(), 0.0);
         }
     }
-
-    /// Lane items for a plan: evictions free physical chunks that populations reuse.
-    fn items(&mut self, plan: &Plan, at: f64) -> PlanItems {
-        self.grow_ready();
-        let m = self.spec.model;
-        let mut list: Vec<Item> = Vec::new();
-        let mut ready = Vec::new();
-        let mut freed: VecDeque<usize> = VecDeque::new();
-        let push = |list: &mut Vec<Item>, lane, bytes, fixed_us: f64, deps: [Option<usize>; 2], earliest: f64| {
-            list.push(Item { lane, bytes, fixed_ns: fixed_us * 1e3, deps, earliest });
-            list.len() - 1
-        };
-        for mv in &plan.moves {
-            match *mv {
-                Move::Create(c) => {
-                    let (cost, dep) = match freed.pop_front() {
-                        Some(d) => (m.map_us + m.set_access_us, Some(d)),
-                        None => (m.create_us + m.map_us + m.set_access_us, None),
-                    };
-                    let i = push(&mut list, Lane::Ctl, 0, cost, [dep, None], at);
-                    ready.push((c, i));
-                }
-                Move::Populate { chunk, from } => {
-                    let disk = (from == Tier::Disk).then(|| push(&mut list, Lane::DiskRead, CHUNK_BYTES, 0.0, [None, None], at));
-                    let (cost, dep) = match freed.pop_front() {
-                        Some(d) => (m.map_us + m.set_access_us, Some(d)),
-                        None => (m.create_us + m.map_us + m.set_access_us, None),
-                    };
-                    let map = push(&mut list, Lane::Ctl, 0, cost, [dep, None], at);
-                    let copy = push(&mut list, Lane::H2D, CHUNK_BYTES, m.copy_fixed_us, [Some(map), disk], at);
-                    ready.push((chunk, copy));
-                }
-                Move::Evict { chunk, to } => {
-                    let earliest = self.ready_at[chunk.0 as usize].max(at);
-                    let drop = to == Tier::Disk && self.mem.chunk(chunk).disk_copy;
-                    let unmap_dep = if drop {
-                        None
-                    } else {
-                        let copy = push(&mut list, Lane::D2H, CHUNK_BYTES, m.copy_fixed_us, [None, None], earliest);
-                        if to == Tier::Disk {
-                            push(&mut list, Lane::DiskWrite, CHUNK_BYTES, 0.0, [Some(copy), None], at);
-                        }
-                        Some(copy)
-                    };
-                    let unmap = push(&mut list, Lane::Ctl, 0, m.unmap_us, [unmap_dep, None], earliest);
-                    freed.push_back(unmap);
-                }
-                Move::Demote(c) => {
-                    if !self.mem.chunk(c).disk_copy {
-                        push(&mut list, Lane::DiskWrite, CHUNK_BYTES, 0.0, [None, None], at);
-                    }
-                }
-            }
-        }
-        PlanItems { list, ready }
-    }
-}
-
-struct PlanItems {
-    list: Vec<Item>,
-    ready: Vec<(ChunkId, usize)>,
 }
 
 fn dedup_keep_order(v: &mut Vec<ChunkId>) {

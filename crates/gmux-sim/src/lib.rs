@@ -1,6 +1,7 @@
 //! gmux-sim: a discrete-event model of one GPU, its workloads, and the systems gmux is
 //! compared against. The policies under test are gmux-core's own, unchanged.
 
+pub mod device;
 pub mod dispatch;
 pub mod engine;
 pub mod ideal;

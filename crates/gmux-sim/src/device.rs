@@ -1,0 +1,160 @@
+//! The simulated device: gmux-core's [`Device`] trait over the lane model.
+//!
+//! Calls only queue items; [`SimDevice::flush`] runs the queued batch on the lanes and
+//! fixes the time of every event recorded since the last flush.
+
+use crate::lanes::{Item, Lane, Lanes};
+use crate::model::DeviceModel;
+use gmux_core::device::{CommandId, CopyStream, Device, Event, PhysChunk};
+use gmux_core::{ChunkId, Tier, CHUNK_BYTES};
+use std::collections::HashMap;
+
+/// A simulated GPU, host link and disk.
+pub struct SimDevice {
+    model: DeviceModel,
+    lanes: Lanes,
+    batch: Vec<Item>,
+    /// Batch item that makes a physical chunk free to map.
+    phys_free: HashMap<u64, usize>,
+    /// Batch item of each chunk's latest operation.
+    chunk_last: HashMap<ChunkId, usize>,
+    mapped: HashMap<ChunkId, u64>,
+    stream_last: [Option<usize>; 2],
+    pending_events: Vec<(u64, Option<usize>)>,
+    event_time: Vec<f64>,
+    ready_at: HashMap<ChunkId, f64>,
+    next_phys: u64,
+    at: f64,
+}
+
+/// A device call that cannot happen in the model (a mover bug).
+#[derive(Debug)]
+pub struct SimDeviceError(String);
+
+impl std::fmt::Display for SimDeviceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl SimDevice {
+    /// A device with the given constants.
+    pub fn new(model: DeviceModel) -> Self {
+        SimDevice {
+            model,
+            lanes: Lanes::default(),
+            batch: Vec::new(),
+            phys_free: HashMap::new(),
+            chunk_last: HashMap::new(),
+            mapped: HashMap::new(),
+            stream_last: [None, None],
+            pending_events: Vec::new(),
+            event_time: Vec::new(),
+            ready_at: HashMap::new(),
+            next_phys: 0,
+            at: 0.0,
+        }
+    }
+
+    /// Starts a batch of calls issued at time `at`.
+    pub fn begin(&mut self, at: f64) {
+        self.at = at;
+    }
+
+    /// Runs the queued batch; afterwards every event recorded in it has a time.
+    pub fn flush(&mut self) {
+        let done = self.lanes.schedule(&self.model, self.at, &self.batch);
+        for (ev, item) in self.pending_events.drain(..) {
+            let t = item.map_or(self.at, |i| done[i]);
+            self.event_time[ev as usize] = t;
+        }
+        for (c, i) in self.chunk_last.drain() {
+            let t = done[i];
+            let r = self.ready_at.entry(c).or_insert(0.0);
+            *r = r.max(t);
+        }
+        self.batch.clear();
+        self.phys_free.clear();
+        self.stream_last = [None, None];
+    }
+
+    /// When `event` completed (after the flush of its batch).
+    pub fn time(&self, event: Event) -> f64 {
+        self.event_time[event.0 as usize]
+    }
+
+    fn push(&mut self, lane: Lane, bytes: u64, fixed_us: f64, deps: [Option<usize>; 2], earliest: f64) -> usize {
+        self.batch.push(Item { lane, bytes, fixed_ns: fixed_us * 1e3, deps, earliest: earliest.max(self.at) });
+        self.batch.len() - 1
+    }
+
+    fn settled(&self, c: ChunkId) -> f64 {
+        self.ready_at.get(&c).copied().unwrap_or(0.0)
+    }
+}
+
+impl Device for SimDevice {
+    type Error = SimDeviceError;
+
+    fn create_chunk(&mut self) -> Result<PhysChunk, SimDeviceError> {
+        self.next_phys += 1;
+        let i = self.push(Lane::Ctl, 0, self.model.create_us, [None, None], 0.0);
+        self.phys_free.insert(self.next_phys, i);
+        Ok(PhysChunk(self.next_phys))
+    }
+
+    fn release_chunk(&mut self, phys: PhysChunk) -> Result<(), SimDeviceError> {
+        let dep = self.phys_free.get(&phys.0).copied();
+        self.push(Lane::Ctl, 0, self.model.release_us, [dep, None], 0.0);
+        Ok(())
+    }
+
+    fn map(&mut self, chunk: ChunkId, phys: PhysChunk) -> Result<(), SimDeviceError> {
+        let dep = self.phys_free.get(&phys.0).copied();
+        let i = self.push(Lane::Ctl, 0, self.model.map_us + self.model.set_access_us, [dep, None], 0.0);
+        self.mapped.insert(chunk, phys.0);
+        self.chunk_last.insert(chunk, i);
+        self.stream_last[1] = Some(i);
+        Ok(())
+    }
+
+    fn unmap(&mut self, chunk: ChunkId) -> Result<(), SimDeviceError> {
+        let phys = self.mapped.remove(&chunk).ok_or_else(|| SimDeviceError(format!("cuMemUnmap of chunk {} that is not mapped", chunk.0)))?;
+        let dep = self.chunk_last.get(&chunk).copied();
+        let i = self.push(Lane::Ctl, 0, self.model.unmap_us, [dep, None], self.settled(chunk));
+        self.phys_free.insert(phys, i);
+        self.chunk_last.insert(chunk, i);
+        self.stream_last[0] = Some(i);
+        Ok(())
+    }
+
+    fn copy(&mut self, stream: CopyStream, chunk: ChunkId, from: Tier, to: Tier) -> Result<(), SimDeviceError> {
+        let (lane, fixed) = match (from, to) {
+            (Tier::Host, Tier::Gpu) => (Lane::H2D, self.model.copy_fixed_us),
+            (Tier::Gpu, Tier::Host) => (Lane::D2H, self.model.copy_fixed_us),
+            (Tier::Disk, Tier::Host) => (Lane::DiskRead, 0.0),
+            (Tier::Host, Tier::Disk) => (Lane::DiskWrite, 0.0),
+            _ => return Err(SimDeviceError(format!("no copy path {from:?} -> {to:?}"))),
+        };
+        let dep = self.chunk_last.get(&chunk).copied();
+        let i = self.push(lane, CHUNK_BYTES, fixed, [dep, None], self.settled(chunk));
+        self.chunk_last.insert(chunk, i);
+        self.stream_last[stream as usize] = Some(i);
+        Ok(())
+    }
+
+    fn record(&mut self, stream: CopyStream) -> Result<Event, SimDeviceError> {
+        let ev = self.event_time.len() as u64;
+        self.event_time.push(f64::NAN);
+        self.pending_events.push((ev, self.stream_last[stream as usize]));
+        Ok(Event(ev))
+    }
+
+    fn wait(&mut self, _stream: CopyStream, _event: Event) -> Result<(), SimDeviceError> {
+        Ok(())
+    }
+
+    fn release_command(&mut self, _cmd: CommandId, _after: &[Event]) -> Result<(), SimDeviceError> {
+        Ok(())
+    }
+}
