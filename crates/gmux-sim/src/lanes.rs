@@ -114,11 +114,6 @@ impl Lanes {
         }
         done
     }
-
-    /// When every lane is idle.
-    pub fn idle_at(&self) -> f64 {
-        self.free_at.iter().copied().fold(0.0, f64::max)
-    }
 }
 
 /// Rates now. A copy lane still busy with an earlier batch counts as moving, so that
