@@ -36,6 +36,8 @@ fn msched_micro_gmux_fits_and_um_collapses() {
         let exact = row(&r, "gmux-exact", "", Some(sub));
         let ideal = row(&r, "ideal", "", Some(sub));
         assert!(ideal.bytes_h2d <= exact.bytes_h2d, "OPT bound moves no more than gmux at {sub}%");
+        let ratio = exact.throughput_norm.unwrap() / ideal.throughput_norm.unwrap();
+        assert!(ratio >= 0.95, "gmux-exact at {ratio:.3} of ideal at {sub}%");
     }
 }
 
