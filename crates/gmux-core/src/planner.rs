@@ -120,11 +120,7 @@ impl Planner {
                     d => d,
                 };
                 let to = match decision {
-                    Decision::Host if host_full => match self
-                        .placement
-                        .host_victim(mem)
-                        .filter(|h| mem.is_live(*h) && mem.chunk(*h).place == Place::HOST && !need_set.contains(h) && st.demoted.insert(*h))
-                    {
+                    Decision::Host if host_full => match self.host_victim(mem, &need_set, &mut st.demoted) {
                         Some(h) => {
                             plan.moves.push(Move::Demote(h));
                             Tier::Host
@@ -197,6 +193,18 @@ impl Planner {
         self.evictor.on_access(c);
         self.placement.on_access(c, mem);
         self.hooks.access(c, mem.chunk(c).tenant);
+    }
+
+    /// The placement's next host victim that is in host, not needed now and not already
+    /// demoted by this plan.
+    fn host_victim(&mut self, mem: &Memory, need: &HashSet<ChunkId>, demoted: &mut HashSet<ChunkId>) -> Option<ChunkId> {
+        for _ in 0..MAX_KEEPS {
+            let h = self.placement.host_victim(mem)?;
+            if mem.is_live(h) && mem.chunk(h).place == Place::HOST && !need.contains(&h) && demoted.insert(h) {
+                return Some(h);
+            }
+        }
+        None
     }
 
     fn commit(&mut self, victims: &mut Option<Victims>, plan: &Plan) {

@@ -34,7 +34,9 @@ pub trait Placement {
     fn on_access(&mut self, chunk: ChunkId, mem: &Memory);
     /// Where the GPU-memory victim `chunk` goes; `host_full` says the host tier has no free chunk.
     fn place(&mut self, chunk: ChunkId, mem: &Memory, host_full: bool) -> Decision;
-    /// A host-tier chunk to demote to disk to make room, or `None` to send the victim to disk instead.
+    /// Removes from the policy's host list and returns the host-tier chunk to demote to
+    /// disk to make room, or `None` to send the victim to disk instead. Each call within
+    /// one plan must return a different chunk.
     fn host_victim(&mut self, mem: &Memory) -> Option<ChunkId>;
     /// `chunk` moved from `from` to `to` (keeps the policy's own lists in step).
     fn on_move(&mut self, chunk: ChunkId, from: Place, to: Place);

@@ -38,7 +38,7 @@ impl Placement for RandomPlacement {
     }
 
     fn host_victim(&mut self, mem: &Memory) -> Option<ChunkId> {
-        self.fifo.front(mem)
+        self.fifo.take(mem)
     }
 
     fn on_move(&mut self, chunk: ChunkId, from: Place, to: Place) {

@@ -268,7 +268,7 @@ impl Placement for ReusePlacement {
     }
 
     fn host_victim(&mut self, mem: &Memory) -> Option<ChunkId> {
-        self.fifo.front(mem)
+        self.fifo.take(mem)
     }
 
     fn on_move(&mut self, chunk: ChunkId, from: Place, to: Place) {

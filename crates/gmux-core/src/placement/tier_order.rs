@@ -61,6 +61,13 @@ impl HostFifo {
         mem.chunks().find(|(_, ch)| ch.place == Place::HOST).map(|(c, _)| c)
     }
 
+    /// Removes and returns the oldest host chunk (the planner demotes it).
+    pub(super) fn take(&mut self, mem: &Memory) -> Option<ChunkId> {
+        let c = self.front(mem)?;
+        self.remove(c);
+        Some(c)
+    }
+
     /// Moves the front entry to the back (a second chance).
     pub(super) fn rotate(&mut self) {
         if let Some(e) = self.queue.pop_front() {
@@ -124,10 +131,13 @@ impl Placement for TierOrder {
                     *r = false;
                     self.fifo.rotate();
                 }
-                _ => return Some(c),
+                _ => {
+                    self.fifo.remove(c);
+                    return Some(c);
+                }
             }
         }
-        self.fifo.front(mem)
+        self.fifo.take(mem)
     }
 
     fn on_move(&mut self, chunk: ChunkId, from: Place, to: Place) {
