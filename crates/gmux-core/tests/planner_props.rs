@@ -86,3 +86,26 @@ fn limit_high_evicts_own_chunks_and_limit_low_protects() {
     assert_eq!(mem.usage(b).bytes(Tier::Gpu), 8 << 20, "b untouched: at its gmem.limit.low");
     mem.check().unwrap();
 }
+
+#[test]
+fn one_plan_demotes_as_many_host_chunks_as_it_needs() {
+    let caps = Capacities { gpu: Some(2 * CHUNK_BYTES), host: Some(2 * CHUNK_BYTES), disk: None };
+    let mut mem = Memory::new(caps);
+    let mut tenants = Tenants::default();
+    let t = tenants.add("t").unwrap();
+    mem.allocate_on_disk(t, 6 * CHUNK_BYTES).unwrap();
+    let mut p = Planner::new(Evictor::new(Eviction::Lru), PlacementKind::TierOrder.build(0));
+    for (step, pair) in [[0, 1], [2, 3], [4, 5]].iter().enumerate() {
+        let need: Vec<ChunkId> = pair.iter().map(|&c| ChunkId(c)).collect();
+        let plan = p.plan(&mem, &tenants, &Request { tenant: t, need: &need, required: 2, pinned: &|_| false }, &Forecast::default());
+        p.apply(&mut mem, &plan).unwrap();
+        for (k, c) in need.iter().enumerate() {
+            p.access(&mut mem, *c, (step * 2 + k) as u64 + 1, false);
+        }
+    }
+    let place = |c: u32| mem.chunk(ChunkId(c)).place;
+    assert_eq!([place(0), place(1)], [gmux_core::Place::DISK; 2], "both older host chunks demoted");
+    assert_eq!([place(2), place(3)], [gmux_core::Place::HOST; 2]);
+    assert_eq!([place(4), place(5)], [gmux_core::Place::GPU; 2]);
+    mem.check().unwrap();
+}
