@@ -17,7 +17,8 @@ pub trait MemoryHooks {
     fn access(&mut self, _chunk: ChunkId, _tenant: TenantId) {}
     /// May reorder eviction candidates (first is evicted first).
     fn evict_prepare(&mut self, _candidates: &mut Vec<ChunkId>) {}
-    /// Chunks worth populating for `tenant` beyond its predicted working set.
+    /// Chunks of `tenant` worth populating after its predicted working set; the planner
+    /// brings them in only where that evicts nothing needed sooner.
     fn prefetch(&mut self, _tenant: TenantId) -> Vec<ChunkId> {
         Vec::new()
     }

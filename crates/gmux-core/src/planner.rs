@@ -95,7 +95,9 @@ impl Planner {
         let mut seen: HashSet<ChunkId> = HashSet::new();
         let mut victims: Option<Victims> = None;
         let mut keeps = 0;
-        for (i, &c) in req.need.iter().enumerate() {
+        let advice: Vec<ChunkId> =
+            self.hooks.prefetch(req.tenant).into_iter().filter(|c| mem.is_live(*c) && mem.chunk(*c).tenant == req.tenant).collect();
+        for (i, &c) in req.need.iter().chain(&advice).enumerate() {
             if !seen.insert(c) || mem.chunk(c).place == Place::GPU {
                 continue;
             }
@@ -106,7 +108,7 @@ impl Planner {
                 let victim = vs.next(mem, &st, owner, own_only);
                 let prefetch_hurts = |v: ChunkId| i >= req.required && forecast.next_use(v) <= forecast.next_use(c);
                 let Some(v) = victim.filter(|v| !prefetch_hurts(*v)) else {
-                    plan.covered = i;
+                    plan.covered = i.min(req.need.len());
                     self.commit(&mut victims, &plan);
                     return plan;
                 };

@@ -109,3 +109,33 @@ fn one_plan_demotes_as_many_host_chunks_as_it_needs() {
     assert_eq!([place(4), place(5)], [gmux_core::Place::GPU; 2]);
     mem.check().unwrap();
 }
+
+#[test]
+fn prefetch_advice_is_followed_only_within_the_rules() {
+    struct Advise(Vec<ChunkId>);
+    impl gmux_core::hooks::MemoryHooks for Advise {
+        fn prefetch(&mut self, _t: TenantId) -> Vec<ChunkId> {
+            self.0.clone()
+        }
+    }
+    let mut mem = Memory::new(Capacities { gpu: Some(3 * CHUNK_BYTES), ..Default::default() });
+    let mut tenants = Tenants::default();
+    let a = tenants.add("a").unwrap();
+    let b = tenants.add("b").unwrap();
+    mem.allocate(a, 4 * CHUNK_BYTES).unwrap();
+    mem.allocate(b, CHUNK_BYTES).unwrap();
+    let mut p = Planner::new(Evictor::new(Eviction::Opt), PlacementKind::TierOrder.build(0));
+    p.hooks = Box::new(Advise(vec![ChunkId(1), ChunkId(2), ChunkId(4)]));
+    let need = [ChunkId(0)];
+    let plan = p.plan(&mem, &tenants, &Request { tenant: a, need: &need, required: 1, pinned: &|_| false }, &Forecast::default());
+    p.apply(&mut mem, &plan).unwrap();
+    assert_eq!(plan.covered, 1);
+    assert!(mem.is_resident(ChunkId(1)) && mem.is_resident(ChunkId(2)), "advice fills free memory");
+    assert!(!mem.is_resident(ChunkId(4)), "advice naming another tenant's chunk is ignored");
+    let need = [ChunkId(3)];
+    let forecast = Forecast::from_accesses([ChunkId(3), ChunkId(0), ChunkId(1), ChunkId(2)]);
+    let plan = p.plan(&mem, &tenants, &Request { tenant: a, need: &need, required: 1, pinned: &|_| false }, &forecast);
+    p.apply(&mut mem, &plan).unwrap();
+    assert!(mem.is_resident(ChunkId(3)));
+    assert_eq!(mem.used_chunks(gmux_core::Tier::Gpu), 3, "budget holds with advice");
+}
