@@ -89,11 +89,6 @@ impl Evictor {
         Evictor { kind, referenced: Vec::new(), ring_pos: Vec::new(), next_pos: 0 }
     }
 
-    /// Which policy.
-    pub fn kind(&self) -> Eviction {
-        self.kind
-    }
-
     /// `c` became resident: it enters the CLOCK ring behind the hand.
     pub fn on_resident(&mut self, c: ChunkId) {
         self.grow(c);

@@ -1,7 +1,7 @@
 //! Ghost's per-tenant knobs (cgroup-like), by their names.
 
 use crate::error::CoreError;
-use crate::size::{format_size, parse_size, Nanos};
+use crate::size::{parse_size, Nanos};
 use serde::{Deserialize, Serialize};
 
 /// A knob, named as in Ghost's `ggroup/` directory.
@@ -54,11 +54,6 @@ impl Knob {
             .into_iter()
             .find(|k| k.name() == name)
             .ok_or_else(|| CoreError::UnknownKnob(name.to_string()))
-    }
-
-    /// Whether `gmux set` may change it.
-    pub fn writable(self) -> bool {
-        matches!(self, Knob::LimitHigh | Knob::LimitLow | Knob::Timeslice | Knob::Freeze)
     }
 }
 
@@ -176,11 +171,6 @@ pub fn parse_duration(v: &str) -> Option<Nanos> {
     };
     let ns = (x * scale).round();
     (ns >= 1000.0 && ns <= MAX_TIMESLICE as f64).then_some(ns as Nanos)
-}
-
-/// Human form of a knob value for `gmux get` tables.
-pub fn describe_bytes(bytes: u64) -> String {
-    format!("{bytes} ({})", format_size(bytes))
 }
 
 #[cfg(test)]

@@ -60,6 +60,8 @@ pub struct Moved {
     pub populated: u64,
     /// Chunks copied out of GPU memory.
     pub evicted: u64,
+    /// Chunks dropped from GPU memory without a copy (a clean copy is on disk).
+    pub dropped: u64,
     /// Chunks created.
     pub created: u64,
     /// Chunks read from disk.
@@ -169,8 +171,10 @@ impl Planner {
                     (chunk, Tier::Gpu)
                 }
                 Move::Evict { chunk, to } => {
-                    moved.evicted += 1;
-                    moved.disk_writes += u64::from(to == Tier::Disk && !mem.chunk(chunk).disk_copy);
+                    let drop = to == Tier::Disk && mem.chunk(chunk).disk_copy;
+                    moved.dropped += u64::from(drop);
+                    moved.evicted += u64::from(!drop);
+                    moved.disk_writes += u64::from(to == Tier::Disk && !drop);
                     (chunk, to)
                 }
                 Move::Demote(c) => {

@@ -12,7 +12,7 @@ use gmux_core::evict::{Eviction, Evictor, Forecast};
 use gmux_core::memory::{Capacities, Tier};
 use gmux_core::mover::Mover;
 use gmux_core::placement::PlacementKind;
-use gmux_core::planner::{Move, Plan, Planner, Request};
+use gmux_core::planner::{Move, Moved, Planner, Request};
 use gmux_core::sched::{Policy, RoundRobin, Scheduler, TenantView};
 use gmux_core::{AllocId, ChunkId, Memory, TenantId, Tenants, Timeline, CHUNK_BYTES};
 use std::collections::VecDeque;
@@ -426,8 +426,8 @@ impl Engine<'_> {
         self.dev.begin(at);
         let ready = self.mover.issue(&plan, &self.mem, &mut self.dev).map_err(|e| format!("mover bug: {e}"))?;
         self.dev.flush();
-        self.account(tenant, &plan);
-        self.planner.apply(&mut self.mem, &plan).map_err(|e| format!("planner bug: {e}"))?;
+        let moved = self.planner.apply(&mut self.mem, &plan).map_err(|e| format!("planner bug: {e}"))?;
+        self.account(tenant, moved);
         self.grow_ready();
         for (c, ev) in ready {
             self.ready_at[c.0 as usize] = self.dev.time(ev);
@@ -461,8 +461,8 @@ impl Engine<'_> {
                 }
             };
         }
-        self.account(tenant, &plan);
-        self.planner.apply(&mut self.mem, &plan).map_err(|e| format!("planner bug: {e}"))?;
+        let moved = self.planner.apply(&mut self.mem, &plan).map_err(|e| format!("planner bug: {e}"))?;
+        self.account(tenant, moved);
         self.grow_ready();
         Ok(stall)
     }
@@ -476,37 +476,13 @@ impl Engine<'_> {
         )
     }
 
-    /// Byte counters of a plan, before it is applied (placement needs the old places).
-    fn account(&mut self, tenant: TenantId, plan: &Plan) {
-        let mut h2d = 0;
-        let mut d2h = 0;
-        for mv in &plan.moves {
-            match *mv {
-                Move::Create(_) => {}
-                Move::Populate { from, .. } => {
-                    h2d += CHUNK_BYTES;
-                    if from == Tier::Disk {
-                        self.out.bytes_disk_read += CHUNK_BYTES;
-                    }
-                }
-                Move::Evict { chunk, to } => {
-                    let drop = to == Tier::Disk && self.mem.chunk(chunk).disk_copy;
-                    if !drop {
-                        d2h += CHUNK_BYTES;
-                    }
-                    if to == Tier::Disk && !drop {
-                        self.out.bytes_disk_write += CHUNK_BYTES;
-                    }
-                }
-                Move::Demote(c) => {
-                    if !self.mem.chunk(c).disk_copy {
-                        self.out.bytes_disk_write += CHUNK_BYTES;
-                    }
-                }
-            }
-        }
+    /// Adds what an applied plan moved to the run's and the tenant's counters.
+    fn account(&mut self, tenant: TenantId, moved: Moved) {
+        let (h2d, d2h) = (moved.populated * CHUNK_BYTES, moved.evicted * CHUNK_BYTES);
         self.out.bytes_h2d += h2d;
         self.out.bytes_d2h += d2h;
+        self.out.bytes_disk_read += moved.disk_reads * CHUNK_BYTES;
+        self.out.bytes_disk_write += moved.disk_writes * CHUNK_BYTES;
         let stat = &mut self.tenants.get_mut(tenant).stat;
         stat.bytes_h2d += h2d;
         stat.bytes_d2h += d2h;
