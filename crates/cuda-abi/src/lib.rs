@@ -1,0 +1,200 @@
+//! The slice of the CUDA driver ABI (`cuda.h`, CUDA 12/13) that gmux touches: handle
+//! types, result codes, flags and the structs passed by pointer. Types only; no symbols,
+//! so linking it never shadows the driver.
+#![allow(non_camel_case_types)]
+
+use std::ffi::c_void;
+
+/// `CUresult`.
+pub type CUresult = i32;
+/// `CUdeviceptr`: a device virtual address.
+pub type CUdeviceptr = u64;
+/// `CUdevice`: a device ordinal.
+pub type CUdevice = i32;
+/// `CUcontext`.
+pub type CUcontext = *mut c_void;
+/// `CUstream`; see [`CU_STREAM_LEGACY`] and [`CU_STREAM_PER_THREAD`] for the special values.
+pub type CUstream = *mut c_void;
+/// `CUevent`.
+pub type CUevent = *mut c_void;
+/// `CUfunction`.
+pub type CUfunction = *mut c_void;
+/// `CUkernel` (a context-independent kernel from `cuLibraryGetKernel`; the runtime passes
+/// it to `cuLaunchKernel` cast to `CUfunction`).
+pub type CUkernel = *mut c_void;
+/// `CUmodule`.
+pub type CUmodule = *mut c_void;
+/// `CUlibrary`.
+pub type CUlibrary = *mut c_void;
+/// `CUgraph`.
+pub type CUgraph = *mut c_void;
+/// `CUgraphExec`.
+pub type CUgraphExec = *mut c_void;
+/// `CUmemGenericAllocationHandle`: a physical allocation from `cuMemCreate`.
+pub type CUmemGenericAllocationHandle = u64;
+/// `CUhostFn`.
+pub type CUhostFn = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
+
+pub const CUDA_SUCCESS: CUresult = 0;
+pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
+pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
+pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
+pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
+pub const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
+pub const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
+pub const CUDA_ERROR_NOT_MAPPED: CUresult = 211;
+pub const CUDA_ERROR_INVALID_HANDLE: CUresult = 400;
+pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
+pub const CUDA_ERROR_NOT_READY: CUresult = 600;
+pub const CUDA_ERROR_ILLEGAL_ADDRESS: CUresult = 700;
+pub const CUDA_ERROR_LAUNCH_FAILED: CUresult = 719;
+pub const CUDA_ERROR_NOT_PERMITTED: CUresult = 800;
+pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
+pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
+
+/// The legacy default stream, usable from any thread.
+pub const CU_STREAM_LEGACY: CUstream = 0x1 as CUstream;
+/// The calling thread's per-thread default stream.
+pub const CU_STREAM_PER_THREAD: CUstream = 0x2 as CUstream;
+/// `cuStreamCreate` flag: no implicit synchronization with the legacy default stream.
+pub const CU_STREAM_NON_BLOCKING: u32 = 0x1;
+/// `cuEventCreate` flag: no timing data (cheaper).
+pub const CU_EVENT_DISABLE_TIMING: u32 = 0x2;
+
+/// `cuGetProcAddress` flags.
+pub const CU_GET_PROC_ADDRESS_DEFAULT: u64 = 0;
+pub const CU_GET_PROC_ADDRESS_LEGACY_STREAM: u64 = 1;
+pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 2;
+/// `CUdriverProcAddressQueryResult`.
+pub const CU_GET_PROC_ADDRESS_SUCCESS: i32 = 0;
+pub const CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND: i32 = 1;
+pub const CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT: i32 = 2;
+
+/// `extra` array markers of `cuLaunchKernel` (passed as pointer values).
+pub const CU_LAUNCH_PARAM_END: usize = 0x00;
+pub const CU_LAUNCH_PARAM_BUFFER_POINTER: usize = 0x01;
+pub const CU_LAUNCH_PARAM_BUFFER_SIZE: usize = 0x02;
+
+/// `CUmemorytype`.
+pub const CU_MEMORYTYPE_HOST: u32 = 1;
+pub const CU_MEMORYTYPE_DEVICE: u32 = 2;
+pub const CU_MEMORYTYPE_UNIFIED: u32 = 4;
+
+/// `CUpointer_attribute`.
+pub const CU_POINTER_ATTRIBUTE_CONTEXT: u32 = 1;
+pub const CU_POINTER_ATTRIBUTE_MEMORY_TYPE: u32 = 2;
+pub const CU_POINTER_ATTRIBUTE_DEVICE_POINTER: u32 = 3;
+pub const CU_POINTER_ATTRIBUTE_HOST_POINTER: u32 = 4;
+pub const CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: u32 = 6;
+pub const CU_POINTER_ATTRIBUTE_BUFFER_ID: u32 = 7;
+pub const CU_POINTER_ATTRIBUTE_IS_MANAGED: u32 = 8;
+pub const CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: u32 = 9;
+pub const CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: u32 = 11;
+pub const CU_POINTER_ATTRIBUTE_RANGE_SIZE: u32 = 12;
+pub const CU_POINTER_ATTRIBUTE_MAPPED: u32 = 13;
+
+/// `CUmemAllocationType`: pinned device memory.
+pub const CU_MEM_ALLOCATION_TYPE_PINNED: u32 = 1;
+/// `CUmemLocationType`: a device.
+pub const CU_MEM_LOCATION_TYPE_DEVICE: u32 = 1;
+/// `CUmemAccess_flags`: read and write.
+pub const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: u32 = 3;
+/// `CUmemAllocationGranularity_flags`.
+pub const CU_MEM_ALLOC_GRANULARITY_MINIMUM: u32 = 0;
+/// `cuMemHostAlloc` flag: portable across contexts.
+pub const CU_MEMHOSTALLOC_PORTABLE: u32 = 0x1;
+
+/// `CUmemLocation`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CUmemLocation {
+    pub type_: u32,
+    pub id: i32,
+}
+
+/// `allocFlags` of [`CUmemAllocationProp`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CUmemAllocationPropFlags {
+    pub compression_type: u8,
+    pub gpu_direct_rdma_capable: u8,
+    pub usage: u16,
+    pub reserved: [u8; 4],
+}
+
+/// `CUmemAllocationProp` (32 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CUmemAllocationProp {
+    pub type_: u32,
+    pub requested_handle_types: u32,
+    pub location: CUmemLocation,
+    pub win32_handle_meta_data: *mut c_void,
+    pub alloc_flags: CUmemAllocationPropFlags,
+}
+
+impl CUmemAllocationProp {
+    /// Pinned device memory on device `ordinal`, no exportable handle.
+    pub fn device(ordinal: i32) -> Self {
+        CUmemAllocationProp {
+            type_: CU_MEM_ALLOCATION_TYPE_PINNED,
+            requested_handle_types: 0,
+            location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: ordinal },
+            win32_handle_meta_data: std::ptr::null_mut(),
+            alloc_flags: CUmemAllocationPropFlags::default(),
+        }
+    }
+}
+
+/// `CUmemAccessDesc` (12 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CUmemAccessDesc {
+    pub location: CUmemLocation,
+    pub flags: u32,
+}
+
+/// `CUlaunchAttribute`: an id and a 64-byte value union.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CUlaunchAttribute {
+    pub id: u32,
+    pub pad: [u8; 4],
+    pub value: [u8; 64],
+}
+
+/// `CUlaunchConfig` of `cuLaunchKernelEx`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CUlaunchConfig {
+    pub grid_dim_x: u32,
+    pub grid_dim_y: u32,
+    pub grid_dim_z: u32,
+    pub block_dim_x: u32,
+    pub block_dim_y: u32,
+    pub block_dim_z: u32,
+    pub shared_mem_bytes: u32,
+    pub h_stream: CUstream,
+    pub attrs: *mut CUlaunchAttribute,
+    pub num_attrs: u32,
+}
+
+/// The stand-in's kernel ABI: a "kernel" is a host function called with the launch's
+/// parameter pointers (`args[i]` points to parameter `i`, as in `cuLaunchKernel`'s
+/// `kernelParams`). It reaches device memory only through `gmuxStandinRead` /
+/// `gmuxStandinWrite`, which abort the process on any unmapped byte.
+pub type StandinKernel = unsafe extern "C" fn(args: *const *mut c_void);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::size_of;
+
+    #[test]
+    fn struct_sizes_match_cuda_h() {
+        assert_eq!(size_of::<CUmemAllocationProp>(), 32);
+        assert_eq!(size_of::<CUmemAccessDesc>(), 12);
+        assert_eq!(size_of::<CUlaunchAttribute>(), 72);
+        assert_eq!(size_of::<CUlaunchConfig>(), 56);
+    }
+}
