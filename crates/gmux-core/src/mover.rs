@@ -58,6 +58,15 @@ impl Mover {
         Ok(ready)
     }
 
+    /// Forgets a chunk whose allocation was freed: unmaps it and releases its physical chunk.
+    pub fn discard<D: Device>(&mut self, chunk: ChunkId, dev: &mut D) -> Result<(), D::Error> {
+        if let Some(phys) = self.mapped.remove(&chunk) {
+            dev.unmap(chunk)?;
+            dev.release_chunk(phys)?;
+        }
+        Ok(())
+    }
+
     /// Physical chunks held, mapped or spare.
     pub fn held(&self) -> usize {
         self.mapped.len() + self.spare.len()

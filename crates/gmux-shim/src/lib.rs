@@ -1,1 +1,45 @@
-//! placeholder
+//! libgmux.so: loaded into an unmodified CUDA program with `LD_PRELOAD` (by `gmux run`),
+//! it virtualizes device memory so the program can allocate more than its limit.
+//!
+//! - [`exports`]: the one registry of handled driver entry points; [`intercept`]: how
+//!   calls reach them (`dlsym`, `cuGetProcAddress`).
+//! - [`state`]: the chunk table, planner and mover of gmux-core over [`backend`] (the
+//!   real device), with [`vmem`] (address ranges), [`predict`] (working sets from kernel
+//!   parameters) and [`inflight`] (released commands per stream).
+//!
+//! A process that never touches CUDA pays one string comparison per `dlsym`.
+
+pub mod api;
+pub mod backend;
+pub mod config;
+pub mod cuda;
+pub mod driver;
+pub mod exports;
+pub mod hostpool;
+pub mod inflight;
+pub mod intercept;
+pub mod log;
+pub mod predict;
+pub mod state;
+pub mod vmem;
+
+extern "C" fn summary_at_exit() {
+    if log::level() < log::Level::Info {
+        return;
+    }
+    if let Ok(g) = state::try_existing() {
+        if let Some(st) = g.as_ref() {
+            log::emit(log::Level::Info, &st.summary());
+        }
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static REGISTER_SUMMARY: extern "C" fn() = {
+    extern "C" fn register() {
+        // SAFETY: registering a plain extern "C" function.
+        unsafe { libc::atexit(summary_at_exit) };
+    }
+    register
+};

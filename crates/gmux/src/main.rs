@@ -1,6 +1,7 @@
 //! gmux: share one GPU among many CUDA processes. Command-line entry point.
 
 mod plot;
+mod run;
 mod sim;
 mod table;
 #[cfg(test)]
@@ -21,9 +22,11 @@ struct Cli {
     command: Command,
 }
 
-/// The subcommands (`run`, `ps`, `get`, `set`, `record`, `bench` go here).
+/// The subcommands (`ps`, `get`, `set`, `record`, `bench` go here).
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run a program under gmux with a device-memory limit: gmux run --mem-limit 4G -- CMD...
+    Run(run::RunArgs),
     /// Run a scenario file on the simulator and print its results.
     Sim(sim::SimArgs),
 }
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     let result = match cli.command {
+        Command::Run(args) => run::run(&args),
         Command::Sim(args) => sim::sim(&args),
     };
     match result {

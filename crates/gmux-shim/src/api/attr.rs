@@ -1,0 +1,107 @@
+//! Pointer attributes of gmux memory. The driver would describe only the 2 MiB mapping
+//! (or fail on an evicted chunk), so gmux answers for the allocation.
+
+use super::report;
+use crate::cuda::*;
+use crate::state::{shim, Shim, WorkingSet};
+use crate::vmem::Region;
+use std::ffi::c_void;
+
+/// Writes `attr` of `ptr` in `r` to `data`; `false` for attributes gmux leaves to the driver.
+unsafe fn answer(st: &Shim, r: &Region, attr: u32, data: *mut c_void, ptr: CUdeviceptr) -> bool {
+    match attr {
+        CU_POINTER_ATTRIBUTE_CONTEXT => *(data as *mut CUcontext) = st.ctx(),
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE => *(data as *mut u32) = CU_MEMORYTYPE_DEVICE,
+        CU_POINTER_ATTRIBUTE_DEVICE_POINTER => *(data as *mut CUdeviceptr) = ptr,
+        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => *(data as *mut i32) = st.ordinal(),
+        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR => *(data as *mut CUdeviceptr) = r.base,
+        CU_POINTER_ATTRIBUTE_RANGE_SIZE => *(data as *mut usize) = r.bytes as usize,
+        CU_POINTER_ATTRIBUTE_BUFFER_ID => *(data as *mut u64) = r.alloc.0 as u64 + 1,
+        _ => return false,
+    }
+    true
+}
+
+/// Makes the allocation resident and waits, so the driver can answer about it.
+fn resident(st: &mut Shim, r: &Region) -> CUresult {
+    match st.prepare(&WorkingSet::Allocs(vec![r.alloc])) {
+        Ok(Some(ev)) => crate::real!(cuEventSynchronize(ev)),
+        Ok(None) => CUDA_SUCCESS,
+        Err(e) => report(e, "cuPointerGetAttribute"),
+    }
+}
+
+/// `cuPointerGetAttribute`.
+///
+/// # Safety
+/// `data` is writable for the attribute's type.
+pub unsafe fn one(real: impl FnOnce() -> CUresult, data: *mut c_void, attr: u32, ptr: CUdeviceptr) -> CUresult {
+    let mut g = match shim() {
+        Ok(g) => g,
+        Err(_) => return real(),
+    };
+    let st = g.as_mut().expect("created");
+    let Some(r) = st.vmem.find(ptr).copied() else {
+        drop(g);
+        return real();
+    };
+    if data.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if attr == CU_POINTER_ATTRIBUTE_HOST_POINTER {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if answer(st, &r, attr, data, ptr) {
+        return CUDA_SUCCESS;
+    }
+    let code = resident(st, &r);
+    if code != CUDA_SUCCESS {
+        return code;
+    }
+    real()
+}
+
+/// `cuPointerGetAttributes`.
+///
+/// # Safety
+/// `attrs` and `data` hold `n` entries, each writable for its attribute's type.
+pub unsafe fn many(real: impl FnOnce() -> CUresult, n: u32, attrs: *mut u32, data: *mut *mut c_void, ptr: CUdeviceptr) -> CUresult {
+    let mut g = match shim() {
+        Ok(g) => g,
+        Err(_) => return real(),
+    };
+    let st = g.as_mut().expect("created");
+    let Some(r) = st.vmem.find(ptr).copied() else {
+        drop(g);
+        return real();
+    };
+    if attrs.is_null() || data.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    let list: Vec<(u32, *mut c_void)> = (0..n as usize).map(|i| (*attrs.add(i), *data.add(i))).collect();
+    let mut all_ours = true;
+    for &(a, d) in &list {
+        if d.is_null() {
+            continue;
+        }
+        if a == CU_POINTER_ATTRIBUTE_HOST_POINTER {
+            *(d as *mut *mut c_void) = std::ptr::null_mut();
+        } else if !answer(st, &r, a, d, ptr) {
+            all_ours = false;
+        }
+    }
+    if all_ours {
+        return CUDA_SUCCESS;
+    }
+    let code = resident(st, &r);
+    if code != CUDA_SUCCESS {
+        return code;
+    }
+    let code = real();
+    for &(a, d) in &list {
+        if !d.is_null() {
+            answer(st, &r, a, d, ptr);
+        }
+    }
+    code
+}

@@ -1,0 +1,112 @@
+//! Commands: kernels, copies, memsets, graph launches. Each is released only once its
+//! working set is resident or on its way (the stream waits for the mover on the GPU).
+
+use super::report;
+use crate::config::config;
+use crate::cuda::*;
+use crate::predict::{kernel_name, scan};
+use crate::state::{shim, Shim, WorkingSet};
+use std::ffi::c_void;
+
+/// Runs one command: working set, residency, the real call, bookkeeping.
+fn run(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool, what: impl Fn() -> String, ws: impl FnOnce(&mut Shim) -> WorkingSet) -> CUresult {
+    let mut g = match shim() {
+        Ok(g) => g,
+        Err(_) => return real(),
+    };
+    let st = g.as_mut().expect("created");
+    let ws = ws(st);
+    match st.prepare(&ws) {
+        Ok(Some(ev)) => {
+            let r = if ptsz { crate::real!(cuStreamWaitEvent_ptsz(stream, ev, 0)) } else { crate::real!(cuStreamWaitEvent(stream, ev, 0)) };
+            if r != CUDA_SUCCESS {
+                return report(crate::driver::CudaError { call: "cuStreamWaitEvent", code: r }.into(), &what());
+            }
+        }
+        Ok(None) => {}
+        Err(e) => return report(e, &what()),
+    }
+    let r = real();
+    if r == CUDA_SUCCESS {
+        if let Err(e) = st.released(stream, ptsz, &ws) {
+            return report(e, &what());
+        }
+    }
+    r
+}
+
+/// A kernel launch; its working set comes from its parameters.
+///
+/// # Safety
+/// The arguments follow `cuLaunchKernel`'s contract.
+pub unsafe fn kernel(real: impl FnOnce() -> CUresult, f: CUfunction, stream: CUstream, ptsz: bool, params: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult {
+    run(real, stream, ptsz, || format!("kernel {}", kernel_name(f)), |st| {
+        if config().whole_tenant {
+            return WorkingSet::Tenant;
+        }
+        let mut ptrs = Vec::new();
+        let layout = st.layouts.of(f);
+        // SAFETY: the launch arguments are valid per the caller's contract.
+        match unsafe { scan(layout, params, extra, |w| ptrs.push(w)) } {
+            Ok(()) => WorkingSet::Allocs(st.allocs_of(&ptrs)),
+            Err(()) => {
+                crate::log!(Warn, "kernel {}: no parameter layout (cuFuncGetParamInfo failed); treating it as touching all memory", kernel_name(f));
+                WorkingSet::Tenant
+            }
+        }
+    })
+}
+
+/// An asynchronous copy, memset or memory operation on `stream` touching `ptrs`.
+pub fn op(real: impl FnOnce() -> CUresult, ptrs: &[CUdeviceptr], stream: CUstream, ptsz: bool) -> CUresult {
+    run(real, stream, ptsz, || "copy or memset".into(), |st| WorkingSet::Allocs(st.allocs_of(ptrs)))
+}
+
+/// A synchronous copy or memset: on the legacy (or per-thread) default stream.
+pub fn sync_op(real: impl FnOnce() -> CUresult, ptrs: &[CUdeviceptr], ptds: bool) -> CUresult {
+    op(real, ptrs, std::ptr::null_mut(), ptds)
+}
+
+/// A command gmux cannot analyse: everything must be resident.
+pub fn whole_tenant(real: impl FnOnce() -> CUresult, name: &str, stream: CUstream, ptsz: bool) -> CUresult {
+    run(real, stream, ptsz, || name.to_string(), |_| WorkingSet::Tenant)
+}
+
+/// After a stream synchronize: its commands are done.
+pub fn synced(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool) -> CUresult {
+    let r = real();
+    if r == CUDA_SUCCESS {
+        if let Some(st) = crate::state::existing().as_mut() {
+            let _ = st.inflight.synced(stream, ptsz);
+        }
+    }
+    r
+}
+
+/// After a context synchronize: every command is done.
+pub fn synced_all(real: impl FnOnce() -> CUresult) -> CUresult {
+    let r = real();
+    if r == CUDA_SUCCESS {
+        if let Some(st) = crate::state::existing().as_mut() {
+            let _ = st.inflight.synced_all();
+        }
+    }
+    r
+}
+
+/// Source and destination device addresses of a `CUDA_MEMCPY2D`.
+///
+/// # Safety
+/// `c` points to a valid `CUDA_MEMCPY2D` (128 bytes).
+pub unsafe fn memcpy2d_ptrs(c: *const c_void) -> [CUdeviceptr; 2] {
+    let at = |off: usize| std::ptr::read_unaligned((c as *const u8).add(off) as *const u64);
+    let kind = |off: usize| std::ptr::read_unaligned((c as *const u8).add(off) as *const u32);
+    let dev = |kind_off: usize, ptr_off: usize| match kind(kind_off) {
+        CU_MEMORYTYPE_DEVICE | CU_MEMORYTYPE_UNIFIED => at(ptr_off),
+        _ => 0,
+    };
+    if c.is_null() {
+        return [0, 0];
+    }
+    [dev(16, 32), dev(72, 88)]
+}

@@ -1,0 +1,103 @@
+//! Allocation entry points: virtual ranges, sizes, address ranges.
+
+use super::report;
+use crate::cuda::*;
+use crate::state::{existing, shim};
+
+/// `cuMemAlloc`: a reserved range, backed on first use.
+///
+/// # Safety
+/// `d` is writable or null.
+pub unsafe fn alloc(d: *mut CUdeviceptr, bytes: u64) -> CUresult {
+    if d.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    let mut g = match shim() {
+        Ok(g) => g,
+        Err(code) => return code,
+    };
+    match g.as_mut().expect("created").alloc(bytes) {
+        Ok(p) => {
+            *d = p;
+            CUDA_SUCCESS
+        }
+        Err(e) => report(e, "cuMemAlloc"),
+    }
+}
+
+/// Row pitch of `cuMemAllocPitch`: rows padded to 512 bytes, as the driver does.
+pub const PITCH_ALIGN: usize = 512;
+
+/// `cuMemAllocPitch`.
+///
+/// # Safety
+/// `d` and `pitch` are writable or null.
+pub unsafe fn alloc_pitch(d: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, elem: u32) -> CUresult {
+    if pitch.is_null() || !matches!(elem, 4 | 8 | 16) || width == 0 || height == 0 {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    let p = width.div_ceil(PITCH_ALIGN) * PITCH_ALIGN;
+    let r = alloc(d, (p * height) as u64);
+    if r == CUDA_SUCCESS {
+        *pitch = p;
+    }
+    r
+}
+
+/// `cuMemFree`: waits for the commands that use it, then unmaps and releases.
+pub fn free(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr) -> CUresult {
+    let mut g = existing();
+    match g.as_mut() {
+        Some(st) if st.vmem.find(ptr).is_some() => match st.free(ptr) {
+            Ok(()) => CUDA_SUCCESS,
+            Err(e) => report(e, "cuMemFree"),
+        },
+        _ => real(),
+    }
+}
+
+/// `cuMemGetInfo`: the limit as total, and what is not yet allocated under it as free.
+///
+/// # Safety
+/// `free` and `total` are writable or null.
+pub unsafe fn info(real: impl FnOnce() -> CUresult, free: *mut usize, total: *mut usize) -> CUresult {
+    let g = match shim() {
+        Ok(g) => g,
+        Err(_) => return real(),
+    };
+    let st = g.as_ref().expect("created");
+    if free.is_null() || total.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *total = st.limit() as usize;
+    *free = st.limit().saturating_sub(st.allocated()) as usize;
+    CUDA_SUCCESS
+}
+
+/// `cuMemGetAddressRange`: the allocation as the application asked for it.
+///
+/// # Safety
+/// `base` and `size` are writable or null.
+pub unsafe fn range(real: impl FnOnce() -> CUresult, base: *mut CUdeviceptr, size: *mut usize, ptr: CUdeviceptr) -> CUresult {
+    let g = existing();
+    let Some(r) = g.as_ref().and_then(|st| st.vmem.find(ptr).copied()) else {
+        drop(g);
+        return real();
+    };
+    if ptr >= r.base + r.bytes {
+        return CUDA_ERROR_NOT_FOUND;
+    }
+    if !base.is_null() {
+        *base = r.base;
+    }
+    if !size.is_null() {
+        *size = r.bytes as usize;
+    }
+    CUDA_SUCCESS
+}
+
+/// Forwards an allocation gmux does not virtualize, saying so once.
+pub fn passthrough(real: impl FnOnce() -> CUresult, name: &str) -> CUresult {
+    super::refuse::note_passthrough(name);
+    real()
+}

@@ -1,0 +1,61 @@
+//! Calls gmux refuses, each by name with its reason, and calls it only forwards.
+
+use crate::cuda::*;
+use std::collections::HashSet;
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+/// Logs `msg` once per `key`.
+fn once(key: &str, msg: &str, level: crate::log::Level) {
+    static SEEN: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    let mut g = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    if g.get_or_insert_with(HashSet::new).insert(key.to_string()) {
+        crate::log::emit(level, msg);
+    }
+}
+
+/// A call gmux does not support: `CUDA_ERROR_NOT_SUPPORTED`, logged once with the reason.
+pub fn call(name: &str, why: &str) -> CUresult {
+    once(name, &format!("{name} is not supported under gmux: {why}; it returns CUDA_ERROR_NOT_SUPPORTED (see docs/compatibility.md)"), crate::log::Level::Error);
+    CUDA_ERROR_NOT_SUPPORTED
+}
+
+/// The real driver lacks an entry point gmux wraps.
+pub fn missing(name: &str) -> CUresult {
+    once(name, &format!("the CUDA driver has no {name}; update the NVIDIA driver (gmux needs CUDA 12.4 or later)"), crate::log::Level::Error);
+    CUDA_ERROR_NOT_SUPPORTED
+}
+
+/// Forwards, noting once that this memory is outside gmux's limit.
+pub fn note_passthrough(name: &str) {
+    once(name, &format!("{name} passes through: its memory is not virtualized and not counted against the limit"), crate::log::Level::Warn);
+}
+
+/// Refuses `name` on gmux memory; forwards it otherwise.
+pub fn if_virtual(real: impl FnOnce() -> CUresult, name: &str, ptr: CUdeviceptr, why: &str) -> CUresult {
+    let virtual_ = crate::state::existing().as_ref().is_some_and(|st| st.vmem.find(ptr).is_some());
+    if virtual_ {
+        call(name, why)
+    } else {
+        real()
+    }
+}
+
+/// `cuTexObjectCreate`: refused over gmux memory (kernels then reach it through a handle
+/// gmux cannot see in their parameters).
+///
+/// # Safety
+/// `res` is a valid `CUDA_RESOURCE_DESC`.
+pub unsafe fn texture(real: impl FnOnce() -> CUresult, res: *const c_void) -> CUresult {
+    const LINEAR: u32 = 2;
+    const PITCH2D: u32 = 3;
+    if res.is_null() {
+        return real();
+    }
+    let kind = std::ptr::read_unaligned(res as *const u32);
+    if kind != LINEAR && kind != PITCH2D {
+        return real();
+    }
+    let ptr = std::ptr::read_unaligned((res as *const u8).add(8) as *const u64);
+    if_virtual(real, "cuTexObjectCreate", ptr, "a texture over gmux memory hides its address from working-set prediction")
+}

@@ -1,0 +1,75 @@
+//! Settings from `GMUX_*` environment variables, read once.
+
+use gmux_core::size::parse_size;
+use std::sync::OnceLock;
+
+/// How the mover orders its two directions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoverMode {
+    /// Eviction and population overlap (full duplex).
+    Pipelined,
+    /// All evictions finish before any population starts.
+    Sequential,
+}
+
+/// The shim's settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `GMUX_MEM_LIMIT`: device memory this process may keep resident; `None` is the
+    /// card's free memory at start.
+    pub mem_limit: Option<u64>,
+    /// `GMUX_INFLIGHT`: most released, unfinished commands per stream.
+    pub inflight: usize,
+    /// `GMUX_MOVER`: `pipelined` (default) or `sequential`.
+    pub mover: MoverMode,
+    /// `GMUX_PREDICT=tenant`: treat every command as touching all memory (debugging).
+    pub whole_tenant: bool,
+    /// `GMUX_HOST_BLOCK`: bytes pinned per host-pool block.
+    pub host_block: u64,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn size_var(name: &str) -> Option<u64> {
+    let v = var(name)?;
+    match parse_size(&v) {
+        Ok(b) => Some(b),
+        Err(e) => crate::log::fatal(&format!("{name}={v}: {e}")),
+    }
+}
+
+/// The settings, parsed on first use; a bad value stops the process with a message.
+pub fn config() -> &'static Config {
+    static CONFIG: OnceLock<Config> = OnceLock::new();
+    CONFIG.get_or_init(|| {
+        let inflight = match var("GMUX_INFLIGHT").map(|v| v.parse::<usize>()) {
+            None => 256,
+            Some(Ok(n)) if n > 0 => n,
+            Some(_) => crate::log::fatal("GMUX_INFLIGHT must be a positive integer (commands in flight per stream), e.g. 256"),
+        };
+        let mover = match var("GMUX_MOVER").as_deref() {
+            None | Some("pipelined") => MoverMode::Pipelined,
+            Some("sequential") => MoverMode::Sequential,
+            Some(v) => crate::log::fatal(&format!("GMUX_MOVER={v}: use `pipelined` or `sequential`")),
+        };
+        let whole_tenant = match var("GMUX_PREDICT").as_deref() {
+            None | Some("args") => false,
+            Some("tenant") => true,
+            Some(v) => crate::log::fatal(&format!("GMUX_PREDICT={v}: use `args` (default) or `tenant`")),
+        };
+        Config {
+            mem_limit: size_var("GMUX_MEM_LIMIT"),
+            inflight,
+            mover,
+            whole_tenant,
+            host_block: size_var("GMUX_HOST_BLOCK").unwrap_or(256 << 20),
+        }
+    })
+}
+
+/// Path of the real driver library (`GMUX_CUDA_LIB`, default `libcuda.so.1`).
+pub fn cuda_library() -> String {
+    var("GMUX_CUDA_LIB").unwrap_or_else(|| "libcuda.so.1".to_string())
+}

@@ -1,0 +1,2 @@
+//! The CUDA driver ABI (re-exported from `cuda-abi`).
+pub use cuda_abi::*;

@@ -1,0 +1,126 @@
+//! Released, unfinished commands per stream, and the last command that used each
+//! allocation, so that an eviction can wait on the GPU for exactly that command.
+//!
+//! Every released command gets a sequence number on its stream and an event recorded
+//! after it; events retire in order as they complete and return to a pool.
+
+use crate::cuda::*;
+use crate::driver::{check, CudaError};
+use gmux_core::AllocId;
+use std::collections::{HashMap, VecDeque};
+
+/// A real stream as the application named it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StreamKey {
+    /// A stream handle, or the legacy default stream (`0`/`CU_STREAM_LEGACY`, kept as 1).
+    Handle(usize),
+    /// The per-thread default stream of one thread.
+    PerThread(u64),
+}
+
+impl StreamKey {
+    /// The key for `stream` as passed to a call; `ptsz` for the per-thread-default variants.
+    pub fn of(stream: CUstream, ptsz: bool) -> StreamKey {
+        let h = stream as usize;
+        if (h == 0 && ptsz) || stream == CU_STREAM_PER_THREAD {
+            // SAFETY: pthread_self has no preconditions.
+            StreamKey::PerThread(unsafe { libc::pthread_self() } as u64)
+        } else if h == 0 || stream == CU_STREAM_LEGACY {
+            StreamKey::Handle(1)
+        } else {
+            StreamKey::Handle(h)
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Track {
+    next: u64,
+    /// Every command below this sequence number has completed.
+    done: u64,
+    events: VecDeque<(u64, CUevent)>,
+}
+
+/// In-flight commands of every stream.
+#[derive(Debug, Default)]
+pub struct Inflight {
+    tracks: HashMap<StreamKey, Track>,
+    last_use: HashMap<AllocId, (StreamKey, u64)>,
+    pool: Vec<CUevent>,
+}
+
+// SAFETY: CUDA events may be used from any thread; the shim serializes access.
+unsafe impl Send for Inflight {}
+
+impl Inflight {
+    /// Records that a command touching `allocs` was just released on `stream`, then
+    /// blocks while more than `bound` commands of that stream are unfinished.
+    pub fn released(&mut self, stream: CUstream, ptsz: bool, allocs: &[AllocId], bound: usize) -> Result<(), CudaError> {
+        let key = StreamKey::of(stream, ptsz);
+        let ev = match self.pool.pop() {
+            Some(e) => e,
+            None => {
+                let mut e = std::ptr::null_mut();
+                check(crate::real!(cuEventCreate(&mut e, CU_EVENT_DISABLE_TIMING)), "cuEventCreate")?;
+                e
+            }
+        };
+        let r = if ptsz { crate::real!(cuEventRecord_ptsz(ev, stream)) } else { crate::real!(cuEventRecord(ev, stream)) };
+        check(r, "cuEventRecord")?;
+        let t = self.tracks.entry(key).or_default();
+        let seq = t.next;
+        t.next += 1;
+        t.events.push_back((seq, ev));
+        for a in allocs {
+            self.last_use.insert(*a, (key, seq));
+        }
+        self.retire(key, bound)
+    }
+
+    fn retire(&mut self, key: StreamKey, bound: usize) -> Result<(), CudaError> {
+        let t = self.tracks.get_mut(&key).expect("track exists");
+        while let Some(&(seq, ev)) = t.events.front() {
+            if t.events.len() > bound {
+                check(crate::real!(cuEventSynchronize(ev)), "cuEventSynchronize")?;
+            } else if crate::real!(cuEventQuery(ev)) != CUDA_SUCCESS {
+                break;
+            }
+            t.events.pop_front();
+            t.done = seq + 1;
+            self.pool.push(ev);
+        }
+        Ok(())
+    }
+
+    /// The event after which no released command uses `a`, if one may still be running.
+    pub fn busy(&self, a: AllocId) -> Option<CUevent> {
+        let (key, seq) = *self.last_use.get(&a)?;
+        let t = self.tracks.get(&key)?;
+        if seq < t.done {
+            return None;
+        }
+        let i = t.events.binary_search_by_key(&seq, |(s, _)| *s).ok()?;
+        Some(t.events[i].1)
+    }
+
+    /// Forgets a freed allocation.
+    pub fn forget(&mut self, a: AllocId) {
+        self.last_use.remove(&a);
+    }
+
+    /// Commands of `stream` finished (after a synchronize of it).
+    pub fn synced(&mut self, stream: CUstream, ptsz: bool) -> Result<(), CudaError> {
+        self.retire(StreamKey::of(stream, ptsz), 0)
+    }
+
+    /// Every stream finished (after a context synchronize).
+    pub fn synced_all(&mut self) -> Result<(), CudaError> {
+        let keys: Vec<StreamKey> = self.tracks.keys().copied().collect();
+        keys.into_iter().try_for_each(|k| self.retire(k, 0))
+    }
+
+    /// Commands released and not yet known to be finished, all streams.
+    pub fn pending(&self) -> usize {
+        self.tracks.values().map(|t| t.events.len()).sum()
+    }
+}

@@ -1,0 +1,145 @@
+//! Working-set prediction at allocation granularity (MSched's default level): every
+//! pointer-sized, 8-byte-aligned value in a kernel's parameter block that falls in an
+//! allocation puts the whole allocation in the working set. Struct parameters are scanned
+//! word by word, so pointers inside them count too.
+
+use crate::cuda::*;
+use std::collections::HashMap;
+use std::ffi::{c_void, CStr};
+
+/// Parameter offsets and sizes of one kernel, from `cuFuncGetParamInfo` or (for
+/// `CUkernel` handles, which the CUDA 13 runtime launches) `cuKernelGetParamInfo`.
+pub type Layout = Vec<(usize, usize)>;
+
+/// Layouts by kernel handle; `None` where the driver could not tell.
+#[derive(Debug, Default)]
+pub struct Layouts {
+    cache: HashMap<usize, Option<Layout>>,
+}
+
+impl Layouts {
+    /// The layout of `f`, queried once.
+    pub fn of(&mut self, f: CUfunction) -> Option<&Layout> {
+        self.cache.entry(f as usize).or_insert_with(|| query(f)).as_ref()
+    }
+}
+
+fn query(f: CUfunction) -> Option<Layout> {
+    let func = |i, o: &mut usize, s: &mut usize| crate::real!(cuFuncGetParamInfo(f, i, o, s));
+    let kern = |i, o: &mut usize, s: &mut usize| crate::real!(cuKernelGetParamInfo(f, i, o, s));
+    collect(func).or_else(|| collect(kern))
+}
+
+fn collect(get: impl Fn(usize, &mut usize, &mut usize) -> CUresult) -> Option<Layout> {
+    let mut out = Vec::new();
+    loop {
+        let (mut off, mut size) = (0, 0);
+        match get(out.len(), &mut off, &mut size) {
+            CUDA_SUCCESS => out.push((off, size)),
+            CUDA_ERROR_INVALID_VALUE => return Some(out),
+            _ => return None,
+        }
+    }
+}
+
+/// Calls `visit` with every 8-byte-aligned word of the parameters.
+///
+/// `Err(())` when the parameters cannot be read: `kernel_params` given but no layout.
+///
+/// # Safety
+/// `kernel_params` / `extra` must be valid as `cuLaunchKernel` defines them.
+pub unsafe fn scan(layout: Option<&Layout>, kernel_params: *mut *mut c_void, extra: *mut *mut c_void, mut visit: impl FnMut(u64)) -> Result<(), ()> {
+    let mut words = |base: *const u8, size: usize| {
+        for k in 0..size / 8 {
+            visit(std::ptr::read_unaligned(base.add(k * 8) as *const u64));
+        }
+    };
+    if !kernel_params.is_null() {
+        let layout = layout.ok_or(())?;
+        for (i, &(_, size)) in layout.iter().enumerate() {
+            words(*kernel_params.add(i) as *const u8, size);
+        }
+        return Ok(());
+    }
+    let Some((buf, len)) = extra_buffer(extra) else { return Ok(()) };
+    match layout {
+        Some(l) => l.iter().filter(|(o, s)| o + s <= len).for_each(|&(o, s)| words(buf.add(o), s)),
+        None => words(buf.add(buf.align_offset(8).min(len)), len.saturating_sub(buf.align_offset(8))),
+    }
+    Ok(())
+}
+
+/// The packed parameter buffer of an `extra` array (`CU_LAUNCH_PARAM_BUFFER_POINTER`).
+unsafe fn extra_buffer(extra: *mut *mut c_void) -> Option<(*const u8, usize)> {
+    if extra.is_null() {
+        return None;
+    }
+    let (mut buf, mut len) = (std::ptr::null::<u8>(), None);
+    let mut i = 0;
+    loop {
+        match *extra.add(i) as usize {
+            CU_LAUNCH_PARAM_END => break,
+            CU_LAUNCH_PARAM_BUFFER_POINTER => buf = *extra.add(i + 1) as *const u8,
+            CU_LAUNCH_PARAM_BUFFER_SIZE => len = Some(*(*extra.add(i + 1) as *const usize)),
+            _ => {}
+        }
+        i += 2;
+    }
+    (!buf.is_null()).then_some((buf, len.unwrap_or(0)))
+}
+
+/// A kernel's name for messages, or `?`.
+pub fn kernel_name(f: CUfunction) -> String {
+    let mut p: *const std::ffi::c_char = std::ptr::null();
+    let ok = crate::real!(cuFuncGetName(&mut p, f)) == CUDA_SUCCESS || crate::real!(cuKernelGetName(&mut p, f)) == CUDA_SUCCESS;
+    if ok && !p.is_null() {
+        // SAFETY: the driver returns a NUL-terminated name it owns.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    } else {
+        "?".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scan_reads_each_parameter_word_including_struct_members() {
+        let a: u64 = 0x7e00_0000_0000;
+        let s: [u64; 3] = [0x7e00_0020_0000, 17, 0x7e00_0040_0010];
+        let n: u32 = 5;
+        let mut params = [&a as *const u64 as *mut c_void, s.as_ptr() as *mut c_void, &n as *const u32 as *mut c_void];
+        let layout = vec![(0, 8), (8, 24), (32, 4)];
+        let mut seen = Vec::new();
+        unsafe { scan(Some(&layout), params.as_mut_ptr(), std::ptr::null_mut(), |w| seen.push(w)) }.unwrap();
+        assert_eq!(seen, vec![a, s[0], 17, s[2]]);
+    }
+
+    #[test]
+    fn scan_reads_the_extra_buffer_at_the_same_offsets() {
+        let mut buf = [0u8; 24];
+        buf[8..16].copy_from_slice(&0x7e00_0000_1000u64.to_ne_bytes());
+        let mut len = buf.len();
+        let mut extra = [
+            CU_LAUNCH_PARAM_BUFFER_POINTER as *mut c_void,
+            buf.as_mut_ptr() as *mut c_void,
+            CU_LAUNCH_PARAM_BUFFER_SIZE as *mut c_void,
+            &mut len as *mut usize as *mut c_void,
+            CU_LAUNCH_PARAM_END as *mut c_void,
+        ];
+        let mut seen = Vec::new();
+        let layout = vec![(0, 4), (8, 8), (16, 8)];
+        unsafe { scan(Some(&layout), std::ptr::null_mut(), extra.as_mut_ptr(), |w| seen.push(w)) }.unwrap();
+        assert_eq!(seen, vec![0x7e00_0000_1000, 0]);
+        let mut all = Vec::new();
+        unsafe { scan(None, std::ptr::null_mut(), extra.as_mut_ptr(), |w| all.push(w)) }.unwrap();
+        assert_eq!(all.len(), 3, "without a layout the whole buffer is scanned");
+    }
+
+    #[test]
+    fn kernel_params_without_a_layout_cannot_be_scanned() {
+        let mut p = [std::ptr::null_mut::<c_void>()];
+        assert!(unsafe { scan(None, p.as_mut_ptr(), std::ptr::null_mut(), |_| {}) }.is_err());
+    }
+}

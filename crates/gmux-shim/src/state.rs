@@ -1,0 +1,375 @@
+//! The process's gmux state: the chunk table, the planner and mover of gmux-core, the
+//! real device, address ranges and in-flight commands, behind one lock.
+//!
+//! Commands are released in the application's call, in its order, so CUDA's ordering
+//! across streams is kept; what makes them safe is the residency invariant: before a
+//! command is released every chunk of its working set is resident or on its way on the
+//! populate stream, which the command's stream then waits for on the GPU.
+
+use crate::backend::CudaDevice;
+use crate::config::config;
+use crate::cuda::*;
+use crate::driver::{check, CudaError};
+use crate::inflight::Inflight;
+use crate::predict::Layouts;
+use crate::vmem::{Region, Vmem};
+use gmux_core::evict::{Eviction, Evictor, Forecast};
+use gmux_core::memory::Capacities;
+use gmux_core::mover::Mover;
+use gmux_core::placement::PlacementKind;
+use gmux_core::planner::{Move, Moved, Planner, Request};
+use gmux_core::size::format_size;
+use gmux_core::{AllocId, ChunkId, Memory, TenantId, Tenants, CHUNK_BYTES};
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+/// Why a command or allocation could not be served.
+#[derive(Debug)]
+pub enum ShimError {
+    /// A CUDA call of gmux's own failed.
+    Cuda(CudaError),
+    /// The working set of one command is larger than the memory limit.
+    TooBig { need: u64, limit: u64 },
+    /// A bad argument from the application (answered with this code, no message).
+    Invalid(CUresult),
+}
+
+impl From<CudaError> for ShimError {
+    fn from(e: CudaError) -> Self {
+        ShimError::Cuda(e)
+    }
+}
+
+/// What a command touches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkingSet {
+    /// These allocations.
+    Allocs(Vec<AllocId>),
+    /// Everything (a command gmux cannot analyse).
+    Tenant,
+}
+
+/// Totals for the exit summary.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Stats {
+    /// Commands released.
+    pub commands: u64,
+    /// Commands that had to wait for migration.
+    pub waited: u64,
+    /// Chunk moves applied.
+    pub moved: Moved,
+    /// Largest resident bytes seen.
+    pub peak_resident: u64,
+}
+
+/// The shim's state.
+pub struct Shim {
+    mem: Memory,
+    tenants: Tenants,
+    tenant: TenantId,
+    planner: Planner,
+    mover: Mover,
+    /// The real device.
+    pub dev: CudaDevice,
+    /// Address ranges of allocations.
+    pub vmem: Vmem,
+    /// In-flight commands.
+    pub inflight: Inflight,
+    /// Kernel parameter layouts.
+    pub layouts: Layouts,
+    missing: HashMap<AllocId, u32>,
+    alloc_tick: HashMap<AllocId, u64>,
+    tick: u64,
+    limit: u64,
+    ctx: CUcontext,
+    ordinal: CUdevice,
+    /// The ready event of the last `prepare`, dropped once its command is released.
+    pending_ready: Option<gmux_core::device::Event>,
+    /// Totals.
+    pub stats: Stats,
+}
+
+// SAFETY: the context handle is process-global; all access goes through the lock.
+unsafe impl Send for Shim {}
+
+static SHIM: Mutex<Option<Shim>> = Mutex::new(None);
+
+/// The state, created on first use in the calling thread's current context.
+pub fn shim() -> Result<MutexGuard<'static, Option<Shim>>, CUresult> {
+    let mut g = SHIM.lock().unwrap_or_else(|p| p.into_inner());
+    if g.is_none() {
+        *g = Some(Shim::new()?);
+    }
+    Ok(g)
+}
+
+/// The state if it exists (no CUDA work happens otherwise).
+pub fn existing() -> MutexGuard<'static, Option<Shim>> {
+    SHIM.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shim {
+    fn new() -> Result<Shim, CUresult> {
+        let mut ctx = std::ptr::null_mut();
+        let r = crate::real!(cuCtxGetCurrent(&mut ctx));
+        if r != CUDA_SUCCESS || ctx.is_null() {
+            return Err(if r == CUDA_SUCCESS { CUDA_ERROR_INVALID_CONTEXT } else { r });
+        }
+        let mut ordinal = 0;
+        let r = crate::real!(cuCtxGetDevice(&mut ordinal));
+        if r != CUDA_SUCCESS {
+            return Err(r);
+        }
+        let (mut free, mut total) = (0usize, 0usize);
+        let r = crate::real!(cuMemGetInfo_v2(&mut free, &mut total));
+        if r != CUDA_SUCCESS {
+            return Err(r);
+        }
+        let cfg = config();
+        let headroom = 512 << 20;
+        let usable = (free as u64).saturating_sub(headroom) / CHUNK_BYTES * CHUNK_BYTES;
+        let limit = match cfg.mem_limit {
+            Some(l) if l > usable => {
+                crate::log!(Warn, "memory limit {} is more than the device has free ({} after {} headroom); using {}", format_size(l), format_size(usable), format_size(headroom), format_size(usable));
+                usable
+            }
+            Some(l) => l / CHUNK_BYTES * CHUNK_BYTES,
+            None => usable,
+        };
+        if limit < CHUNK_BYTES {
+            crate::log::fatal(&format!("memory limit {} is below one 2 MiB chunk; give --mem-limit at least 2M", format_size(limit)));
+        }
+        let dev = CudaDevice::new(ordinal, cfg.mover, cfg.host_block).map_err(|e| {
+            crate::log!(Error, "{e}");
+            e.code
+        })?;
+        let mut tenants = Tenants::default();
+        let tenant = tenants.add("self").expect("first tenant");
+        let caps = Capacities { gpu: Some(limit), host: None, disk: Some(0) };
+        crate::log!(Info, "virtualizing device memory: limit {}, device {} of {} free", format_size(limit), ordinal, format_size(free as u64));
+        Ok(Shim {
+            mem: Memory::new(caps),
+            tenants,
+            tenant,
+            planner: Planner::new(Evictor::new(Eviction::Lru), PlacementKind::TierOrder.build(0)),
+            mover: Mover::default(),
+            dev,
+            vmem: Vmem::default(),
+            inflight: Inflight::default(),
+            layouts: Layouts::default(),
+            missing: HashMap::new(),
+            alloc_tick: HashMap::new(),
+            tick: 0,
+            limit,
+            ctx,
+            ordinal,
+            pending_ready: None,
+            stats: Stats::default(),
+        })
+    }
+
+    /// The memory limit in bytes.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The context gmux serves.
+    pub fn ctx(&self) -> CUcontext {
+        self.ctx
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> CUdevice {
+        self.ordinal
+    }
+
+    /// Reserves an address range for `bytes`; no memory is taken until first use.
+    pub fn alloc(&mut self, bytes: u64) -> Result<CUdeviceptr, ShimError> {
+        if bytes == 0 {
+            return Err(ShimError::Invalid(CUDA_ERROR_INVALID_VALUE));
+        }
+        let id = self.mem.allocate(self.tenant, bytes).map_err(|_| ShimError::Invalid(CUDA_ERROR_INVALID_VALUE))?;
+        let a = self.mem.alloc(id).expect("just allocated").clone();
+        let reserved = a.count as u64 * CHUNK_BYTES;
+        let mut base = 0;
+        if let Err(e) = check(crate::real!(cuMemAddressReserve(&mut base, reserved as usize, CHUNK_BYTES as usize, 0, 0)), "cuMemAddressReserve") {
+            self.mem.free(id).expect("just allocated");
+            return Err(e.into());
+        }
+        self.dev.register(a.first, a.count, base);
+        self.vmem.insert(Region { base, bytes, reserved, alloc: id });
+        self.missing.insert(id, a.count);
+        crate::log!(Debug, "alloc {} at {base:#x}", format_size(bytes));
+        Ok(base)
+    }
+
+    /// Frees the allocation at `base` once no released command uses it.
+    pub fn free(&mut self, base: CUdeviceptr) -> Result<(), ShimError> {
+        let r = match self.vmem.find(base) {
+            Some(r) if r.base == base => *r,
+            _ => return Err(ShimError::Invalid(CUDA_ERROR_INVALID_VALUE)),
+        };
+        if let Some(ev) = self.inflight.busy(r.alloc) {
+            check(crate::real!(cuEventSynchronize(ev)), "cuEventSynchronize")?;
+        }
+        self.dev.synchronize()?;
+        let a = self.mem.alloc(r.alloc).expect("region has an allocation").clone();
+        for c in a.chunks() {
+            self.mover.discard(c, &mut self.dev)?;
+            self.dev.forget(c);
+        }
+        self.dev.flush()?;
+        self.dev.synchronize()?;
+        self.mem.free(r.alloc).expect("live allocation");
+        self.vmem.remove(base);
+        self.missing.remove(&r.alloc);
+        self.alloc_tick.remove(&r.alloc);
+        self.inflight.forget(r.alloc);
+        check(crate::real!(cuMemAddressFree(base, r.reserved as usize)), "cuMemAddressFree")?;
+        Ok(())
+    }
+
+    /// The allocations that any of `ptrs` points into.
+    pub fn allocs_of(&self, ptrs: &[CUdeviceptr]) -> Vec<AllocId> {
+        let mut v: Vec<AllocId> = ptrs.iter().filter_map(|p| self.vmem.find(*p)).map(|r| r.alloc).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Makes `ws` resident. Returns the event the command's stream must wait for, if
+    /// anything had to move.
+    pub fn prepare(&mut self, ws: &WorkingSet) -> Result<Option<CUevent>, ShimError> {
+        let all: Vec<AllocId>;
+        let allocs = match ws {
+            WorkingSet::Allocs(a) => a,
+            WorkingSet::Tenant => {
+                all = self.vmem.regions().map(|r| r.alloc).collect();
+                &all
+            }
+        };
+        if allocs.iter().all(|a| self.missing.get(a).copied().unwrap_or(0) == 0) {
+            return Ok(None);
+        }
+        let need: Vec<ChunkId> = allocs.iter().flat_map(|a| self.mem.alloc(*a).expect("live allocation").chunks()).collect();
+        let need_bytes = need.len() as u64 * CHUNK_BYTES;
+        if need_bytes > self.limit {
+            return Err(ShimError::TooBig { need: need_bytes, limit: self.limit });
+        }
+        self.sync_ticks();
+        let pinned = |_: ChunkId| false;
+        let req = Request { tenant: self.tenant, need: &need, required: need.len(), pinned: &pinned };
+        let plan = self.planner.plan(&self.mem, &self.tenants, &req, &Forecast::default());
+        if plan.covered < need.len() {
+            return Err(ShimError::TooBig { need: need_bytes, limit: self.limit });
+        }
+        for m in &plan.moves {
+            if let Move::Evict { chunk, .. } = *m {
+                if let Some(ev) = self.inflight.busy(self.mem.chunk(chunk).alloc) {
+                    self.dev.evict_after(chunk, ev);
+                }
+            }
+        }
+        let ready = self.mover.issue(&plan, &self.mem, &mut self.dev)?;
+        self.dev.flush()?;
+        let moved = self.planner.apply(&mut self.mem, &plan).expect("a plan applies to the table it was made from");
+        for m in &plan.moves {
+            let (c, delta) = match *m {
+                Move::Create(c) | Move::Populate { chunk: c, .. } => (c, -1i64),
+                Move::Evict { chunk, .. } => (chunk, 1),
+                Move::Demote(_) => continue,
+            };
+            let n = self.missing.entry(self.mem.chunk(c).alloc).or_insert(0);
+            *n = (*n as i64 + delta) as u32;
+        }
+        self.add_moved(moved);
+        self.stats.waited += 1;
+        let last = ready.last().map(|(_, e)| *e);
+        for (_, e) in &ready[..ready.len().saturating_sub(1)] {
+            self.dev.drop_event(*e);
+        }
+        Ok(last.and_then(|e| {
+            let ev = self.dev.cu_event(e);
+            self.pending_ready = Some(e);
+            ev
+        }))
+    }
+
+    /// Records a released command: in-flight tracking and recency of its allocations.
+    pub fn released(&mut self, stream: CUstream, ptsz: bool, ws: &WorkingSet) -> Result<(), ShimError> {
+        if let Some(e) = self.pending_ready.take() {
+            self.dev.drop_event(e);
+        }
+        self.tick += 1;
+        self.stats.commands += 1;
+        let allocs: Vec<AllocId> = match ws {
+            WorkingSet::Allocs(a) => a.clone(),
+            WorkingSet::Tenant => self.vmem.regions().map(|r| r.alloc).collect(),
+        };
+        for a in &allocs {
+            self.alloc_tick.insert(*a, self.tick);
+        }
+        self.inflight.released(stream, ptsz, &allocs, config().inflight)?;
+        Ok(())
+    }
+
+    /// Resident bytes.
+    pub fn resident(&self) -> u64 {
+        self.mem.usage(self.tenant).bytes(gmux_core::Tier::Gpu)
+    }
+
+    /// Bytes the application has allocated through gmux.
+    pub fn allocated(&self) -> u64 {
+        self.vmem.allocated()
+    }
+
+    /// Whether every chunk of allocation `a` is resident.
+    pub fn is_resident(&self, a: AllocId) -> bool {
+        self.missing.get(&a).copied().unwrap_or(0) == 0
+    }
+
+    fn add_moved(&mut self, m: Moved) {
+        let s = &mut self.stats.moved;
+        s.populated += m.populated;
+        s.evicted += m.evicted;
+        s.created += m.created;
+        self.stats.peak_resident = self.stats.peak_resident.max(self.resident());
+    }
+
+    /// Gives resident chunks their allocation's last-use tick, for LRU.
+    fn sync_ticks(&mut self) {
+        let resident: Vec<(ChunkId, u64)> = self
+            .mem
+            .chunks()
+            .filter(|(_, ch)| ch.place == gmux_core::Place::GPU)
+            .map(|(c, ch)| (c, self.alloc_tick.get(&ch.alloc).copied().unwrap_or(0)))
+            .collect();
+        for (c, t) in resident {
+            self.mem.touch(c, t, false);
+        }
+    }
+
+    /// The one-line summary printed at exit.
+    pub fn summary(&self) -> String {
+        let m = self.stats.moved;
+        format!(
+            "limit {}, allocated {}, peak resident {}, commands {} ({} waited for memory), evicted {} ({}), populated {} ({}), created {}, pinned host {}",
+            format_size(self.limit),
+            format_size(self.allocated()),
+            format_size(self.stats.peak_resident),
+            self.stats.commands,
+            self.stats.waited,
+            m.evicted,
+            format_size(m.evicted * CHUNK_BYTES),
+            m.populated,
+            format_size(m.populated * CHUNK_BYTES),
+            m.created,
+            format_size(self.dev.pinned_bytes()),
+        )
+    }
+}
+
+/// The state without blocking (for the exit summary).
+pub fn try_existing() -> Result<MutexGuard<'static, Option<Shim>>, ()> {
+    SHIM.try_lock().map_err(|_| ())
+}

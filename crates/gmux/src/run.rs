@@ -1,0 +1,99 @@
+//! `gmux run`: runs a program under libgmux.so with a device-memory limit.
+
+use crate::Failure;
+use gmux_core::size::{format_size, parse_size};
+use gmux_core::CHUNK_BYTES;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+/// Arguments of `gmux run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Device memory the program may keep resident, e.g. 4G or 512M (default: what the
+    /// device has free). Allocations beyond it are kept in host memory and moved in
+    /// before the kernels that use them.
+    #[arg(long, value_name = "SIZE")]
+    pub mem_limit: Option<String>,
+    /// The program and its arguments (after `--`).
+    #[arg(required = true, num_args = 1.., trailing_var_arg = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// Where libgmux.so may be, in order: `GMUX_SHIM`, next to this executable, in its
+/// `deps/` (a cargo build tree), in `../lib/` (an install tree).
+fn shim_candidates(exe: &Path) -> Vec<PathBuf> {
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let mut v = Vec::new();
+    if let Some(p) = std::env::var_os("GMUX_SHIM").filter(|p| !p.is_empty()) {
+        v.push(PathBuf::from(p));
+        return v;
+    }
+    v.push(dir.join("libgmux.so"));
+    v.push(dir.join("deps/libgmux.so"));
+    v.push(dir.join("../lib/libgmux.so"));
+    v
+}
+
+/// Finds libgmux.so or says where it looked and how to get it.
+pub fn find_shim() -> Result<PathBuf, Failure> {
+    let exe = std::env::current_exe().map_err(|e| Failure::Runtime(format!("cannot locate the gmux executable: {e}")))?;
+    let candidates = shim_candidates(&exe);
+    candidates.iter().find(|p| p.is_file()).map(|p| p.canonicalize().unwrap_or_else(|_| p.clone())).ok_or_else(|| {
+        let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+        Failure::Runtime(format!(
+            "cannot find libgmux.so (looked in {}); build it with `cargo build --release -p gmux` or point GMUX_SHIM at it",
+            looked.join(", ")
+        ))
+    })
+}
+
+/// Parses `--mem-limit`: at least one 2 MiB chunk.
+pub fn parse_limit(text: &str) -> Result<u64, Failure> {
+    let bytes = parse_size(text).map_err(|e| Failure::Usage(format!("--mem-limit {text}: {e}")))?;
+    if bytes < CHUNK_BYTES {
+        return Err(Failure::Usage(format!(
+            "--mem-limit {text}: {} is below one 2 MiB chunk; give at least 2M",
+            format_size(bytes)
+        )));
+    }
+    Ok(bytes)
+}
+
+/// Replaces this process with the program, the shim preloaded. Returns only on failure.
+pub fn run(args: &RunArgs) -> Result<(), Failure> {
+    let limit = args.mem_limit.as_deref().map(parse_limit).transpose()?;
+    let shim = find_shim()?;
+    let mut preload = shim.display().to_string();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|p| !p.is_empty()) {
+        preload = format!("{preload}:{}", old.to_string_lossy());
+    }
+    let mut cmd = std::process::Command::new(&args.command[0]);
+    cmd.args(&args.command[1..]).env("LD_PRELOAD", preload);
+    if let Some(l) = limit {
+        cmd.env("GMUX_MEM_LIMIT", l.to_string());
+    }
+    let err = cmd.exec();
+    Err(Failure::Runtime(format!("cannot run `{}`: {err}", args.command[0])))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_are_parsed_and_checked() {
+        assert_eq!(parse_limit("4G").unwrap(), 4 << 30);
+        assert_eq!(parse_limit("2M").unwrap(), 2 << 20);
+        let Failure::Usage(m) = parse_limit("1M").unwrap_err() else { panic!("usage error expected") };
+        assert!(m.contains("below one 2 MiB chunk"), "{m}");
+        assert!(matches!(parse_limit("lots"), Err(Failure::Usage(_))));
+    }
+
+    #[test]
+    fn shim_is_searched_next_to_the_executable_then_in_deps() {
+        std::env::remove_var("GMUX_SHIM");
+        let c = shim_candidates(Path::new("/opt/x/bin/gmux"));
+        assert_eq!(c[0], PathBuf::from("/opt/x/bin/libgmux.so"));
+        assert_eq!(c[1], PathBuf::from("/opt/x/bin/deps/libgmux.so"));
+    }
+}
