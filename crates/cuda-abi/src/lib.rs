@@ -34,6 +34,9 @@ pub type CUgraphExec = *mut c_void;
 pub type CUmemGenericAllocationHandle = u64;
 /// `CUhostFn`.
 pub type CUhostFn = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
+/// `CUstreamCallback` of `cuStreamAddCallback`.
+pub type CUstreamCallback =
+    Option<unsafe extern "C" fn(stream: CUstream, status: CUresult, user_data: *mut c_void)>;
 
 pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
@@ -47,6 +50,8 @@ pub const CUDA_ERROR_INVALID_HANDLE: CUresult = 400;
 pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
 pub const CUDA_ERROR_NOT_READY: CUresult = 600;
 pub const CUDA_ERROR_ILLEGAL_ADDRESS: CUresult = 700;
+pub const CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: CUresult = 712;
+pub const CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: CUresult = 713;
 pub const CUDA_ERROR_LAUNCH_FAILED: CUresult = 719;
 pub const CUDA_ERROR_NOT_PERMITTED: CUresult = 800;
 pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
@@ -97,10 +102,15 @@ pub const CU_POINTER_ATTRIBUTE_MAPPED: u32 = 13;
 pub const CU_MEM_ALLOCATION_TYPE_PINNED: u32 = 1;
 /// `CUmemLocationType`: a device.
 pub const CU_MEM_LOCATION_TYPE_DEVICE: u32 = 1;
+/// `CUmemAccess_flags`: no access.
+pub const CU_MEM_ACCESS_FLAGS_PROT_NONE: u32 = 0;
+/// `CUmemAccess_flags`: read only.
+pub const CU_MEM_ACCESS_FLAGS_PROT_READ: u32 = 1;
 /// `CUmemAccess_flags`: read and write.
 pub const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: u32 = 3;
 /// `CUmemAllocationGranularity_flags`.
 pub const CU_MEM_ALLOC_GRANULARITY_MINIMUM: u32 = 0;
+pub const CU_MEM_ALLOC_GRANULARITY_RECOMMENDED: u32 = 1;
 /// `cuMemHostAlloc` flag: portable across contexts.
 pub const CU_MEMHOSTALLOC_PORTABLE: u32 = 0x1;
 

@@ -1,1 +1,29 @@
-//! placeholder
+//! A CPU stand-in for the CUDA driver, loaded as `libcuda.so.1` in tests without a GPU.
+//!
+//! It exports the `cu*` functions gmux and its test programs call, with host memory
+//! behind device addresses. Device memory is reached only through checked paths: copies,
+//! memsets and the kernels' `gmuxStandinRead` / `gmuxStandinWrite`. A byte outside a
+//! mapped chunk with access set aborts the process with one line on stderr, which is how
+//! tests prove the interposer never lets a command touch a non-resident chunk.
+//!
+//! Streams are worker threads executing their operations in order, with CUDA's implicit
+//! ordering between the legacy default stream and blocking streams (see [`exec`]).
+#![allow(non_snake_case)]
+// Every export is a C entry point with the contract `cuda.h` documents for it.
+#![allow(clippy::missing_safety_doc)]
+
+/// Unwraps a `Result<T, CUresult>` or returns the error code from the enclosing function.
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(code) => return code,
+        }
+    };
+}
+
+mod api;
+mod ctx;
+mod exec;
+mod kernel;
+mod memory;

@@ -1,0 +1,94 @@
+//! `cuGetProcAddress`: finds the stand-in's own exported symbols by base name.
+//!
+//! Lookups go through `dlsym` on this library's own handle (never `RTLD_DEFAULT`, which
+//! would find an interposer), so the pointers returned are the exported symbols'.
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::OnceLock;
+
+use cuda_abi::*;
+
+fn own_handle() -> *mut c_void {
+    static HANDLE: OnceLock<usize> = OnceLock::new();
+    *HANDLE.get_or_init(|| unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        let me = cuGetProcAddress_v2 as *const c_void;
+        if libc::dladdr(me, &mut info) == 0 || info.dli_fname.is_null() {
+            return 0;
+        }
+        libc::dlopen(info.dli_fname, libc::RTLD_NOLOAD | libc::RTLD_LAZY) as usize
+    }) as *mut c_void
+}
+
+/// The candidate exported names for `symbol`, best first.
+fn candidates(symbol: &str, flags: u64) -> Vec<String> {
+    let versions = ["_v3", "_v2", ""];
+    let mut names = Vec::new();
+    if flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0 {
+        for v in versions {
+            names.push(format!("{symbol}{v}_ptsz"));
+            names.push(format!("{symbol}{v}_ptds"));
+        }
+    }
+    names.extend(versions.iter().map(|v| format!("{symbol}{v}")));
+    names
+}
+
+fn lookup(symbol: &str, flags: u64) -> *mut c_void {
+    let handle = own_handle();
+    if handle.is_null() {
+        return std::ptr::null_mut();
+    }
+    for name in candidates(symbol, flags) {
+        let Ok(c) = CString::new(name) else { continue };
+        let p = unsafe { libc::dlsym(handle, c.as_ptr()) };
+        if !p.is_null() {
+            return p;
+        }
+    }
+    std::ptr::null_mut()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress_v2(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    _cuda_version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> CUresult {
+    if symbol.is_null() || pfn.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    let p = lookup(&CStr::from_ptr(symbol).to_string_lossy(), flags);
+    *pfn = p;
+    let found = !p.is_null();
+    if !status.is_null() {
+        *status = if found { CU_GET_PROC_ADDRESS_SUCCESS } else { CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND };
+    }
+    if found {
+        CUDA_SUCCESS
+    } else {
+        CUDA_ERROR_NOT_FOUND
+    }
+}
+
+/// The CUDA 12 form, without the status output.
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64) -> CUresult {
+    cuGetProcAddress_v2(symbol, pfn, cuda_version, flags, std::ptr::null_mut())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_thread_names_come_first() {
+        let c = candidates("cuMemcpyHtoDAsync", CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+        let ptsz = c.iter().position(|n| n == "cuMemcpyHtoDAsync_v2_ptsz").unwrap();
+        let plain = c.iter().position(|n| n == "cuMemcpyHtoDAsync_v2").unwrap();
+        assert!(ptsz < plain);
+        assert_eq!(candidates("cuInit", 0), ["cuInit_v3", "cuInit_v2", "cuInit"]);
+    }
+}

@@ -1,0 +1,142 @@
+//! Shared by the tests that run `examples/standin_app` on the CPU stand-in of the CUDA
+//! driver, with or without `libgmux.so` preloaded.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Cargo's output directory for this profile (`target/debug` or similar).
+pub fn target_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_gmux")).parent().expect("gmux binary has a parent directory").to_path_buf()
+}
+
+fn artifact(relative: &str, build: &str) -> PathBuf {
+    let p = target_dir().join(relative);
+    assert!(p.exists(), "{} is missing; build it with `{build}`", p.display());
+    p
+}
+
+/// The CUDA driver stand-in (`libcuda_standin.so`).
+pub fn standin_lib() -> PathBuf {
+    artifact("deps/libcuda_standin.so", "cargo build -p cuda-standin")
+}
+
+/// The interposer (`libgmux.so`).
+pub fn shim_lib() -> PathBuf {
+    artifact("deps/libgmux.so", "cargo build -p gmux-shim")
+}
+
+/// The test application.
+pub fn app_bin() -> PathBuf {
+    artifact("examples/standin_app", "cargo build -p gmux --example standin_app")
+}
+
+/// A temporary directory, removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let unique = format!("gmux-test-{}-{}-{name}", std::process::id(), N.fetch_add(1, Ordering::SeqCst));
+        let p = std::env::temp_dir().join(unique);
+        std::fs::create_dir_all(&p).unwrap_or_else(|e| panic!("cannot create {}: {e}", p.display()));
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A per-test directory holding the stand-in as `libcuda.so.1`, and the device memory size
+/// the stand-in will have.
+pub struct Sandbox {
+    pub dir: TempDir,
+    pub mem: u64,
+}
+
+impl Sandbox {
+    /// A sandbox whose stand-in has `mem` bytes of device memory.
+    pub fn new(name: &str, mem: u64) -> Sandbox {
+        let dir = TempDir::new(name);
+        let lib = standin_lib();
+        let link = dir.path().join("libcuda.so.1");
+        std::os::unix::fs::symlink(&lib, &link).unwrap_or_else(|e| panic!("cannot link {}: {e}", link.display()));
+        Sandbox { dir, mem }
+    }
+
+    /// `standin_app ARGS` loading the stand-in through `LD_LIBRARY_PATH`.
+    pub fn app<I, S>(&self, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        let mut c = Command::new(app_bin());
+        c.args(args)
+            .env("LD_LIBRARY_PATH", self.dir.path())
+            .env("GMUX_STANDIN_MEM", self.mem.to_string())
+            .env_remove("LD_PRELOAD")
+            .env_remove("GMUX_STANDIN_DELAY_US");
+        c
+    }
+}
+
+/// A finished process.
+pub struct Ran {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub command: String,
+}
+
+impl Ran {
+    /// Everything about the run, for assertion messages.
+    pub fn describe(&self) -> String {
+        format!("`{}` exited with {}\n--- stdout\n{}--- stderr\n{}", self.command, self.status, self.stdout, self.stderr)
+    }
+
+    /// The signal that ended the process, if one did.
+    pub fn signal(&self) -> Option<i32> {
+        std::os::unix::process::ExitStatusExt::signal(&self.status)
+    }
+}
+
+/// Runs `cmd` to completion.
+pub fn run(cmd: &mut Command) -> Ran {
+    let command = format!("{cmd:?}");
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {command}: {e}"));
+    Ran {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        command,
+    }
+}
+
+/// Runs `cmd`, panicking with its output unless it exits 0.
+pub fn run_ok(cmd: &mut Command) -> Ran {
+    let r = run(cmd);
+    assert!(r.status.success(), "expected success:\n{}", r.describe());
+    r
+}
+
+/// Runs `cmd`, panicking with its output if it exits 0.
+pub fn run_fail(cmd: &mut Command) -> Ran {
+    let r = run(cmd);
+    assert!(!r.status.success(), "expected failure:\n{}", r.describe());
+    r
+}
+
+/// The number after `label` in `text` (e.g. `number(out, "mismatches: ")`).
+pub fn number(text: &str, label: &str) -> u64 {
+    let at = text.find(label).unwrap_or_else(|| panic!("no {label:?} in {text:?}")) + label.len();
+    let digits: String = text[at..].chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().unwrap_or_else(|_| panic!("no number after {label:?} in {text:?}"))
+}
