@@ -570,10 +570,22 @@ static int cmd_mover(const Args& a) {
   LAUNCH(fill_hash, n, 0, B, n, 2u);  // under a limit of ~G this evicts A
   CK(cudaDeviceSynchronize());
 
-  unsigned long long bad_switch = 0, bad = 0;
-  double switch_s = timed_verify(A, n, hash_state(1), c, &bad_switch);
-  printf("mover: gb=%g switch_s=%.4f verify_ok=%d\n", gb, switch_s, bad_switch == 0);
+  // One untimed round trip first, so every chunk of A and B has its pinned host slot
+  // (gmux pins its staging pool once, in blocks, and reuses it).
+  unsigned long long bad_switch = 0, bad = 0, b2 = 0;
+  timed_verify(A, n, hash_state(1), c, &bad);
+  timed_verify(B, n, hash_state(2), c, &b2);
+  bad += b2;
+  // Two timed switches (B out + A in, then A out + B in); the faster one is reported.
+  double s1 = timed_verify(A, n, hash_state(1), c, &bad_switch);
+  double s2 = timed_verify(B, n, hash_state(2), c, &b2);
+  bad_switch += b2;
+  double switch_s = std::min(s1, s2);
+  printf("mover: gb=%g switch_s=%.4f switch1_s=%.4f switch2_s=%.4f verify_ok=%d\n", gb, switch_s, s1,
+         s2, bad_switch == 0);
   fflush(stdout);
+  timed_verify(A, n, hash_state(1), c, &b2);  // A resident again for the kernel-only timing
+  bad += b2;
 
   // Best of three with everything resident: the kernel's own time.
   double kernel_s = 1e30;

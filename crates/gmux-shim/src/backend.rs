@@ -18,10 +18,48 @@ use crate::driver::{check, CudaError};
 use crate::hostpool::HostPool;
 use gmux_core::device::{CommandId, CopyStream, Device, Event, PhysChunk};
 use gmux_core::{ChunkId, Tier, CHUNK_BYTES};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
 
 const CHUNK: usize = CHUNK_BYTES as usize;
+
+/// Most chunks merged into one copy (32 MiB): large copies run near link speed, and the
+/// other direction still starts after the first run.
+pub const RUN_CHUNKS: usize = 16;
+
+/// Consecutive chunks whose device and host addresses are both contiguous: one copy.
+#[derive(Debug, Default)]
+struct Run {
+    va: CUdeviceptr,
+    slot: usize,
+    len: usize,
+    waits: Vec<CUevent>,
+    unmaps: Vec<ChunkId>,
+    last: Option<ChunkId>,
+}
+
+impl Run {
+    fn extends(&self, va: CUdeviceptr, slot: usize) -> bool {
+        self.len > 0 && self.len < RUN_CHUNKS * CHUNK && self.va + self.len as u64 == va && self.slot + self.len == slot
+    }
+}
+
+/// Sorted address ranges with touching neighbours joined.
+fn merge(sorted: Vec<(CUdeviceptr, usize)>) -> Vec<(CUdeviceptr, usize)> {
+    let mut out: Vec<(CUdeviceptr, usize)> = Vec::new();
+    for (va, len) in sorted {
+        match out.last_mut() {
+            Some((s, l)) if *s + *l as u64 == va => *l += len,
+            _ => out.push((va, len)),
+        }
+    }
+    out
+}
+
+fn unsupported(from: Tier, to: Tier) -> CudaError {
+    let _ = (from, to);
+    CudaError { call: "a disk-tier copy (the disk tier is not in the shim yet)", code: CUDA_ERROR_NOT_SUPPORTED }
+}
 
 /// A queued device call.
 #[derive(Debug, Clone, Copy)]
@@ -60,6 +98,11 @@ pub struct CudaDevice {
     chunk_va: Vec<CUdeviceptr>,
     mapped: HashMap<ChunkId, u64>,
     pending_unmap: Vec<PendingUnmap>,
+    pending_vas: HashSet<CUdeviceptr>,
+    /// How many pending unmaps share each eviction event.
+    event_refs: HashMap<usize, usize>,
+    /// Populate-stream events to record at the next flush (`None`: all).
+    keep: Option<HashSet<u64>>,
     /// Eviction copy after which a physical chunk's old contents are dead.
     phys_free_after: HashMap<u64, CUevent>,
     /// Application event an eviction copy must wait for.
@@ -91,6 +134,9 @@ impl CudaDevice {
             chunk_va: Vec::new(),
             mapped: HashMap::new(),
             pending_unmap: Vec::new(),
+            pending_vas: HashSet::new(),
+            event_refs: HashMap::new(),
+            keep: None,
             phys_free_after: HashMap::new(),
             evict_after: HashMap::new(),
             host: HostPool::new(host_block),
@@ -154,24 +200,44 @@ impl CudaDevice {
         self.reap(true)
     }
 
-    /// Runs the queued calls: maps, batched access, then copies and events in order.
+    /// Records only `keep` of the populate-stream events queued so far (the others have no
+    /// waiter); applies to the next flush.
+    pub fn keep_events(&mut self, keep: &[Event]) {
+        self.keep = Some(keep.iter().map(|e| e.0).collect());
+    }
+
+    /// Runs the queued calls: maps with batched access, then the eviction stream's work,
+    /// then the population stream's, each in plan order with neighbouring chunks merged
+    /// into one copy (up to [`RUN_CHUNKS`]).
     pub fn flush(&mut self) -> Result<(), CudaError> {
         if self.ops.is_empty() {
             return Ok(());
         }
         let ops = std::mem::take(&mut self.ops);
         self.reap(false)?;
+        self.map_all(&ops)?;
+        self.evict_pass(&ops)?;
+        if self.mode == MoverMode::Sequential {
+            let all_out = self.new_event(CopyStream::Evict)?;
+            check(crate::real!(cuStreamWaitEvent(self.streams[1], all_out, 0)), "cuStreamWaitEvent")?;
+            crate::real!(cuEventDestroy_v2(all_out));
+        }
+        self.populate_pass(&ops)?;
+        self.keep = None;
+        Ok(())
+    }
+
+    fn map_all(&mut self, ops: &[Op]) -> Result<(), CudaError> {
         let mut runs: Vec<(CUdeviceptr, usize)> = Vec::new();
-        for op in &ops {
+        for op in ops {
             if let Op::Map(c, p) = *op {
                 let va = self.va(c);
-                self.settle_unmap(|u| u.va == va)?;
+                if self.pending_vas.contains(&va) {
+                    self.settle_unmap(|u| u.va == va)?;
+                }
                 check(crate::real!(cuMemMap(va, CHUNK, 0, p.0, 0)), "cuMemMap")?;
                 self.mapped.insert(c, p.0);
-                match runs.last_mut() {
-                    Some((start, len)) if *start + *len as u64 == va => *len += CHUNK,
-                    _ => runs.push((va, CHUNK)),
-                }
+                runs.push((va, CHUNK));
             }
         }
         runs.sort_unstable();
@@ -179,84 +245,131 @@ impl CudaDevice {
             location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: self.ordinal },
             flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
         };
-        let mut merged: Vec<(CUdeviceptr, usize)> = Vec::new();
-        for (va, len) in runs {
-            match merged.last_mut() {
-                Some((s, l)) if *s + *l as u64 == va => *l += len,
-                _ => merged.push((va, len)),
-            }
-        }
-        for (va, len) in merged {
+        for (va, len) in merge(runs) {
             check(crate::real!(cuMemSetAccess(va, len, &desc, 1)), "cuMemSetAccess")?;
             self.traffic.set_access_calls += 1;
         }
-        match self.mode {
-            MoverMode::Pipelined => ops.iter().try_for_each(|op| self.issue(*op)),
-            MoverMode::Sequential => {
-                let evicting = |op: &Op| matches!(op, Op::Unmap(_) | Op::Copy(CopyStream::Evict, ..) | Op::Record(CopyStream::Evict, _));
-                ops.iter().filter(|op| evicting(op)).try_for_each(|op| self.issue(*op))?;
-                let all_out = self.new_event(CopyStream::Evict)?;
-                check(crate::real!(cuStreamWaitEvent(self.streams[1], all_out, 0)), "cuStreamWaitEvent")?;
-                crate::real!(cuEventDestroy_v2(all_out));
-                ops.iter().filter(|op| !evicting(op)).try_for_each(|op| self.issue(*op))
-            }
-        }
+        Ok(())
     }
 
-    fn issue(&mut self, op: Op) -> Result<(), CudaError> {
-        match op {
-            Op::Map(_, p) => {
-                if let Some(ev) = self.phys_free_after.remove(&p.0) {
-                    check(crate::real!(cuStreamWaitEvent(self.streams[1], ev, 0)), "cuStreamWaitEvent")?;
+    /// Eviction copies and the unmaps that wait for them.
+    fn evict_pass(&mut self, ops: &[Op]) -> Result<(), CudaError> {
+        let mut run = Run::default();
+        for op in ops {
+            match *op {
+                Op::Copy(CopyStream::Evict, c, Tier::Gpu, Tier::Host) => {
+                    let (va, slot) = (self.va(c), self.slot_for(c)?);
+                    if !run.extends(va, slot) {
+                        self.end_evict_run(&mut run)?;
+                        run = Run { va, slot, ..Run::default() };
+                    }
+                    run.len += CHUNK;
+                    run.waits.extend(self.evict_after.remove(&c));
+                    run.last = Some(c);
                 }
+                Op::Copy(CopyStream::Evict, _, from, to) => return Err(unsupported(from, to)),
+                Op::Unmap(c) if run.last == Some(c) => run.unmaps.push(c),
+                Op::Unmap(c) => {
+                    self.end_evict_run(&mut run)?;
+                    run.unmaps.push(c);
+                    self.end_evict_run(&mut run)?;
+                }
+                _ => {}
             }
-            Op::Unmap(c) => {
+        }
+        self.end_evict_run(&mut run)
+    }
+
+    fn end_evict_run(&mut self, run: &mut Run) -> Result<(), CudaError> {
+        let s = self.streams[CopyStream::Evict as usize];
+        run.waits.sort_unstable();
+        run.waits.dedup();
+        for w in run.waits.drain(..) {
+            check(crate::real!(cuStreamWaitEvent(s, w, 0)), "cuStreamWaitEvent")?;
+        }
+        if run.len > 0 {
+            check(crate::real!(cuMemcpyDtoHAsync_v2(run.slot as *mut c_void, run.va, run.len, s)), "cuMemcpyDtoHAsync")?;
+            self.traffic.d2h += run.len as u64;
+        }
+        if !run.unmaps.is_empty() {
+            let done = self.new_event(CopyStream::Evict)?;
+            self.event_refs.insert(done as usize, run.unmaps.len());
+            for c in run.unmaps.drain(..) {
                 let phys = self.mapped.remove(&c).expect("unmap of a chunk the mover mapped");
-                let done = self.new_event(CopyStream::Evict)?;
-                self.pending_unmap.push(PendingUnmap { va: self.va(c), phys, done });
+                let va = self.va(c);
+                self.pending_unmap.push(PendingUnmap { va, phys, done });
+                self.pending_vas.insert(va);
                 self.phys_free_after.insert(phys, done);
             }
-            Op::Copy(stream, c, from, to) => self.copy_now(stream, c, from, to)?,
-            Op::Record(stream, e) => {
-                let ev = self.new_event(stream)?;
-                self.events.insert(e.0, ev);
-            }
-            Op::Wait(stream, e) => {
-                if let Some(ev) = self.cu_event(e) {
-                    check(crate::real!(cuStreamWaitEvent(self.streams[stream as usize], ev, 0)), "cuStreamWaitEvent")?;
-                }
-            }
         }
+        *run = Run::default();
         Ok(())
     }
 
-    fn copy_now(&mut self, stream: CopyStream, c: ChunkId, from: Tier, to: Tier) -> Result<(), CudaError> {
-        let s = self.streams[stream as usize];
-        let va = self.va(c);
-        match (from, to) {
-            (Tier::Gpu, Tier::Host) => {
-                if let Some(ev) = self.evict_after.remove(&c) {
-                    check(crate::real!(cuStreamWaitEvent(s, ev, 0)), "cuStreamWaitEvent")?;
-                }
-                let slot = match self.slot.get(&c) {
-                    Some(&s) => s,
-                    None => {
-                        let s = self.host.take()?;
-                        self.slot.insert(c, s);
-                        s
+    /// Population copies, each after the evictions out of its physical chunk, and the
+    /// events that commands wait for.
+    fn populate_pass(&mut self, ops: &[Op]) -> Result<(), CudaError> {
+        let mut run = Run::default();
+        let mut waits: Vec<CUevent> = Vec::new();
+        for op in ops {
+            match *op {
+                Op::Map(_, p) => waits.extend(self.phys_free_after.remove(&p.0)),
+                Op::Copy(CopyStream::Populate, c, Tier::Host, Tier::Gpu) => {
+                    let va = self.va(c);
+                    let slot = *self.slot.get(&c).expect("population of a chunk that was never evicted");
+                    if !run.extends(va, slot) {
+                        self.end_populate_run(&mut run)?;
+                        run = Run { va, slot, ..Run::default() };
                     }
-                };
-                check(crate::real!(cuMemcpyDtoHAsync_v2(slot as *mut c_void, va, CHUNK, s)), "cuMemcpyDtoHAsync")?;
-                self.traffic.d2h += CHUNK_BYTES;
+                    run.len += CHUNK;
+                    run.waits.append(&mut waits);
+                }
+                Op::Copy(CopyStream::Populate, _, from, to) => return Err(unsupported(from, to)),
+                Op::Record(stream, e) => {
+                    let wanted = stream == CopyStream::Evict || self.keep.as_ref().is_none_or(|k| k.contains(&e.0));
+                    if wanted {
+                        self.end_populate_run(&mut run)?;
+                        run.waits.append(&mut waits);
+                        self.end_populate_run(&mut run)?;
+                        let ev = self.new_event(stream)?;
+                        self.events.insert(e.0, ev);
+                    }
+                }
+                Op::Wait(stream, e) => {
+                    self.end_populate_run(&mut run)?;
+                    if let Some(ev) = self.cu_event(e) {
+                        check(crate::real!(cuStreamWaitEvent(self.streams[stream as usize], ev, 0)), "cuStreamWaitEvent")?;
+                    }
+                }
+                _ => {}
             }
-            (Tier::Host, Tier::Gpu) => {
-                let slot = *self.slot.get(&c).expect("population of a chunk that was never evicted");
-                check(crate::real!(cuMemcpyHtoDAsync_v2(va, slot as *const c_void, CHUNK, s)), "cuMemcpyHtoDAsync")?;
-                self.traffic.h2d += CHUNK_BYTES;
-            }
-            _ => return Err(CudaError { call: "the disk tier (not available in the shim yet)", code: CUDA_ERROR_NOT_SUPPORTED }),
         }
+        run.waits.append(&mut waits);
+        self.end_populate_run(&mut run)
+    }
+
+    fn end_populate_run(&mut self, run: &mut Run) -> Result<(), CudaError> {
+        let s = self.streams[CopyStream::Populate as usize];
+        run.waits.sort_unstable();
+        run.waits.dedup();
+        for w in run.waits.drain(..) {
+            check(crate::real!(cuStreamWaitEvent(s, w, 0)), "cuStreamWaitEvent")?;
+        }
+        if run.len > 0 {
+            check(crate::real!(cuMemcpyHtoDAsync_v2(run.va, run.slot as *const c_void, run.len, s)), "cuMemcpyHtoDAsync")?;
+            self.traffic.h2d += run.len as u64;
+        }
+        *run = Run::default();
         Ok(())
+    }
+
+    fn slot_for(&mut self, c: ChunkId) -> Result<usize, CudaError> {
+        if let Some(&s) = self.slot.get(&c) {
+            return Ok(s);
+        }
+        let s = self.host.take()?;
+        self.slot.insert(c, s);
+        Ok(s)
     }
 
     fn new_event(&mut self, stream: CopyStream) -> Result<CUevent, CudaError> {
@@ -266,18 +379,20 @@ impl CudaDevice {
         Ok(ev)
     }
 
-    /// Unmaps the addresses whose eviction copies are done (all of them if `wait`).
-    fn reap(&mut self, wait: bool) -> Result<(), CudaError> {
-        let mut keep = Vec::new();
-        for u in std::mem::take(&mut self.pending_unmap) {
-            let ready = wait || crate::real!(cuEventQuery(u.done)) == CUDA_SUCCESS;
-            if ready {
-                self.finish_unmap(u)?;
-            } else {
-                keep.push(u);
+    /// Unmaps the addresses whose eviction copies are done (all of them if `wait`), so
+    /// that an evicted address stops reaching its old physical chunk as soon as possible.
+    /// The copies run in order on one stream, so the first unfinished one ends the scan.
+    pub fn reap(&mut self, wait: bool) -> Result<(), CudaError> {
+        let pending = std::mem::take(&mut self.pending_unmap);
+        let mut rest = pending.into_iter().peekable();
+        while let Some(u) = rest.peek() {
+            if !wait && crate::real!(cuEventQuery(u.done)) != CUDA_SUCCESS {
+                break;
             }
+            let u = rest.next().expect("peeked");
+            self.finish_unmap(u)?;
         }
-        self.pending_unmap = keep;
+        self.pending_unmap = rest.collect();
         Ok(())
     }
 
@@ -294,10 +409,16 @@ impl CudaDevice {
 
     fn finish_unmap(&mut self, u: PendingUnmap) -> Result<(), CudaError> {
         check(crate::real!(cuMemUnmap(u.va, CHUNK)), "cuMemUnmap")?;
+        self.pending_vas.remove(&u.va);
         if self.phys_free_after.get(&u.phys) == Some(&u.done) {
             self.phys_free_after.remove(&u.phys);
         }
-        crate::real!(cuEventDestroy_v2(u.done));
+        let refs = self.event_refs.entry(u.done as usize).or_insert(1);
+        *refs -= 1;
+        if *refs == 0 {
+            self.event_refs.remove(&(u.done as usize));
+            crate::real!(cuEventDestroy_v2(u.done));
+        }
         Ok(())
     }
 

@@ -70,8 +70,18 @@ exports! {
     cuPointerGetAttributes(n: c_uint, a: *mut c_uint, data: *mut P, d: Dp) => |real| attr::many(real, n, a, data, d);
     cuMemAllocManaged(d: *mut Dp, n: usize, fl: c_uint) => |real| mem::passthrough(real, "cuMemAllocManaged");
     cuMemAllocFromPoolAsync(d: *mut Dp, n: usize, pool: P, s: CUstream) => |real| mem::passthrough(real, "cuMemAllocFromPoolAsync");
+    cuMemAllocFromPoolAsync_ptsz(d: *mut Dp, n: usize, pool: P, s: CUstream) => |real| mem::passthrough(real, "cuMemAllocFromPoolAsync");
     cuIpcGetMemHandle(h: P, d: Dp) => |real| refuse::if_virtual(real, "cuIpcGetMemHandle", d, "CUDA IPC cannot share memory gmux migrates");
     cuTexObjectCreate(o: P, res: *const c_void, tex: P, view: P) => |real| refuse::texture(real, res);
+
+    // TMA tensor maps: their address is remembered for prediction.
+    cuTensorMapEncodeTiled(m: P, dt: c_uint, rank: c_uint, a: P, dims: P, strides: P, bx: P, es: P, il: c_uint, sw: c_uint, l2: c_uint, oob: c_uint)
+        => |real| mem::tensor_map(real, m, a);
+    cuTensorMapEncodeIm2col(m: P, dt: c_uint, rank: c_uint, a: P, dims: P, strides: P, lo: P, hi: P, cpp: c_uint, ppc: c_uint, es: P, il: c_uint, sw: c_uint, l2: c_uint, oob: c_uint)
+        => |real| mem::tensor_map(real, m, a);
+    cuTensorMapEncodeIm2colWide(m: P, dt: c_uint, rank: c_uint, a: P, dims: P, strides: P, lo: c_int, hi: c_int, cpp: c_uint, ppc: c_uint, es: P, il: c_uint, mode: c_uint, sw: c_uint, l2: c_uint, oob: c_uint)
+        => |real| mem::tensor_map(real, m, a);
+    cuTensorMapReplaceAddress(m: P, a: P) => |real| mem::tensor_map(real, m, a);
 
     // Kernels.
     cuLaunchKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, sh: c_uint, s: CUstream, p: *mut P, x: *mut P)
@@ -125,20 +135,41 @@ exports! {
     cuMemsetD32Async(d: Dp, v: c_uint, n: usize, s: CUstream) => |real| cmd::op(real, &[d], s, false);
     cuMemsetD32Async_ptsz(d: Dp, v: c_uint, n: usize, s: CUstream) => |real| cmd::op(real, &[d], s, true);
     cuMemsetD2D8_v2(d: Dp, p: usize, v: u8, w: usize, h: usize) => |real| cmd::sync_op(real, &[d], false);
+    cuMemsetD2D8_v2_ptds(d: Dp, p: usize, v: u8, w: usize, h: usize) => |real| cmd::sync_op(real, &[d], true);
+    cuMemsetD2D16_v2(d: Dp, p: usize, v: u16, w: usize, h: usize) => |real| cmd::sync_op(real, &[d], false);
+    cuMemsetD2D16_v2_ptds(d: Dp, p: usize, v: u16, w: usize, h: usize) => |real| cmd::sync_op(real, &[d], true);
+    cuMemsetD2D32_v2_ptds(d: Dp, p: usize, v: c_uint, w: usize, h: usize) => |real| cmd::sync_op(real, &[d], true);
+    cuMemsetD2D8Async_ptsz(d: Dp, p: usize, v: u8, w: usize, h: usize, s: CUstream) => |real| cmd::op(real, &[d], s, true);
+    cuMemsetD2D16Async(d: Dp, p: usize, v: u16, w: usize, h: usize, s: CUstream) => |real| cmd::op(real, &[d], s, false);
+    cuMemsetD2D16Async_ptsz(d: Dp, p: usize, v: u16, w: usize, h: usize, s: CUstream) => |real| cmd::op(real, &[d], s, true);
+    cuMemsetD2D32Async_ptsz(d: Dp, p: usize, v: c_uint, w: usize, h: usize, s: CUstream) => |real| cmd::op(real, &[d], s, true);
     cuMemsetD2D32_v2(d: Dp, p: usize, v: c_uint, w: usize, h: usize) => |real| cmd::sync_op(real, &[d], false);
     cuMemsetD2D8Async(d: Dp, p: usize, v: u8, w: usize, h: usize, s: CUstream) => |real| cmd::op(real, &[d], s, false);
     cuMemsetD2D32Async(d: Dp, p: usize, v: c_uint, w: usize, h: usize, s: CUstream) => |real| cmd::op(real, &[d], s, false);
 
     // Stream memory operations take a device address.
+    cuStreamWriteValue32(s: CUstream, d: Dp, v: c_uint, fl: c_uint) => |real| cmd::op(real, &[d], s, false);
+    cuStreamWriteValue32_ptsz(s: CUstream, d: Dp, v: c_uint, fl: c_uint) => |real| cmd::op(real, &[d], s, true);
     cuStreamWriteValue32_v2(s: CUstream, d: Dp, v: c_uint, fl: c_uint) => |real| cmd::op(real, &[d], s, false);
+    cuStreamWriteValue32_v2_ptsz(s: CUstream, d: Dp, v: c_uint, fl: c_uint) => |real| cmd::op(real, &[d], s, true);
+    cuStreamWriteValue64(s: CUstream, d: Dp, v: u64, fl: c_uint) => |real| cmd::op(real, &[d], s, false);
+    cuStreamWriteValue64_ptsz(s: CUstream, d: Dp, v: u64, fl: c_uint) => |real| cmd::op(real, &[d], s, true);
     cuStreamWriteValue64_v2(s: CUstream, d: Dp, v: u64, fl: c_uint) => |real| cmd::op(real, &[d], s, false);
+    cuStreamWriteValue64_v2_ptsz(s: CUstream, d: Dp, v: u64, fl: c_uint) => |real| cmd::op(real, &[d], s, true);
+    cuStreamWaitValue32(s: CUstream, d: Dp, v: c_uint, fl: c_uint) => |real| cmd::op(real, &[d], s, false);
+    cuStreamWaitValue32_ptsz(s: CUstream, d: Dp, v: c_uint, fl: c_uint) => |real| cmd::op(real, &[d], s, true);
     cuStreamWaitValue32_v2(s: CUstream, d: Dp, v: c_uint, fl: c_uint) => |real| cmd::op(real, &[d], s, false);
+    cuStreamWaitValue32_v2_ptsz(s: CUstream, d: Dp, v: c_uint, fl: c_uint) => |real| cmd::op(real, &[d], s, true);
+    cuStreamWaitValue64(s: CUstream, d: Dp, v: u64, fl: c_uint) => |real| cmd::op(real, &[d], s, false);
+    cuStreamWaitValue64_ptsz(s: CUstream, d: Dp, v: u64, fl: c_uint) => |real| cmd::op(real, &[d], s, true);
     cuStreamWaitValue64_v2(s: CUstream, d: Dp, v: u64, fl: c_uint) => |real| cmd::op(real, &[d], s, false);
+    cuStreamWaitValue64_v2_ptsz(s: CUstream, d: Dp, v: u64, fl: c_uint) => |real| cmd::op(real, &[d], s, true);
 
     // Synchronization: forwarded, then in-flight bookkeeping catches up.
     cuStreamSynchronize(s: CUstream) => |real| cmd::synced(real, s, false);
     cuStreamSynchronize_ptsz(s: CUstream) => |real| cmd::synced(real, s, true);
     cuCtxSynchronize() => |real| cmd::synced_all(real);
+    cuCtxSynchronize_v2(c: CUcontext) => |real| cmd::synced_all(real);
 
     // Refused by name, with the reason (see docs/compatibility.md).
     cuMemcpy3D_v2(c: *const c_void) => |_| refuse::call("cuMemcpy3D", "3D copies are not virtualized yet");
@@ -146,7 +177,11 @@ exports! {
     cuMemcpy3DAsync_v2(c: *const c_void, s: CUstream) => |_| refuse::call("cuMemcpy3DAsync", "3D copies are not virtualized yet");
     cuMemcpy3DAsync_v2_ptsz(c: *const c_void, s: CUstream) => |_| refuse::call("cuMemcpy3DAsync", "3D copies are not virtualized yet");
     cuMemcpyPeer(d: Dp, dc: CUcontext, s: Dp, sc: CUcontext, n: usize) => |_| refuse::call("cuMemcpyPeer", "gmux serves one device per process");
+    cuMemcpyPeer_ptds(d: Dp, dc: CUcontext, s: Dp, sc: CUcontext, n: usize) => |_| refuse::call("cuMemcpyPeer", "gmux serves one device per process");
     cuMemcpyPeerAsync(d: Dp, dc: CUcontext, s: Dp, sc: CUcontext, n: usize, st: CUstream) => |_| refuse::call("cuMemcpyPeerAsync", "gmux serves one device per process");
+    cuMemcpyPeerAsync_ptsz(d: Dp, dc: CUcontext, s: Dp, sc: CUcontext, n: usize, st: CUstream) => |_| refuse::call("cuMemcpyPeerAsync", "gmux serves one device per process");
+    cuStreamBeginCapture(s: CUstream) => |_| refuse::call("cuStreamBeginCapture", "stream capture records launches that gmux must see at run time; launch graphs built without capture instead");
+    cuStreamBeginCapture_ptsz(s: CUstream) => |_| refuse::call("cuStreamBeginCapture", "stream capture records launches that gmux must see at run time; launch graphs built without capture instead");
     cuStreamBeginCapture_v2(s: CUstream, m: c_uint) => |_| refuse::call("cuStreamBeginCapture", "stream capture records launches that gmux must see at run time; launch graphs built without capture instead");
     cuStreamBeginCapture_v2_ptsz(s: CUstream, m: c_uint) => |_| refuse::call("cuStreamBeginCapture", "stream capture records launches that gmux must see at run time; launch graphs built without capture instead");
 }

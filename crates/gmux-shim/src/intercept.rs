@@ -4,7 +4,9 @@
 //!
 //! `cuGetProcAddress` answers with the driver's choice of version and stream variant
 //! (`cudaVersion`, `_ptsz`/`_ptds`): gmux maps the address the driver returns back to
-//! the exported symbol it belongs to and swaps in the wrapper with that exact ABI.
+//! the exported symbol it belongs to and swaps in the wrapper with that exact ABI. A
+//! variant gmux does not wrap is never replaced by a look-alike (its ABI may differ); it
+//! is reported once instead.
 
 use crate::cuda::*;
 use crate::driver::{real_dlsym, real_symbol};
@@ -31,19 +33,11 @@ fn by_address(addr: usize) -> Option<usize> {
         .copied()
 }
 
-/// The wrapper for `name` as the driver would resolve it: stream variant first, then
-/// the newest version.
-fn by_name(name: &[u8], flags: u64) -> Option<usize> {
-    let mut candidates: Vec<Vec<u8>> = Vec::new();
-    if flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0 {
-        for v in ["_v2_ptsz", "_v2_ptds", "_ptsz", "_ptds"] {
-            candidates.push([name, v.as_bytes()].concat());
-        }
-    }
-    for v in ["_v3", "_v2", ""] {
-        candidates.push([name, v.as_bytes()].concat());
-    }
-    candidates.iter().find_map(|c| handled().get(c.as_slice()).copied())
+/// Whether some variant of `name` (`_v2`, `_ptsz`, …) is handled.
+fn family_handled(name: &[u8]) -> bool {
+    ["", "_v2", "_v3", "_ptsz", "_ptds", "_v2_ptsz", "_v2_ptds"]
+        .iter()
+        .any(|v| handled().contains_key([name, v.as_bytes()].concat().as_slice()))
 }
 
 /// `cuGetProcAddress` / `_v2`: the driver resolves; gmux swaps in its wrapper.
@@ -58,9 +52,13 @@ pub unsafe fn get_proc(real: impl FnOnce() -> CUresult, symbol: *const c_char, p
     let found = *pfn as usize;
     if let Some(w) = by_address(found) {
         *pfn = w as *mut c_void;
-    } else if let Some(w) = by_name(CStr::from_ptr(symbol).to_bytes(), flags) {
-        crate::log!(Debug, "cuGetProcAddress({:?}, {version}, {flags}): matched by name", CStr::from_ptr(symbol));
-        *pfn = w as *mut c_void;
+    } else if family_handled(CStr::from_ptr(symbol).to_bytes()) {
+        let name = CStr::from_ptr(symbol).to_string_lossy();
+        crate::api::refuse::once(
+            &format!("procaddr {name} {version} {flags}"),
+            &format!("cuGetProcAddress({name}, cudaVersion {version}, flags {flags}) resolved to a variant gmux does not wrap; calls through it bypass gmux"),
+            crate::log::Level::Warn,
+        );
     }
     r
 }

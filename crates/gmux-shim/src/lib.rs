@@ -21,6 +21,7 @@ pub mod intercept;
 pub mod log;
 pub mod predict;
 pub mod state;
+pub mod tensormap;
 pub mod vmem;
 
 extern "C" fn summary_at_exit() {

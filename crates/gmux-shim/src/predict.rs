@@ -1,9 +1,11 @@
 //! Working-set prediction at allocation granularity (MSched's default level): every
 //! pointer-sized, 8-byte-aligned value in a kernel's parameter block that falls in an
 //! allocation puts the whole allocation in the working set. Struct parameters are scanned
-//! word by word, so pointers inside them count too.
+//! word by word, so pointers inside them count too, and TMA tensor maps in them are
+//! resolved to the address they were encoded with ([`crate::tensormap`]).
 
 use crate::cuda::*;
+use crate::tensormap::{self, MAP_ALIGN, MAP_BYTES};
 use std::collections::HashMap;
 use std::ffi::{c_void, CStr};
 
@@ -49,22 +51,33 @@ fn collect(get: impl Fn(usize, &mut usize, &mut usize) -> CUresult) -> Option<La
 /// # Safety
 /// `kernel_params` / `extra` must be valid as `cuLaunchKernel` defines them.
 pub unsafe fn scan(layout: Option<&Layout>, kernel_params: *mut *mut c_void, extra: *mut *mut c_void, mut visit: impl FnMut(u64)) -> Result<(), ()> {
-    let mut words = |base: *const u8, size: usize| {
+    let maps = tensormap::any();
+    // `off` is the parameter's offset in the block, for tensor-map alignment.
+    let mut words = |base: *const u8, off: usize, size: usize| {
         for k in 0..size / 8 {
             visit(std::ptr::read_unaligned(base.add(k * 8) as *const u64));
+        }
+        if maps && size >= MAP_BYTES {
+            let mut k = (MAP_ALIGN - off % MAP_ALIGN) % MAP_ALIGN;
+            while k + MAP_BYTES <= size {
+                if let Some(addr) = tensormap::lookup(std::slice::from_raw_parts(base.add(k), MAP_BYTES)) {
+                    visit(addr);
+                }
+                k += MAP_ALIGN;
+            }
         }
     };
     if !kernel_params.is_null() {
         let layout = layout.ok_or(())?;
-        for (i, &(_, size)) in layout.iter().enumerate() {
-            words(*kernel_params.add(i) as *const u8, size);
+        for (i, &(off, size)) in layout.iter().enumerate() {
+            words(*kernel_params.add(i) as *const u8, off, size);
         }
         return Ok(());
     }
     let Some((buf, len)) = extra_buffer(extra) else { return Ok(()) };
     match layout {
-        Some(l) => l.iter().filter(|(o, s)| o + s <= len).for_each(|&(o, s)| words(buf.add(o), s)),
-        None => words(buf.add(buf.align_offset(8).min(len)), len.saturating_sub(buf.align_offset(8))),
+        Some(l) => l.iter().filter(|(o, s)| o + s <= len).for_each(|&(o, s)| words(buf.add(o), o, s)),
+        None => words(buf, 0, len / 8 * 8),
     }
     Ok(())
 }
@@ -135,6 +148,20 @@ mod tests {
         let mut all = Vec::new();
         unsafe { scan(None, std::ptr::null_mut(), extra.as_mut_ptr(), |w| all.push(w)) }.unwrap();
         assert_eq!(all.len(), 3, "without a layout the whole buffer is scanned");
+    }
+
+    #[test]
+    fn a_tensor_map_parameter_yields_its_encoded_address() {
+        #[repr(C, align(64))]
+        struct Map([u8; 128]);
+        let map = Map([0x5a; 128]);
+        unsafe { tensormap::record(map.0.as_ptr(), 0x7e00_0600_0000) };
+        let n: u32 = 3;
+        let mut params = [&n as *const u32 as *mut c_void, map.0.as_ptr() as *mut c_void];
+        let layout = vec![(0, 4), (64, 128)];
+        let mut seen = Vec::new();
+        unsafe { scan(Some(&layout), params.as_mut_ptr(), std::ptr::null_mut(), |w| seen.push(w)) }.unwrap();
+        assert!(seen.contains(&0x7e00_0600_0000), "{seen:x?}");
     }
 
     #[test]

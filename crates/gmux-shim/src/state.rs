@@ -126,7 +126,7 @@ impl Shim {
             return Err(r);
         }
         let cfg = config();
-        let headroom = 512 << 20;
+        let headroom = (512u64 << 20).min(free as u64 / 8);
         let usable = (free as u64).saturating_sub(headroom) / CHUNK_BYTES * CHUNK_BYTES;
         let limit = match cfg.mem_limit {
             Some(l) if l > usable => {
@@ -270,8 +270,12 @@ impl Shim {
                 }
             }
         }
+        let started = std::time::Instant::now();
         let ready = self.mover.issue(&plan, &self.mem, &mut self.dev)?;
+        let last = ready.last().map(|(_, e)| *e);
+        self.dev.keep_events(&last.into_iter().collect::<Vec<_>>());
         self.dev.flush()?;
+        crate::log!(Debug, "plan of {} moves issued in {:.2} ms", plan.moves.len(), started.elapsed().as_secs_f64() * 1e3);
         let moved = self.planner.apply(&mut self.mem, &plan).expect("a plan applies to the table it was made from");
         for m in &plan.moves {
             let (c, delta) = match *m {
@@ -284,10 +288,6 @@ impl Shim {
         }
         self.add_moved(moved);
         self.stats.waited += 1;
-        let last = ready.last().map(|(_, e)| *e);
-        for (_, e) in &ready[..ready.len().saturating_sub(1)] {
-            self.dev.drop_event(*e);
-        }
         Ok(last.and_then(|e| {
             let ev = self.dev.cu_event(e);
             self.pending_ready = Some(e);
@@ -310,6 +310,7 @@ impl Shim {
             self.alloc_tick.insert(*a, self.tick);
         }
         self.inflight.released(stream, ptsz, &allocs, config().inflight)?;
+        self.dev.reap(false)?;
         Ok(())
     }
 

@@ -48,7 +48,14 @@ pub unsafe fn kernel(real: impl FnOnce() -> CUresult, f: CUfunction, stream: CUs
         let layout = st.layouts.of(f);
         // SAFETY: the launch arguments are valid per the caller's contract.
         match unsafe { scan(layout, params, extra, |w| ptrs.push(w)) } {
-            Ok(()) => WorkingSet::Allocs(st.allocs_of(&ptrs)),
+            Ok(()) => {
+                let allocs = st.allocs_of(&ptrs);
+                if allocs.is_empty() && crate::log::level() >= crate::log::Level::Debug {
+                    let name = kernel_name(f);
+                    super::refuse::once(&name, &format!("kernel {name}: no gmux memory found in its parameters"), crate::log::Level::Debug);
+                }
+                WorkingSet::Allocs(allocs)
+            }
             Err(()) => {
                 crate::log!(Warn, "kernel {}: no parameter layout (cuFuncGetParamInfo failed); treating it as touching all memory", kernel_name(f));
                 WorkingSet::Tenant

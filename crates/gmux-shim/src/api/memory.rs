@@ -101,3 +101,15 @@ pub fn passthrough(real: impl FnOnce() -> CUresult, name: &str) -> CUresult {
     super::refuse::note_passthrough(name);
     real()
 }
+
+/// `cuTensorMapEncode*` / `cuTensorMapReplaceAddress`: remembers the map's address.
+///
+/// # Safety
+/// `map` is the caller's `CUtensorMap` (128 bytes), written by the driver on success.
+pub unsafe fn tensor_map(real: impl FnOnce() -> CUresult, map: *mut std::ffi::c_void, addr: *mut std::ffi::c_void) -> CUresult {
+    let r = real();
+    if r == CUDA_SUCCESS && !map.is_null() {
+        crate::tensormap::record(map as *const u8, addr as u64);
+    }
+    r
+}

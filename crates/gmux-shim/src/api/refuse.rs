@@ -6,7 +6,7 @@ use std::ffi::c_void;
 use std::sync::Mutex;
 
 /// Logs `msg` once per `key`.
-fn once(key: &str, msg: &str, level: crate::log::Level) {
+pub fn once(key: &str, msg: &str, level: crate::log::Level) {
     static SEEN: Mutex<Option<HashSet<String>>> = Mutex::new(None);
     let mut g = SEEN.lock().unwrap_or_else(|p| p.into_inner());
     if g.get_or_insert_with(HashSet::new).insert(key.to_string()) {
