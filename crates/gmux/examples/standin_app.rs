@@ -8,8 +8,13 @@
 //! through `gmuxStandinRead` / `gmuxStandinWrite`.
 //!
 //! Subcommands print one summary line and exit 0, or exit 1 with a message:
-//! `oversub --total BYTES --buffers N --ops K --seed S [--streams M]`, `sync`,
-//! `info [--limit BYTES]`, `dlsym-direct`, `procaddr-ptsz`, `extra-params`,
+//! `oversub --total BYTES --buffers N --ops K --seed S [--streams M] [--counters]`
+//! (`--counters` adds a line with the stand-in's VMM call counters after the ops, before
+//! the final read-backs and frees), `sync`,
+//! `info [--limit BYTES]`, `dlsym-direct`, `procaddr-ptsz`,
+//! `extra-params [--ballast BYTES]` (a buffer filled before each launch, to push the
+//! others out under a memory limit), `too-big --bytes N` (one `add` over N bytes; exits 0
+//! if the launch returns CUDA_ERROR_OUT_OF_MEMORY),
 //! `fault-unmapped [--mode launch|noaccess|copy|stale]` (expected to be aborted).
 
 use std::collections::HashMap;
@@ -397,11 +402,12 @@ struct Opts(HashMap<String, String>);
 impl Opts {
     fn parse(args: &[String]) -> Opts {
         let mut m = HashMap::new();
-        let mut it = args.iter();
+        let mut it = args.iter().peekable();
         while let Some(k) = it.next() {
             let Some(key) = k.strip_prefix("--") else { fail(format!("unexpected argument {k:?}")) };
-            let Some(v) = it.next() else { fail(format!("--{key} needs a value")) };
-            m.insert(key.to_owned(), v.clone());
+            // A key followed by another key (or nothing) is a flag, with an empty value.
+            let v = it.next_if(|v| !v.starts_with("--")).cloned().unwrap_or_default();
+            m.insert(key.to_owned(), v);
         }
         Opts(m)
     }
@@ -458,7 +464,8 @@ fn main() {
         "info" => info(&app, &opts),
         "dlsym-direct" => dlsym_direct(&app),
         "procaddr-ptsz" => procaddr_ptsz(&app),
-        "extra-params" => extra_params(&app),
+        "extra-params" => extra_params(&app, &opts),
+        "too-big" => too_big(&app, &opts),
         "fault-unmapped" => fault_unmapped(&app, &opts),
         other => fail(format!("unknown subcommand {other:?}")),
     };
@@ -573,6 +580,9 @@ fn oversub(app: &App, o: &Opts) -> bool {
     let mut pinned_in_flight: Vec<*mut c_void> = Vec::new();
     let mut readback: (*mut c_void, usize) = (null_mut(), 0);
     let mut mismatches = 0;
+    // 2 MiB chunks of the buffers freed during the run (an upper bound on what a driver
+    // layer releases because of them).
+    let mut freed_chunks = 0u64;
 
     for op in 0..ops {
         let s = rng.below(sched.streams.len());
@@ -671,6 +681,7 @@ fn oversub(app: &App, o: &Opts) -> bool {
             85..=89 => {
                 sched.quiesce(&bufs[i]);
                 app.free(bufs[i].ptr);
+                freed_chunks += (bufs[i].model.len() as u64 * 4).div_ceil(2 << 20);
                 bufs[i] = new_buffer(app, &mut sched, bufs[i].model.len() * 4, &mut rng);
             }
             _ => {
@@ -683,6 +694,14 @@ fn oversub(app: &App, o: &Opts) -> bool {
     }
 
     check(unsafe { (cu.ctx_synchronize)() }, "cuCtxSynchronize");
+    // Before the final read-backs and frees: what the run itself cost in VMM calls.
+    if o.get("counters").is_some() {
+        let c = app.counters();
+        println!(
+            "counters: creates={} maps={} unmaps={} set_access={} releases={} live={} freed_chunks={freed_chunks}",
+            c[0], c[1], c[2], c[3], c[6], c[7]
+        );
+    }
     for (i, b) in bufs.iter().enumerate() {
         if mismatch(&format!("final read-back of buffer {i}"), &app.dtoh(b.ptr, b.model.len()), &b.model) {
             mismatches += 1;
@@ -938,11 +957,20 @@ fn procaddr_ptsz(app: &App) -> bool {
     m == 0
 }
 
-fn extra_params(app: &App) -> bool {
+fn extra_params(app: &App, o: &Opts) -> bool {
     let cu = &app.cu;
     let words = 1000usize;
     let p = app.alloc(words * 4);
     let s = app.stream(0);
+    // Filled on `s` right before each checked launch, so that under a memory limit the
+    // launch must bring its buffers back (found through `extra` or the struct parameter).
+    let ballast_words = o.bytes("ballast", 0) / 4;
+    let ballast = (ballast_words > 0).then(|| app.alloc(ballast_words as usize * 4));
+    let churn = |seed: u32| {
+        if let Some(b) = ballast {
+            app.fill(s, b, ballast_words, seed);
+        }
+    };
     let base: Vec<u32> = (0..words as u64).map(|i| hash(99, i)).collect();
     let mut expected = base.clone();
     app.htod(p, &base);
@@ -977,6 +1005,7 @@ fn extra_params(app: &App) -> bool {
     ];
     app.slow(s, p + words as u64 * 4 - 4, 50);
     expected[words - 1] = 1;
+    churn(1);
     let r = unsafe { (cu.launch_kernel)(app.k.add, 1, 1, 1, 1, 1, 1, 0, s, null_mut(), extra.as_mut_ptr()) };
     check(r, "cuLaunchKernel(extra)");
     // The driver copied the buffer at launch: changing it now must not matter.
@@ -997,10 +1026,12 @@ fn extra_params(app: &App) -> bool {
     };
     let (mut q, mut n, mut v) = (p, words as u64, 11u32);
     let mut params = [ptr(&mut q), ptr(&mut n), ptr(&mut v)];
+    churn(2);
     check(unsafe { (cu.launch_kernel_ex)(&config, app.k.add, params.as_mut_ptr(), null_mut()) }, "cuLaunchKernelEx");
     verify(&mut expected, &mut problems, "cuLaunchKernelEx with kernelParams", 11);
 
     put(&mut buf, 2, &5u32.to_le_bytes());
+    churn(3);
     check(unsafe { (cu.launch_kernel_ex)(&config, app.k.add, null_mut(), extra.as_mut_ptr()) }, "cuLaunchKernelEx(extra)");
     verify(&mut expected, &mut problems, "cuLaunchKernelEx with extra", 5);
 
@@ -1030,6 +1061,7 @@ fn extra_params(app: &App) -> bool {
         ptr(&mut msize),
         CU_LAUNCH_PARAM_END as *mut c_void,
     ];
+    churn(4);
     let r = unsafe { (cu.launch_kernel)(app.k.mix as CUfunction, 1, 1, 1, 1, 1, 1, 0, s, null_mut(), mextra.as_mut_ptr()) };
     check(r, "cuLaunchKernel(mix, extra)");
     app.sync(s);
@@ -1039,11 +1071,29 @@ fn extra_params(app: &App) -> bool {
     }
     app.free(other);
     app.free(p);
+    if let Some(b) = ballast {
+        app.sync(s);
+        app.free(b);
+    }
     problems.iter().for_each(|m| eprintln!("standin_app: extra-params: {m}"));
     if problems.is_empty() {
         println!("extra-params: all 4 checks passed");
     }
     problems.is_empty()
+}
+
+/// One `add` over `--bytes` bytes: under a limit below them the launch cannot run and must
+/// fail with CUDA_ERROR_OUT_OF_MEMORY (printed; anything else is a failure).
+fn too_big(app: &App, o: &Opts) -> bool {
+    let bytes = o.bytes("bytes", 64 << 20) / 4 * 4;
+    let p = app.alloc(bytes as usize);
+    let (mut q, mut n, mut v) = (p, bytes / 4, 1u32);
+    let mut params = [ptr(&mut q), ptr(&mut n), ptr(&mut v)];
+    let r = unsafe { (app.cu.launch_kernel)(app.k.add, 1, 1, 1, 128, 1, 1, 0, null_mut(), params.as_mut_ptr(), null_mut()) };
+    check(unsafe { (app.cu.ctx_synchronize)() }, "cuCtxSynchronize");
+    app.free(p);
+    println!("too-big: {bytes} bytes, launch result: {r}");
+    r == CUDA_ERROR_OUT_OF_MEMORY
 }
 
 fn fault_unmapped(app: &App, o: &Opts) -> bool {

@@ -1,7 +1,8 @@
 //! `cuGetProcAddress`: finds the stand-in's own exported symbols by base name.
 //!
-//! Lookups go through `dlsym` on this library's own handle (never `RTLD_DEFAULT`, which
-//! would find an interposer), so the pointers returned are the exported symbols'.
+//! Lookups go through glibc's `dlsym` (not an interposer's override of it) on this
+//! library's own handle (never `RTLD_DEFAULT`, which would find an interposer), so the
+//! pointers returned are the exported symbols'.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::OnceLock;
@@ -12,7 +13,10 @@ fn own_handle() -> *mut c_void {
     static HANDLE: OnceLock<usize> = OnceLock::new();
     *HANDLE.get_or_init(|| unsafe {
         let mut info: libc::Dl_info = std::mem::zeroed();
-        let me = cuGetProcAddress_v2 as *const c_void;
+        // A private item: the address of an exported symbol would bind to an interposer's
+        // definition (libgmux.so exports cuGetProcAddress_v2 too) and name its library.
+        static MARKER: u8 = 0;
+        let me = &MARKER as *const u8 as *const c_void;
         if libc::dladdr(me, &mut info) == 0 || info.dli_fname.is_null() {
             return 0;
         }
@@ -34,14 +38,35 @@ fn candidates(symbol: &str, flags: u64) -> Vec<String> {
     names
 }
 
+type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+/// glibc's `dlsym`: an interposer (libgmux.so) may override `dlsym` itself and would
+/// answer with its wrappers instead of this library's symbols.
+fn glibc_dlsym() -> Option<DlsymFn> {
+    static REAL: OnceLock<usize> = OnceLock::new();
+    let f = *REAL.get_or_init(|| {
+        for v in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+            // SAFETY: constant, NUL-terminated names.
+            let p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), v.as_ptr()) };
+            if !p.is_null() {
+                return p as usize;
+            }
+        }
+        0
+    });
+    // SAFETY: a non-zero address is glibc's dlsym, whose signature this is.
+    (f != 0).then(|| unsafe { std::mem::transmute::<usize, DlsymFn>(f) })
+}
+
 fn lookup(symbol: &str, flags: u64) -> *mut c_void {
     let handle = own_handle();
+    let Some(dlsym) = glibc_dlsym() else { return std::ptr::null_mut() };
     if handle.is_null() {
         return std::ptr::null_mut();
     }
     for name in candidates(symbol, flags) {
         let Ok(c) = CString::new(name) else { continue };
-        let p = unsafe { libc::dlsym(handle, c.as_ptr()) };
+        let p = unsafe { dlsym(handle, c.as_ptr()) };
         if !p.is_null() {
             return p;
         }

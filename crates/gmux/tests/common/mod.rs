@@ -88,6 +88,51 @@ impl Sandbox {
     }
 }
 
+/// The `gmux` executable under test.
+pub fn gmux_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gmux"))
+}
+
+/// Variables of the shim and the stand-in that a test must not inherit from its caller.
+const GMUX_VARS: [&str; 9] = [
+    "LD_PRELOAD",
+    "GMUX_MEM_LIMIT",
+    "GMUX_MOVER",
+    "GMUX_PREDICT",
+    "GMUX_INFLIGHT",
+    "GMUX_HOST_BLOCK",
+    "GMUX_STANDIN_DELAY_US",
+    "GMUX_SHIM",
+    "GMUX_LOG",
+];
+
+impl Sandbox {
+    /// `gmux run [--mem-limit LIMIT] -- standin_app ARGS`: the real CLI preloading
+    /// `libgmux.so` (`GMUX_SHIM`), which loads this sandbox's stand-in (`GMUX_CUDA_LIB`),
+    /// with `GMUX_LOG=info` so that the exit summary is printed.
+    pub fn gmux<I, S>(&self, limit: Option<&str>, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        let mut c = Command::new(gmux_bin());
+        c.arg("run");
+        if let Some(l) = limit {
+            c.args(["--mem-limit", l]);
+        }
+        c.arg("--").arg(app_bin()).args(args);
+        for v in GMUX_VARS {
+            c.env_remove(v);
+        }
+        c.env("GMUX_SHIM", shim_lib())
+            .env("GMUX_CUDA_LIB", self.dir.path().join("libcuda.so.1"))
+            .env("LD_LIBRARY_PATH", self.dir.path())
+            .env("GMUX_STANDIN_MEM", self.mem.to_string())
+            .env("GMUX_LOG", "info");
+        c
+    }
+}
+
 /// A finished process.
 pub struct Ran {
     pub status: ExitStatus,
@@ -118,6 +163,43 @@ pub fn run(cmd: &mut Command) -> Ran {
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         command,
     }
+}
+
+/// Runs `cmd` to completion, killing it (and failing the test with its output so far)
+/// if it takes longer than `limit`: a hang must fail a test, not stall the suite.
+pub fn run_within(cmd: &mut Command, limit: std::time::Duration) -> Ran {
+    use std::io::Read;
+    use std::process::Stdio;
+    let command = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {command}: {e}"));
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            String::from_utf8_lossy(&v).into_owned()
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("piped")));
+    let err = drain(Box::new(child.stderr.take().expect("piped")));
+    let start = std::time::Instant::now();
+    let (status, timed_out) = loop {
+        if let Some(st) = child.try_wait().unwrap_or_else(|e| panic!("cannot wait for {command}: {e}")) {
+            break (st, false);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            break (child.wait().unwrap_or_else(|e| panic!("cannot wait for {command}: {e}")), true);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let ran = Ran { status, stdout: out.join().unwrap_or_default(), stderr: err.join().unwrap_or_default(), command };
+    assert!(!timed_out, "killed after {limit:?} (hung?):\n{}", ran.describe());
+    ran
 }
 
 /// Runs `cmd`, panicking with its output unless it exits 0.

@@ -1,0 +1,274 @@
+//! `libgmux.so` on the CPU stand-in of the CUDA driver (no GPU): `standin_app` run under
+//! the real CLI, `gmux run --mem-limit SIZE -- standin_app ...`. The stand-in aborts on any
+//! access to device memory that is not mapped with access, so a chunk the shim failed to
+//! bring back before a kernel or a copy ends the run; the app checks every byte it reads
+//! against a host model; the shim's exit summary (`GMUX_LOG=info`) and the stand-in's
+//! call counters give the numbers asserted on.
+
+mod common;
+
+use common::{gmux_bin, number, run_within, Ran, Sandbox};
+use std::process::Command;
+use std::time::Duration;
+
+const MIB: u64 = 1 << 20;
+const CHUNK: u64 = 2 * MIB;
+/// Device memory of the stand-in: the shim keeps 512 MiB of the device's free memory as
+/// headroom and lowers a limit above the rest, so this stays well above limit + 512 MiB.
+const DEVICE: u64 = 1 << 30;
+/// Longest any one run may take before it is killed as hung.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Runs `cmd` and requires exit status 0.
+fn ok(cmd: &mut Command) -> Ran {
+    let r = run_within(cmd, PATIENCE);
+    assert!(r.status.success(), "expected success:\n{}", r.describe());
+    r
+}
+
+/// A size as the shim's summary prints it (`0 B`, `4.0 KiB`, `16.0 MiB`), in bytes.
+fn size_at(text: &str, label: &str) -> f64 {
+    let at = text.find(label).unwrap_or_else(|| panic!("no {label:?} in {text:?}")) + label.len();
+    let mut words = text[at..].split_whitespace();
+    let (num, unit) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
+    let v: f64 = num.parse().unwrap_or_else(|_| panic!("no size after {label:?} in {text:?}"));
+    let shift = match unit.trim_end_matches(',') {
+        "B" => 0,
+        "KiB" => 10,
+        "MiB" => 20,
+        "GiB" => 30,
+        u => panic!("unit {u:?} after {label:?} in {text:?}"),
+    };
+    v * (1u64 << shift) as f64
+}
+
+/// The shim's exit summary: `gmux: limit …, allocated …, peak resident …, commands N (W
+/// waited for memory), evicted E (…), populated P (…), created C, pinned host …`.
+#[derive(Debug)]
+struct Summary {
+    limit: f64,
+    peak_resident: f64,
+    commands: u64,
+    evicted: u64,
+    populated: u64,
+    created: u64,
+}
+
+fn summary(r: &Ran) -> Summary {
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("gmux: limit ") && l.contains("peak resident"))
+        .unwrap_or_else(|| panic!("no gmux summary line:\n{}", r.describe()));
+    Summary {
+        limit: size_at(line, "gmux: limit "),
+        peak_resident: size_at(line, "peak resident "),
+        commands: number(line, "commands "),
+        evicted: number(line, "evicted "),
+        populated: number(line, "populated "),
+        created: number(line, "created "),
+    }
+}
+
+/// No line of the shim's that reports a refusal or an error.
+fn assert_no_shim_complaints(r: &Ran) {
+    let bad: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("gmux: ") && !l.starts_with("gmux: limit ") && !l.starts_with("gmux: virtualizing device memory"))
+        .collect();
+    assert!(bad.is_empty(), "unexpected gmux messages {bad:?}:\n{}", r.describe());
+}
+
+fn oversub_args(total: u64, seed: u64, extra: &[&str]) -> Vec<String> {
+    let args = format!("oversub --total {total} --buffers 40 --ops 800 --seed {seed} --streams 4");
+    args.split(' ').map(str::to_owned).chain(extra.iter().map(|s| s.to_string())).collect()
+}
+
+/// `oversub` over three times the limit: every read-back matches the model, the shim
+/// evicted and populated, and never held more than the limit.
+fn oversubscribed(name: &str, seed: u64, env: &[(&str, &str)]) -> (Ran, Summary) {
+    let sb = Sandbox::new(name, DEVICE);
+    let mut cmd = sb.gmux(Some("16M"), oversub_args(48 * MIB, seed, &["--counters"]));
+    cmd.envs(env.iter().copied());
+    let r = ok(&mut cmd);
+    assert!(r.stdout.contains("oversub: 40 buffers, 800 ops"), "{}", r.describe());
+    assert_eq!(number(&r.stdout, "checksum mismatches: "), 0, "{}", r.describe());
+    let s = summary(&r);
+    assert_eq!(s.limit, (16 * MIB) as f64, "{s:?}\n{}", r.describe());
+    assert!(s.evicted > 0 && s.populated > 0, "no eviction at 3x the limit: {s:?}\n{}", r.describe());
+    assert!(s.peak_resident <= (16 * MIB) as f64, "peak resident above the limit: {s:?}\n{}", r.describe());
+    assert!(s.commands >= 800, "{s:?}\n{}", r.describe());
+    assert_no_shim_complaints(&r);
+    (r, s)
+}
+
+#[test]
+fn oversubscription_keeps_every_byte() {
+    oversubscribed("oversub", 1, &[]);
+}
+
+#[test]
+fn oversubscription_with_random_delays() {
+    oversubscribed("oversub-delay", 2, &[("GMUX_STANDIN_DELAY_US", "200")]);
+}
+
+#[test]
+fn oversubscription_with_the_sequential_mover() {
+    oversubscribed("oversub-seq", 3, &[("GMUX_MOVER", "sequential")]);
+}
+
+#[test]
+fn a_limit_above_the_footprint_never_evicts() {
+    let sb = Sandbox::new("oversub-fits", DEVICE);
+    let r = ok(&mut sb.gmux(Some("128M"), oversub_args(48 * MIB, 1, &[])));
+    assert_eq!(number(&r.stdout, "checksum mismatches: "), 0, "{}", r.describe());
+    let s = summary(&r);
+    assert_eq!((s.evicted, s.populated), (0, 0), "{s:?}\n{}", r.describe());
+    assert!(s.created > 0 && s.peak_resident <= (128 * MIB) as f64, "{s:?}\n{}", r.describe());
+    assert_no_shim_complaints(&r);
+}
+
+/// Physical chunks are reused from eviction to population, and access is set once per
+/// contiguous run of chunks, not per chunk. The counters are read after the ops, before
+/// the final read-backs and frees.
+#[test]
+fn physical_chunks_are_reused_and_access_is_batched() {
+    let (r, s) = oversubscribed("counters", 4, &[]);
+    let line = r.stdout.lines().find(|l| l.starts_with("counters: ")).unwrap_or_else(|| panic!("no counters line:\n{}", r.describe()));
+    let c = |k: &str| number(line, &format!("{k}="));
+    let (creates, maps, unmaps, set_access, releases, live, freed) =
+        (c("creates"), c("maps"), c("unmaps"), c("set_access"), c("releases"), c("live"), c("freed_chunks"));
+    let limit_chunks = 16 * MIB / CHUNK;
+    assert!(live <= 16 * MIB, "{live} bytes of physical memory live, above the limit:\n{line}");
+    assert_eq!(creates - releases, live / CHUNK, "{line}");
+    // Every live chunk is mapped (evicted addresses may still be mapped for a while: the
+    // shim unmaps them once their eviction copy is seen done).
+    assert!(maps - unmaps >= live / CHUNK, "a live chunk is not mapped:\n{line}");
+    // Chunks are released only when the program frees their allocation; the others stay
+    // with gmux and carry evicted data's replacement.
+    assert!(releases <= freed, "released more chunks than the program freed:\n{line}");
+    assert!(creates <= limit_chunks + freed, "cuMemCreate called beyond the limit plus what was freed:\n{line}\n{s:?}");
+    assert!(creates * 10 < s.populated, "chunks created per population? {line}\n{s:?}");
+    assert!(set_access < maps, "cuMemSetAccess is not batched over contiguous runs:\n{line}");
+}
+
+#[test]
+fn sync_semantics_under_gmux() {
+    // `sync` uses one 4 KiB allocation: one chunk, the smallest limit there is.
+    let sb = Sandbox::new("sync", DEVICE);
+    let r = ok(&mut sb.gmux(Some("2M"), ["sync"]));
+    let n = number(&r.stdout, "sync: all ");
+    assert!(n >= 8 && r.stdout.contains("checks passed"), "{}", r.describe());
+    let s = summary(&r);
+    assert!(s.created == 1 && s.peak_resident <= CHUNK as f64 && s.commands > 0, "{s:?}\n{}", r.describe());
+    assert_no_shim_complaints(&r);
+}
+
+#[test]
+fn mem_get_info_reports_the_limit() {
+    let sb = Sandbox::new("info", DEVICE);
+    let limit = 40 * MIB;
+    let r = ok(&mut sb.gmux(Some("40M"), ["info", "--limit", &limit.to_string()]));
+    let bytes = 5 * MIB + 100;
+    assert_eq!(number(&r.stdout, "total "), limit, "{}", r.describe());
+    assert_eq!(number(&r.stdout, "free "), limit - bytes, "free = limit - bytes allocated:\n{}", r.describe());
+    assert_eq!(number(&r.stdout, " size "), bytes, "{}", r.describe());
+    assert_eq!(number(&r.stdout, "memory_type "), 2, "{}", r.describe());
+    let base = r.stdout.split("base ").nth(1).and_then(|t| t.split_whitespace().next());
+    let start = r.stdout.split("range_start ").nth(1).and_then(|t| t.split_whitespace().next());
+    assert!(base.is_some() && base == start, "base and range start differ:\n{}", r.describe());
+    assert_no_shim_complaints(&r);
+}
+
+#[test]
+fn dlsym_direct_under_eviction() {
+    // Buffers of 1 MiB, 3 MiB + 12 B and 64 KiB: four chunks under a two-chunk limit.
+    let sb = Sandbox::new("dlsym", DEVICE);
+    let r = ok(&mut sb.gmux(Some("4M"), ["dlsym-direct"]));
+    assert_eq!(number(&r.stdout, "mismatches: "), 0, "{}", r.describe());
+    let s = summary(&r);
+    assert!(s.evicted > 0 && s.populated > 0 && s.peak_resident <= (4 * MIB) as f64, "{s:?}\n{}", r.describe());
+    assert_no_shim_complaints(&r);
+}
+
+#[test]
+fn per_thread_default_streams_under_eviction() {
+    // Two threads with one 256 KiB buffer each, under a one-chunk limit: every round of
+    // each thread evicts the other's.
+    let sb = Sandbox::new("ptsz", DEVICE);
+    let r = ok(sb.gmux(Some("2M"), ["procaddr-ptsz"]).env("GMUX_STANDIN_DELAY_US", "200"));
+    assert!(r.stdout.contains("procaddr-ptsz: 2 threads, 10 rounds each"), "{}", r.describe());
+    assert_eq!(number(&r.stdout, "mismatches: "), 0, "{}", r.describe());
+    let s = summary(&r);
+    assert!(s.evicted >= 10 && s.populated >= 10 && s.peak_resident <= CHUNK as f64, "{s:?}\n{}", r.describe());
+    assert_no_shim_complaints(&r);
+}
+
+#[test]
+fn extra_params_under_eviction() {
+    // A 4 MiB ballast filled before each of the four launches pushes their buffers out of
+    // the 4 MiB limit: each launch must find them in `extra` or in mix's struct parameter.
+    let sb = Sandbox::new("extra", DEVICE);
+    let r = ok(&mut sb.gmux(Some("4M"), ["extra-params", "--ballast", "4M"]));
+    assert!(r.stdout.contains("extra-params: all 4 checks passed"), "{}", r.describe());
+    let s = summary(&r);
+    assert!(s.evicted >= 4 && s.populated >= 4 && s.peak_resident <= (4 * MIB) as f64, "{s:?}\n{}", r.describe());
+    assert_no_shim_complaints(&r);
+}
+
+#[test]
+fn a_working_set_above_the_limit_fails_cleanly() {
+    let sb = Sandbox::new("too-big", DEVICE);
+    let r = ok(&mut sb.gmux(Some("4M"), ["too-big", "--bytes", "6M"]));
+    assert_eq!(number(&r.stdout, "launch result: "), 2, "CUDA_ERROR_OUT_OF_MEMORY expected:\n{}", r.describe());
+    let line = r.stderr.lines().find(|l| l.contains("raise --mem-limit")).unwrap_or_else(|| panic!("no advice:\n{}", r.describe()));
+    assert!(line.starts_with("gmux: ") && line.contains("add") && line.contains("6.0 MiB") && line.contains("4.0 MiB"), "{line}");
+    let s = summary(&r);
+    assert_eq!((s.evicted, s.populated), (0, 0), "{s:?}");
+}
+
+/// `gmux run [--mem-limit 8M] -- ARGS`, with the shim, and the same without gmux.
+fn with_and_without(args: &[&str], limit: Option<&str>) -> (Ran, Ran) {
+    let plain = run_within(Command::new(args[0]).args(&args[1..]), PATIENCE);
+    let mut c = Command::new(gmux_bin());
+    c.arg("run");
+    if let Some(l) = limit {
+        c.args(["--mem-limit", l]);
+    }
+    c.arg("--").args(args).env("GMUX_SHIM", common::shim_lib()).env("GMUX_LOG", "info").env_remove("LD_PRELOAD");
+    (plain, run_within(&mut c, PATIENCE))
+}
+
+#[test]
+fn a_program_without_cuda_is_untouched() {
+    for (args, limit) in [
+        (&["true"][..], Some("8M")),
+        (&["sh", "-c", "exit 3"][..], Some("8M")),
+        (&["sh", "-c", "echo out; exit 3"][..], None),
+    ] {
+        let (plain, under) = with_and_without(args, limit);
+        assert_eq!(under.status.code(), plain.status.code(), "{}\n{}", plain.describe(), under.describe());
+        assert_eq!(under.stdout, plain.stdout, "{}", under.describe());
+        assert_eq!(under.stderr, "", "{}", under.describe());
+    }
+}
+
+#[test]
+fn cli_errors_are_explained() {
+    let shim = common::shim_lib();
+    let gmux = |args: &[&str]| {
+        let mut c = Command::new(gmux_bin());
+        c.args(args).env("GMUX_SHIM", &shim).env_remove("LD_PRELOAD");
+        c
+    };
+    let expect = |r: Ran, code: i32, text: &str| {
+        assert_eq!(r.status.code(), Some(code), "{}", r.describe());
+        assert!(r.stderr.starts_with("gmux: ") && r.stderr.contains(text), "expected {text:?}:\n{}", r.describe());
+    };
+    expect(run_within(&mut gmux(&["run", "--mem-limit", "1M", "--", "true"]), PATIENCE), 2, "below one 2 MiB chunk");
+    expect(run_within(&mut gmux(&["run", "--", "/nonexistent/prog"]), PATIENCE), 1, "cannot run");
+    let mut missing = gmux(&["run", "--", "true"]);
+    missing.env("GMUX_SHIM", "/nonexistent");
+    expect(run_within(&mut missing, PATIENCE), 1, "cannot find libgmux.so");
+}
