@@ -5,8 +5,8 @@
 //! chunk and grants access with one `cuMemSetAccess` per contiguous run (one call per
 //! chunk would cost 32 µs each), then issues copies and events in the plan's order.
 //! Everything after that is ordered on the GPU, not by the host:
-//! - an eviction copy waits for the application's last command on that chunk
-//!   ([`CudaDevice::evict_after`]);
+//! - eviction copies wait for the application's commands released before them
+//!   ([`CudaDevice::evict_after_all`]);
 //! - a physical chunk handed from an eviction to a population stays mapped at both
 //!   addresses for a while; the population waits on the GPU for the eviction copy, and
 //!   the old address is unmapped later, once that copy is done (`cuMemUnmap` is a host
@@ -103,10 +103,13 @@ pub struct CudaDevice {
     event_refs: HashMap<usize, usize>,
     /// Populate-stream events to record at the next flush (`None`: all).
     keep: Option<HashSet<u64>>,
+    /// Unmap evicted addresses at once (`GMUX_UNMAP=strict`), so that a command touching
+    /// memory outside its predicted working set faults instead of reading stale data.
+    pub strict_unmap: bool,
     /// Eviction copy after which a physical chunk's old contents are dead.
     phys_free_after: HashMap<u64, CUevent>,
-    /// Application event an eviction copy must wait for.
-    evict_after: HashMap<ChunkId, CUevent>,
+    /// Application events the next flush's eviction copies wait for.
+    evict_wait: Vec<CUevent>,
     host: HostPool,
     slot: HashMap<ChunkId, usize>,
     events: HashMap<u64, CUevent>,
@@ -137,8 +140,9 @@ impl CudaDevice {
             pending_vas: HashSet::new(),
             event_refs: HashMap::new(),
             keep: None,
+            strict_unmap: false,
             phys_free_after: HashMap::new(),
-            evict_after: HashMap::new(),
+            evict_wait: Vec::new(),
             host: HostPool::new(host_block),
             slot: HashMap::new(),
             events: HashMap::new(),
@@ -164,15 +168,14 @@ impl CudaDevice {
         if let Some(s) = self.slot.remove(&c) {
             self.host.give(s);
         }
-        self.evict_after.remove(&c);
         if let Some(va) = self.chunk_va.get_mut(c.0 as usize) {
             *va = 0;
         }
     }
 
-    /// Makes the eviction copy of `c` wait for `after` (the application's last command on it).
-    pub fn evict_after(&mut self, c: ChunkId, after: CUevent) {
-        self.evict_after.insert(c, after);
+    /// Makes the next flush's eviction copies wait for `after` (application work).
+    pub fn evict_after_all(&mut self, after: CUevent) {
+        self.evict_wait.push(after);
     }
 
     /// The CUDA event behind `e`.
@@ -254,6 +257,9 @@ impl CudaDevice {
 
     /// Eviction copies and the unmaps that wait for them.
     fn evict_pass(&mut self, ops: &[Op]) -> Result<(), CudaError> {
+        for ev in std::mem::take(&mut self.evict_wait) {
+            check(crate::real!(cuStreamWaitEvent(self.streams[CopyStream::Evict as usize], ev, 0)), "cuStreamWaitEvent")?;
+        }
         let mut run = Run::default();
         for op in ops {
             match *op {
@@ -264,7 +270,6 @@ impl CudaDevice {
                         run = Run { va, slot, ..Run::default() };
                     }
                     run.len += CHUNK;
-                    run.waits.extend(self.evict_after.remove(&c));
                     run.last = Some(c);
                 }
                 Op::Copy(CopyStream::Evict, _, from, to) => return Err(unsupported(from, to)),
@@ -300,6 +305,9 @@ impl CudaDevice {
                 self.pending_unmap.push(PendingUnmap { va, phys, done });
                 self.pending_vas.insert(va);
                 self.phys_free_after.insert(phys, done);
+            }
+            if self.strict_unmap {
+                self.settle_unmap(|u| u.done == done)?;
             }
         }
         *run = Run::default();

@@ -24,6 +24,8 @@ pub struct Config {
     pub mover: MoverMode,
     /// `GMUX_PREDICT=tenant`: treat every command as touching all memory (debugging).
     pub whole_tenant: bool,
+    /// `GMUX_UNMAP=strict`: unmap evicted chunks before going on (debugging prediction).
+    pub strict_unmap: bool,
     /// `GMUX_HOST_BLOCK`: bytes pinned per host-pool block.
     pub host_block: u64,
 }
@@ -59,7 +61,13 @@ pub fn config() -> &'static Config {
             Some("tenant") => true,
             Some(v) => crate::log::fatal(&format!("GMUX_PREDICT={v}: use `args` (default) or `tenant`")),
         };
+        let strict_unmap = match var("GMUX_UNMAP").as_deref() {
+            None | Some("deferred") => false,
+            Some("strict") => true,
+            Some(v) => crate::log::fatal(&format!("GMUX_UNMAP={v}: use `deferred` (default) or `strict`")),
+        };
         Config {
+            strict_unmap,
             mem_limit: size_var("GMUX_MEM_LIMIT"),
             inflight,
             mover,

@@ -98,16 +98,16 @@ exports! {
     cuGraphLaunch_ptsz(g: CUgraphExec, s: CUstream) => |real| cmd::whole_tenant(real, "cuGraphLaunch", s, true);
 
     // Copies: synchronous ones run on the legacy (or, `_ptds`, per-thread) default stream.
-    cuMemcpyHtoD_v2(d: Dp, h: *const c_void, n: usize) => |real| cmd::sync_op(real, &[d], false);
-    cuMemcpyHtoD_v2_ptds(d: Dp, h: *const c_void, n: usize) => |real| cmd::sync_op(real, &[d], true);
+    cuMemcpyHtoD_v2(d: Dp, h: *const c_void, n: usize) => |real| cmd::upload(real, d, h, n, std::ptr::null_mut(), false);
+    cuMemcpyHtoD_v2_ptds(d: Dp, h: *const c_void, n: usize) => |real| cmd::upload(real, d, h, n, std::ptr::null_mut(), true);
     cuMemcpyDtoH_v2(h: P, d: Dp, n: usize) => |real| cmd::sync_op(real, &[d], false);
     cuMemcpyDtoH_v2_ptds(h: P, d: Dp, n: usize) => |real| cmd::sync_op(real, &[d], true);
     cuMemcpyDtoD_v2(d: Dp, s: Dp, n: usize) => |real| cmd::sync_op(real, &[d, s], false);
     cuMemcpyDtoD_v2_ptds(d: Dp, s: Dp, n: usize) => |real| cmd::sync_op(real, &[d, s], true);
     cuMemcpy(d: Dp, s: Dp, n: usize) => |real| cmd::sync_op(real, &[d, s], false);
     cuMemcpy_ptds(d: Dp, s: Dp, n: usize) => |real| cmd::sync_op(real, &[d, s], true);
-    cuMemcpyHtoDAsync_v2(d: Dp, h: *const c_void, n: usize, s: CUstream) => |real| cmd::op(real, &[d], s, false);
-    cuMemcpyHtoDAsync_v2_ptsz(d: Dp, h: *const c_void, n: usize, s: CUstream) => |real| cmd::op(real, &[d], s, true);
+    cuMemcpyHtoDAsync_v2(d: Dp, h: *const c_void, n: usize, s: CUstream) => |real| cmd::upload(real, d, h, n, s, false);
+    cuMemcpyHtoDAsync_v2_ptsz(d: Dp, h: *const c_void, n: usize, s: CUstream) => |real| cmd::upload(real, d, h, n, s, true);
     cuMemcpyDtoHAsync_v2(h: P, d: Dp, n: usize, s: CUstream) => |real| cmd::op(real, &[d], s, false);
     cuMemcpyDtoHAsync_v2_ptsz(h: P, d: Dp, n: usize, s: CUstream) => |real| cmd::op(real, &[d], s, true);
     cuMemcpyDtoDAsync_v2(d: Dp, x: Dp, n: usize, s: CUstream) => |real| cmd::op(real, &[d, x], s, false);

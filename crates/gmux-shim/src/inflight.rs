@@ -103,6 +103,12 @@ impl Inflight {
         Some(t.events[i].1)
     }
 
+    /// The newest unfinished command's event on every stream: waiting for all of them
+    /// waits for everything released so far.
+    pub fn newest(&self) -> Vec<CUevent> {
+        self.tracks.values().filter_map(|t| t.events.back().map(|(_, e)| *e)).collect()
+    }
+
     /// Forgets a freed allocation.
     pub fn forget(&mut self, a: AllocId) {
         self.last_use.remove(&a);

@@ -33,6 +33,16 @@ fn by_address(addr: usize) -> Option<usize> {
         .copied()
 }
 
+/// The wrapper of `name` when it is the only variant of its family gmux knows, so its
+/// ABI cannot be mistaken (the driver may hand out an internal address for it).
+fn only_variant(name: &[u8]) -> Option<usize> {
+    let w = *handled().get(name)?;
+    let others = ["_v2", "_v3", "_ptsz", "_ptds", "_v2_ptsz", "_v2_ptds"]
+        .iter()
+        .any(|v| handled().contains_key([name, v.as_bytes()].concat().as_slice()));
+    (!others).then_some(w)
+}
+
 /// Whether some variant of `name` (`_v2`, `_ptsz`, …) is handled.
 fn family_handled(name: &[u8]) -> bool {
     ["", "_v2", "_v3", "_ptsz", "_ptds", "_v2_ptsz", "_v2_ptds"]
@@ -50,9 +60,10 @@ pub unsafe fn get_proc(real: impl FnOnce() -> CUresult, symbol: *const c_char, p
         return r;
     }
     let found = *pfn as usize;
-    if let Some(w) = by_address(found) {
+    let name = CStr::from_ptr(symbol).to_bytes();
+    if let Some(w) = by_address(found).or_else(|| only_variant(name)) {
         *pfn = w as *mut c_void;
-    } else if family_handled(CStr::from_ptr(symbol).to_bytes()) {
+    } else if family_handled(name) {
         let name = CStr::from_ptr(symbol).to_string_lossy();
         crate::api::refuse::once(
             &format!("procaddr {name} {version} {flags}"),

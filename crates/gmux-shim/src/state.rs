@@ -78,6 +78,8 @@ pub struct Shim {
     /// Kernel parameter layouts.
     pub layouts: Layouts,
     missing: HashMap<AllocId, u32>,
+    /// Allocations whose contents point into other allocations.
+    refs: HashMap<AllocId, std::collections::HashSet<AllocId>>,
     alloc_tick: HashMap<AllocId, u64>,
     tick: u64,
     limit: u64,
@@ -139,10 +141,11 @@ impl Shim {
         if limit < CHUNK_BYTES {
             crate::log::fatal(&format!("memory limit {} is below one 2 MiB chunk; give --mem-limit at least 2M", format_size(limit)));
         }
-        let dev = CudaDevice::new(ordinal, cfg.mover, cfg.host_block).map_err(|e| {
+        let mut dev = CudaDevice::new(ordinal, cfg.mover, cfg.host_block).map_err(|e| {
             crate::log!(Error, "{e}");
             e.code
         })?;
+        dev.strict_unmap = cfg.strict_unmap;
         let mut tenants = Tenants::default();
         let tenant = tenants.add("self").expect("first tenant");
         let caps = Capacities { gpu: Some(limit), host: None, disk: Some(0) };
@@ -158,6 +161,7 @@ impl Shim {
             inflight: Inflight::default(),
             layouts: Layouts::default(),
             missing: HashMap::new(),
+            refs: HashMap::new(),
             alloc_tick: HashMap::new(),
             tick: 0,
             limit,
@@ -223,6 +227,10 @@ impl Shim {
         self.mem.free(r.alloc).expect("live allocation");
         self.vmem.remove(base);
         self.missing.remove(&r.alloc);
+        self.refs.remove(&r.alloc);
+        for set in self.refs.values_mut() {
+            set.remove(&r.alloc);
+        }
         self.alloc_tick.remove(&r.alloc);
         self.inflight.forget(r.alloc);
         check(crate::real!(cuMemAddressFree(base, r.reserved as usize)), "cuMemAddressFree")?;
@@ -230,11 +238,26 @@ impl Shim {
     }
 
     /// The allocations that any of `ptrs` points into.
+    /// With the allocations they refer to (see [`Shim::add_refs`]).
     pub fn allocs_of(&self, ptrs: &[CUdeviceptr]) -> Vec<AllocId> {
         let mut v: Vec<AllocId> = ptrs.iter().filter_map(|p| self.vmem.find(*p)).map(|r| r.alloc).collect();
+        let referred: Vec<AllocId> = v.iter().filter_map(|a| self.refs.get(a)).flatten().copied().collect();
+        v.extend(referred);
         v.sort_unstable();
         v.dedup();
         v
+    }
+
+    /// Records that allocation `holder` now holds `ptrs` (pointers or tensor-map
+    /// addresses uploaded into it): a command that reads `holder` may follow them, so
+    /// their allocations join its working set from now on.
+    pub fn add_refs(&mut self, holder: CUdeviceptr, ptrs: &[CUdeviceptr]) {
+        let Some(h) = self.vmem.find(holder).map(|r| r.alloc) else { return };
+        let found: Vec<AllocId> = ptrs.iter().filter_map(|p| self.vmem.find(*p)).map(|r| r.alloc).filter(|a| *a != h).collect();
+        if !found.is_empty() {
+            let set = self.refs.entry(h).or_default();
+            set.extend(found);
+        }
     }
 
     /// Makes `ws` resident. Returns the event the command's stream must wait for, if
@@ -263,11 +286,13 @@ impl Shim {
         if plan.covered < need.len() {
             return Err(ShimError::TooBig { need: need_bytes, limit: self.limit });
         }
-        for m in &plan.moves {
-            if let Move::Evict { chunk, .. } = *m {
-                if let Some(ev) = self.inflight.busy(self.mem.chunk(chunk).alloc) {
-                    self.dev.evict_after(chunk, ev);
-                }
+        // Evictions wait for every command released so far, not only for the last one
+        // predicted to use the victim: a command that reaches memory outside its
+        // predicted working set still finishes before that memory is copied out and its
+        // physical chunk reused.
+        if plan.moves.iter().any(|m| matches!(m, Move::Evict { .. })) {
+            for ev in self.inflight.newest() {
+                self.dev.evict_after_all(ev);
             }
         }
         let started = std::time::Instant::now();

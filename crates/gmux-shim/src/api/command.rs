@@ -117,3 +117,30 @@ pub unsafe fn memcpy2d_ptrs(c: *const c_void) -> [CUdeviceptr; 2] {
     }
     [dev(16, 32), dev(72, 88)]
 }
+
+/// Host-to-device uploads of at most this many bytes are scanned for pointers.
+pub const SCAN_UPLOAD_BYTES: usize = 64 << 10;
+
+/// A host-to-device copy. A small upload (descriptors, pointer arrays, TMA tensor maps)
+/// is scanned: gmux memory it points to becomes part of the working set of every later
+/// command that reads the destination allocation.
+///
+/// # Safety
+/// `host` is readable for `n` bytes.
+pub unsafe fn upload(real: impl FnOnce() -> CUresult, dst: CUdeviceptr, host: *const c_void, n: usize, stream: CUstream, ptsz: bool) -> CUresult {
+    if !host.is_null() && n >= 8 && n <= SCAN_UPLOAD_BYTES {
+        let bytes = std::slice::from_raw_parts(host as *const u8, n);
+        let mut found: Vec<CUdeviceptr> = bytes.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes"))).collect();
+        if crate::tensormap::any() {
+            let mut k = 0;
+            while k + crate::tensormap::MAP_BYTES <= n {
+                found.extend(crate::tensormap::lookup(&bytes[k..k + crate::tensormap::MAP_BYTES]));
+                k += crate::tensormap::MAP_ALIGN;
+            }
+        }
+        if let Ok(mut g) = shim() {
+            g.as_mut().expect("created").add_refs(dst, &found);
+        }
+    }
+    op(real, &[dst], stream, ptsz)
+}
