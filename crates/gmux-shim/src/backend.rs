@@ -56,8 +56,17 @@ fn merge(sorted: Vec<(CUdeviceptr, usize)>) -> Vec<(CUdeviceptr, usize)> {
     out
 }
 
-fn unsupported(from: Tier, to: Tier) -> CudaError {
-    let _ = (from, to);
+/// Makes `stream` wait for each distinct event of `waits`, which it empties.
+fn wait_all(stream: CUstream, waits: &mut Vec<CUevent>) -> Result<(), CudaError> {
+    waits.sort_unstable();
+    waits.dedup();
+    for w in waits.drain(..) {
+        check(crate::real!(cuStreamWaitEvent(stream, w, 0)), "cuStreamWaitEvent")?;
+    }
+    Ok(())
+}
+
+fn unsupported() -> CudaError {
     CudaError { call: "a disk-tier copy (the disk tier is not in the shim yet)", code: CUDA_ERROR_NOT_SUPPORTED }
 }
 
@@ -77,17 +86,6 @@ struct PendingUnmap {
     va: CUdeviceptr,
     phys: u64,
     done: CUevent,
-}
-
-/// Byte counters of the mover.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Traffic {
-    /// Bytes copied device → host.
-    pub d2h: u64,
-    /// Bytes copied host → device.
-    pub h2d: u64,
-    /// `cuMemSetAccess` calls.
-    pub set_access_calls: u64,
 }
 
 /// The CUDA implementation of [`Device`].
@@ -115,8 +113,6 @@ pub struct CudaDevice {
     events: HashMap<u64, CUevent>,
     next_event: u64,
     ops: Vec<Op>,
-    /// Bytes moved so far.
-    pub traffic: Traffic,
 }
 
 // SAFETY: CUDA handles may be used from any thread; the shim serializes all access.
@@ -148,7 +144,6 @@ impl CudaDevice {
             events: HashMap::new(),
             next_event: 0,
             ops: Vec::new(),
-            traffic: Traffic::default(),
         })
     }
 
@@ -250,16 +245,14 @@ impl CudaDevice {
         };
         for (va, len) in merge(runs) {
             check(crate::real!(cuMemSetAccess(va, len, &desc, 1)), "cuMemSetAccess")?;
-            self.traffic.set_access_calls += 1;
         }
         Ok(())
     }
 
     /// Eviction copies and the unmaps that wait for them.
     fn evict_pass(&mut self, ops: &[Op]) -> Result<(), CudaError> {
-        for ev in std::mem::take(&mut self.evict_wait) {
-            check(crate::real!(cuStreamWaitEvent(self.streams[CopyStream::Evict as usize], ev, 0)), "cuStreamWaitEvent")?;
-        }
+        let mut app = std::mem::take(&mut self.evict_wait);
+        wait_all(self.streams[CopyStream::Evict as usize], &mut app)?;
         let mut run = Run::default();
         for op in ops {
             match *op {
@@ -272,7 +265,7 @@ impl CudaDevice {
                     run.len += CHUNK;
                     run.last = Some(c);
                 }
-                Op::Copy(CopyStream::Evict, _, from, to) => return Err(unsupported(from, to)),
+                Op::Copy(CopyStream::Evict, ..) => return Err(unsupported()),
                 Op::Unmap(c) if run.last == Some(c) => run.unmaps.push(c),
                 Op::Unmap(c) => {
                     self.end_evict_run(&mut run)?;
@@ -287,14 +280,9 @@ impl CudaDevice {
 
     fn end_evict_run(&mut self, run: &mut Run) -> Result<(), CudaError> {
         let s = self.streams[CopyStream::Evict as usize];
-        run.waits.sort_unstable();
-        run.waits.dedup();
-        for w in run.waits.drain(..) {
-            check(crate::real!(cuStreamWaitEvent(s, w, 0)), "cuStreamWaitEvent")?;
-        }
+        wait_all(s, &mut run.waits)?;
         if run.len > 0 {
             check(crate::real!(cuMemcpyDtoHAsync_v2(run.slot as *mut c_void, run.va, run.len, s)), "cuMemcpyDtoHAsync")?;
-            self.traffic.d2h += run.len as u64;
         }
         if !run.unmaps.is_empty() {
             let done = self.new_event(CopyStream::Evict)?;
@@ -332,7 +320,7 @@ impl CudaDevice {
                     run.len += CHUNK;
                     run.waits.append(&mut waits);
                 }
-                Op::Copy(CopyStream::Populate, _, from, to) => return Err(unsupported(from, to)),
+                Op::Copy(CopyStream::Populate, ..) => return Err(unsupported()),
                 Op::Record(stream, e) => {
                     let wanted = stream == CopyStream::Evict || self.keep.as_ref().is_none_or(|k| k.contains(&e.0));
                     if wanted {
@@ -358,14 +346,9 @@ impl CudaDevice {
 
     fn end_populate_run(&mut self, run: &mut Run) -> Result<(), CudaError> {
         let s = self.streams[CopyStream::Populate as usize];
-        run.waits.sort_unstable();
-        run.waits.dedup();
-        for w in run.waits.drain(..) {
-            check(crate::real!(cuStreamWaitEvent(s, w, 0)), "cuStreamWaitEvent")?;
-        }
+        wait_all(s, &mut run.waits)?;
         if run.len > 0 {
             check(crate::real!(cuMemcpyHtoDAsync_v2(run.va, run.slot as *const c_void, run.len, s)), "cuMemcpyHtoDAsync")?;
-            self.traffic.h2d += run.len as u64;
         }
         *run = Run::default();
         Ok(())
@@ -391,6 +374,9 @@ impl CudaDevice {
     /// that an evicted address stops reaching its old physical chunk as soon as possible.
     /// The copies run in order on one stream, so the first unfinished one ends the scan.
     pub fn reap(&mut self, wait: bool) -> Result<(), CudaError> {
+        if self.pending_unmap.is_empty() {
+            return Ok(());
+        }
         let pending = std::mem::take(&mut self.pending_unmap);
         let mut rest = pending.into_iter().peekable();
         while let Some(u) = rest.peek() {

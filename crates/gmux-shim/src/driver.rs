@@ -2,7 +2,7 @@
 //! `GMUX_CUDA_LIB`), called by the shim for its own work and to forward calls.
 
 use crate::cuda::*;
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::ffi::{c_char, c_uint, c_void, CStr, CString};
 use std::sync::OnceLock;
 
 extern "C" {
@@ -47,10 +47,8 @@ macro_rules! driver_table {
 }
 
 driver_table! {
-    cuGetProcAddress_v2(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int);
     cuCtxGetCurrent(*mut CUcontext);
     cuCtxGetDevice(*mut CUdevice);
-    cuCtxSynchronize();
     cuMemGetInfo_v2(*mut usize, *mut usize);
     cuMemAddressReserve(*mut CUdeviceptr, usize, usize, CUdeviceptr, u64);
     cuMemAddressFree(CUdeviceptr, usize);
@@ -63,9 +61,6 @@ driver_table! {
     cuMemFreeHost(*mut c_void);
     cuStreamCreate(*mut CUstream, c_uint);
     cuStreamSynchronize(CUstream);
-    cuStreamSynchronize_ptsz(CUstream);
-    cuStreamQuery(CUstream);
-    cuStreamQuery_ptsz(CUstream);
     cuStreamWaitEvent(CUstream, CUevent, c_uint);
     cuStreamWaitEvent_ptsz(CUstream, CUevent, c_uint);
     cuEventCreate(*mut CUevent, c_uint);
@@ -80,8 +75,6 @@ driver_table! {
     cuKernelGetParamInfo(CUkernel, usize, *mut usize, *mut usize);
     cuFuncGetName(*mut *const c_char, CUfunction);
     cuKernelGetName(*mut *const c_char, CUkernel);
-    cuPointerGetAttribute(*mut c_void, c_uint, CUdeviceptr);
-    cuPointerGetAttributes(c_uint, *mut c_uint, *mut *mut c_void, CUdeviceptr);
 }
 
 // SAFETY: the handle and function pointers are process-global and immutable.

@@ -168,8 +168,8 @@ exports! {
     // Synchronization: forwarded, then in-flight bookkeeping catches up.
     cuStreamSynchronize(s: CUstream) => |real| cmd::synced(real, s, false);
     cuStreamSynchronize_ptsz(s: CUstream) => |real| cmd::synced(real, s, true);
-    cuCtxSynchronize() => |real| cmd::synced_all(real);
-    cuCtxSynchronize_v2(c: CUcontext) => |real| cmd::synced_all(real);
+    cuCtxSynchronize() => cmd::synced_all;
+    cuCtxSynchronize_v2(c: CUcontext) => cmd::synced_all;
 
     // Refused by name, with the reason (see docs/compatibility.md).
     cuMemcpy3D_v2(c: *const c_void) => |_| refuse::call("cuMemcpy3D", "3D copies are not virtualized yet");

@@ -124,9 +124,4 @@ impl Inflight {
         let keys: Vec<StreamKey> = self.tracks.keys().copied().collect();
         keys.into_iter().try_for_each(|k| self.retire(k, 0))
     }
-
-    /// Commands released and not yet known to be finished, all streams.
-    pub fn pending(&self) -> usize {
-        self.tracks.values().map(|t| t.events.len()).sum()
-    }
 }

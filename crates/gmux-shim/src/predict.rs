@@ -46,11 +46,11 @@ fn collect(get: impl Fn(usize, &mut usize, &mut usize) -> CUresult) -> Option<La
 
 /// Calls `visit` with every 8-byte-aligned word of the parameters.
 ///
-/// `Err(())` when the parameters cannot be read: `kernel_params` given but no layout.
+/// `false` when the parameters cannot be read: `kernel_params` given but no layout.
 ///
 /// # Safety
 /// `kernel_params` / `extra` must be valid as `cuLaunchKernel` defines them.
-pub unsafe fn scan(layout: Option<&Layout>, kernel_params: *mut *mut c_void, extra: *mut *mut c_void, mut visit: impl FnMut(u64)) -> Result<(), ()> {
+pub unsafe fn scan(layout: Option<&Layout>, kernel_params: *mut *mut c_void, extra: *mut *mut c_void, mut visit: impl FnMut(u64)) -> bool {
     let maps = tensormap::any();
     // `off` is the parameter's offset in the block, for tensor-map alignment.
     let mut words = |base: *const u8, off: usize, size: usize| {
@@ -68,18 +68,18 @@ pub unsafe fn scan(layout: Option<&Layout>, kernel_params: *mut *mut c_void, ext
         }
     };
     if !kernel_params.is_null() {
-        let layout = layout.ok_or(())?;
+        let Some(layout) = layout else { return false };
         for (i, &(off, size)) in layout.iter().enumerate() {
             words(*kernel_params.add(i) as *const u8, off, size);
         }
-        return Ok(());
+        return true;
     }
-    let Some((buf, len)) = extra_buffer(extra) else { return Ok(()) };
+    let Some((buf, len)) = extra_buffer(extra) else { return true };
     match layout {
         Some(l) => l.iter().filter(|(o, s)| o + s <= len).for_each(|&(o, s)| words(buf.add(o), o, s)),
         None => words(buf, 0, len / 8 * 8),
     }
-    Ok(())
+    true
 }
 
 /// The packed parameter buffer of an `extra` array (`CU_LAUNCH_PARAM_BUFFER_POINTER`).
@@ -125,7 +125,7 @@ mod tests {
         let mut params = [&a as *const u64 as *mut c_void, s.as_ptr() as *mut c_void, &n as *const u32 as *mut c_void];
         let layout = vec![(0, 8), (8, 24), (32, 4)];
         let mut seen = Vec::new();
-        unsafe { scan(Some(&layout), params.as_mut_ptr(), std::ptr::null_mut(), |w| seen.push(w)) }.unwrap();
+        assert!(unsafe { scan(Some(&layout), params.as_mut_ptr(), std::ptr::null_mut(), |w| seen.push(w)) });
         assert_eq!(seen, vec![a, s[0], 17, s[2]]);
     }
 
@@ -143,10 +143,10 @@ mod tests {
         ];
         let mut seen = Vec::new();
         let layout = vec![(0, 4), (8, 8), (16, 8)];
-        unsafe { scan(Some(&layout), std::ptr::null_mut(), extra.as_mut_ptr(), |w| seen.push(w)) }.unwrap();
+        assert!(unsafe { scan(Some(&layout), std::ptr::null_mut(), extra.as_mut_ptr(), |w| seen.push(w)) });
         assert_eq!(seen, vec![0x7e00_0000_1000, 0]);
         let mut all = Vec::new();
-        unsafe { scan(None, std::ptr::null_mut(), extra.as_mut_ptr(), |w| all.push(w)) }.unwrap();
+        assert!(unsafe { scan(None, std::ptr::null_mut(), extra.as_mut_ptr(), |w| all.push(w)) });
         assert_eq!(all.len(), 3, "without a layout the whole buffer is scanned");
     }
 
@@ -160,13 +160,13 @@ mod tests {
         let mut params = [&n as *const u32 as *mut c_void, map.0.as_ptr() as *mut c_void];
         let layout = vec![(0, 4), (64, 128)];
         let mut seen = Vec::new();
-        unsafe { scan(Some(&layout), params.as_mut_ptr(), std::ptr::null_mut(), |w| seen.push(w)) }.unwrap();
+        assert!(unsafe { scan(Some(&layout), params.as_mut_ptr(), std::ptr::null_mut(), |w| seen.push(w)) });
         assert!(seen.contains(&0x7e00_0600_0000), "{seen:x?}");
     }
 
     #[test]
     fn kernel_params_without_a_layout_cannot_be_scanned() {
         let mut p = [std::ptr::null_mut::<c_void>()];
-        assert!(unsafe { scan(None, p.as_mut_ptr(), std::ptr::null_mut(), |_| {}) }.is_err());
+        assert!(!unsafe { scan(None, p.as_mut_ptr(), std::ptr::null_mut(), |_| {}) });
     }
 }

@@ -327,14 +327,18 @@ impl Shim {
         }
         self.tick += 1;
         self.stats.commands += 1;
-        let allocs: Vec<AllocId> = match ws {
-            WorkingSet::Allocs(a) => a.clone(),
-            WorkingSet::Tenant => self.vmem.regions().map(|r| r.alloc).collect(),
+        let all: Vec<AllocId>;
+        let allocs = match ws {
+            WorkingSet::Allocs(a) => a,
+            WorkingSet::Tenant => {
+                all = self.vmem.regions().map(|r| r.alloc).collect();
+                &all
+            }
         };
-        for a in &allocs {
+        for a in allocs {
             self.alloc_tick.insert(*a, self.tick);
         }
-        self.inflight.released(stream, ptsz, &allocs, config().inflight)?;
+        self.inflight.released(stream, ptsz, allocs, config().inflight)?;
         self.dev.reap(false)?;
         Ok(())
     }
@@ -347,11 +351,6 @@ impl Shim {
     /// Bytes the application has allocated through gmux.
     pub fn allocated(&self) -> u64 {
         self.vmem.allocated()
-    }
-
-    /// Whether every chunk of allocation `a` is resident.
-    pub fn is_resident(&self, a: AllocId) -> bool {
-        self.missing.get(&a).copied().unwrap_or(0) == 0
     }
 
     fn add_moved(&mut self, m: Moved) {
@@ -396,6 +395,6 @@ impl Shim {
 }
 
 /// The state without blocking (for the exit summary).
-pub fn try_existing() -> Result<MutexGuard<'static, Option<Shim>>, ()> {
-    SHIM.try_lock().map_err(|_| ())
+pub fn try_existing() -> Option<MutexGuard<'static, Option<Shim>>> {
+    SHIM.try_lock().ok()
 }

@@ -31,34 +31,39 @@ fn resident(st: &mut Shim, r: &Region) -> CUresult {
     }
 }
 
-/// `cuPointerGetAttribute`.
-///
-/// # Safety
-/// `data` is writable for the attribute's type.
-pub unsafe fn one(real: impl FnOnce() -> CUresult, data: *mut c_void, attr: u32, ptr: CUdeviceptr) -> CUresult {
+/// Runs `f` on the region holding `ptr`, or the driver's own call if `ptr` is not gmux memory.
+fn on_region<R: FnOnce() -> CUresult>(real: R, ptr: CUdeviceptr, f: impl FnOnce(&mut Shim, &Region, R) -> CUresult) -> CUresult {
     let mut g = match shim() {
         Ok(g) => g,
         Err(_) => return real(),
     };
     let st = g.as_mut().expect("created");
-    let Some(r) = st.vmem.find(ptr).copied() else {
-        drop(g);
-        return real();
-    };
-    if data.is_null() {
-        return CUDA_ERROR_INVALID_VALUE;
+    match st.vmem.find(ptr).copied() {
+        Some(r) => f(st, &r, real),
+        None => {
+            drop(g);
+            real()
+        }
     }
-    if attr == CU_POINTER_ATTRIBUTE_HOST_POINTER {
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    if answer(st, &r, attr, data, ptr) {
-        return CUDA_SUCCESS;
-    }
-    let code = resident(st, &r);
-    if code != CUDA_SUCCESS {
-        return code;
-    }
-    real()
+}
+
+/// `cuPointerGetAttribute`.
+///
+/// # Safety
+/// `data` is writable for the attribute's type.
+pub unsafe fn one(real: impl FnOnce() -> CUresult, data: *mut c_void, attr: u32, ptr: CUdeviceptr) -> CUresult {
+    on_region(real, ptr, |st, r, real| {
+        if data.is_null() || attr == CU_POINTER_ATTRIBUTE_HOST_POINTER {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        if answer(st, r, attr, data, ptr) {
+            return CUDA_SUCCESS;
+        }
+        match resident(st, r) {
+            CUDA_SUCCESS => real(),
+            code => code,
+        }
+    })
 }
 
 /// `cuPointerGetAttributes`.
@@ -66,15 +71,10 @@ pub unsafe fn one(real: impl FnOnce() -> CUresult, data: *mut c_void, attr: u32,
 /// # Safety
 /// `attrs` and `data` hold `n` entries, each writable for its attribute's type.
 pub unsafe fn many(real: impl FnOnce() -> CUresult, n: u32, attrs: *mut u32, data: *mut *mut c_void, ptr: CUdeviceptr) -> CUresult {
-    let mut g = match shim() {
-        Ok(g) => g,
-        Err(_) => return real(),
-    };
-    let st = g.as_mut().expect("created");
-    let Some(r) = st.vmem.find(ptr).copied() else {
-        drop(g);
-        return real();
-    };
+    on_region(real, ptr, |st, r, real| many_on(st, r, real, n, attrs, data, ptr))
+}
+
+unsafe fn many_on(st: &mut Shim, r: &Region, real: impl FnOnce() -> CUresult, n: u32, attrs: *mut u32, data: *mut *mut c_void, ptr: CUdeviceptr) -> CUresult {
     if attrs.is_null() || data.is_null() {
         return CUDA_ERROR_INVALID_VALUE;
     }
@@ -86,21 +86,21 @@ pub unsafe fn many(real: impl FnOnce() -> CUresult, n: u32, attrs: *mut u32, dat
         }
         if a == CU_POINTER_ATTRIBUTE_HOST_POINTER {
             *(d as *mut *mut c_void) = std::ptr::null_mut();
-        } else if !answer(st, &r, a, d, ptr) {
+        } else if !answer(st, r, a, d, ptr) {
             all_ours = false;
         }
     }
     if all_ours {
         return CUDA_SUCCESS;
     }
-    let code = resident(st, &r);
+    let code = resident(st, r);
     if code != CUDA_SUCCESS {
         return code;
     }
     let code = real();
     for &(a, d) in &list {
         if !d.is_null() {
-            answer(st, &r, a, d, ptr);
+            answer(st, r, a, d, ptr);
         }
     }
     code

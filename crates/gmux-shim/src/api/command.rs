@@ -48,7 +48,7 @@ pub unsafe fn kernel(real: impl FnOnce() -> CUresult, f: CUfunction, stream: CUs
         let layout = st.layouts.of(f);
         // SAFETY: the launch arguments are valid per the caller's contract.
         match unsafe { scan(layout, params, extra, |w| ptrs.push(w)) } {
-            Ok(()) => {
+            true => {
                 let allocs = st.allocs_of(&ptrs);
                 if allocs.is_empty() && crate::log::level() >= crate::log::Level::Debug {
                     let name = kernel_name(f);
@@ -56,7 +56,7 @@ pub unsafe fn kernel(real: impl FnOnce() -> CUresult, f: CUfunction, stream: CUs
                 }
                 WorkingSet::Allocs(allocs)
             }
-            Err(()) => {
+            false => {
                 crate::log!(Warn, "kernel {}: no parameter layout (cuFuncGetParamInfo failed); treating it as touching all memory", kernel_name(f));
                 WorkingSet::Tenant
             }
@@ -128,7 +128,7 @@ pub const SCAN_UPLOAD_BYTES: usize = 64 << 10;
 /// # Safety
 /// `host` is readable for `n` bytes.
 pub unsafe fn upload(real: impl FnOnce() -> CUresult, dst: CUdeviceptr, host: *const c_void, n: usize, stream: CUstream, ptsz: bool) -> CUresult {
-    if !host.is_null() && n >= 8 && n <= SCAN_UPLOAD_BYTES {
+    if !host.is_null() && (8..=SCAN_UPLOAD_BYTES).contains(&n) {
         let bytes = std::slice::from_raw_parts(host as *const u8, n);
         let mut found: Vec<CUdeviceptr> = bytes.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes"))).collect();
         if crate::tensormap::any() {
