@@ -40,7 +40,8 @@ struct Run {
 
 impl Run {
     fn extends(&self, va: CUdeviceptr, slot: usize) -> bool {
-        self.len > 0 && self.len < RUN_CHUNKS * CHUNK && self.va + self.len as u64 == va && self.slot + self.len == slot
+        let most = crate::config::config().debug.run.unwrap_or(RUN_CHUNKS);
+        self.len > 0 && self.len < most * CHUNK && self.va + self.len as u64 == va && self.slot + self.len == slot
     }
 }
 

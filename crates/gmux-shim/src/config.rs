@@ -28,6 +28,38 @@ pub struct Config {
     pub strict_unmap: bool,
     /// `GMUX_HOST_BLOCK`: bytes pinned per host-pool block.
     pub host_block: u64,
+    /// `GMUX_DEBUG`: aids for finding ordering and prediction bugs.
+    pub debug: Debug,
+}
+
+/// `GMUX_DEBUG`, a comma-separated list; each item trades speed for a narrower search.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Debug {
+    /// `sync-before`: the host waits for all work of the context before a plan that evicts.
+    pub sync_before: bool,
+    /// `sync-after`: the host waits for the mover's copies after every plan.
+    pub sync_after: bool,
+    /// `runN`: merge at most N chunks into one copy (`run1`: no merging).
+    pub run: Option<usize>,
+    /// `all-events`: record every populate event, not only the awaited ones.
+    pub all_events: bool,
+    /// `resolve`: log, once each, driver entry points resolved that gmux does not wrap.
+    pub resolve: bool,
+}
+
+fn debug_flags() -> Debug {
+    let mut d = Debug::default();
+    for item in var("GMUX_DEBUG").unwrap_or_default().split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        match item {
+            "sync-before" => d.sync_before = true,
+            "sync-after" => d.sync_after = true,
+            v if v.starts_with("run") && v[3..].parse::<usize>().is_ok_and(|n| n > 0) => d.run = v[3..].parse().ok(),
+            "all-events" => d.all_events = true,
+            "resolve" => d.resolve = true,
+            v => crate::log::fatal(&format!("GMUX_DEBUG={v}: use a comma-separated list of sync-before, sync-after, runN, all-events, resolve")),
+        }
+    }
+    d
 }
 
 fn var(name: &str) -> Option<String> {
@@ -73,6 +105,7 @@ pub fn config() -> &'static Config {
             mover,
             whole_tenant,
             host_block: size_var("GMUX_HOST_BLOCK").unwrap_or(256 << 20),
+            debug: debug_flags(),
         }
     })
 }

@@ -61,6 +61,7 @@ driver_table! {
     cuMemFreeHost(*mut c_void);
     cuStreamCreate(*mut CUstream, c_uint);
     cuStreamSynchronize(CUstream);
+    cuCtxSynchronize();
     cuStreamWaitEvent(CUstream, CUevent, c_uint);
     cuStreamWaitEvent_ptsz(CUstream, CUevent, c_uint);
     cuEventCreate(*mut CUevent, c_uint);

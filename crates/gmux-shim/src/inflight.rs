@@ -109,6 +109,11 @@ impl Inflight {
         self.tracks.values().filter_map(|t| t.events.back().map(|(_, e)| *e)).collect()
     }
 
+    /// Streams that have had commands.
+    pub fn streams(&self) -> usize {
+        self.tracks.len()
+    }
+
     /// Forgets a freed allocation.
     pub fn forget(&mut self, a: AllocId) {
         self.last_use.remove(&a);

@@ -63,7 +63,10 @@ pub unsafe fn get_proc(real: impl FnOnce() -> CUresult, symbol: *const c_char, p
     let name = CStr::from_ptr(symbol).to_bytes();
     if let Some(w) = by_address(found).or_else(|| only_variant(name)) {
         *pfn = w as *mut c_void;
-    } else if family_handled(name) {
+        return r;
+    }
+    note_unwrapped(name, version, flags);
+    if family_handled(name) {
         let name = CStr::from_ptr(symbol).to_string_lossy();
         crate::api::refuse::once(
             &format!("procaddr {name} {version} {flags}"),
@@ -91,6 +94,18 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
     }
     match handled().get(n) {
         Some(&w) => w as *mut c_void,
-        None => found,
+        None => {
+            note_unwrapped(n, 0, 0);
+            found
+        }
+    }
+}
+
+/// `GMUX_DEBUG=resolve`: names, once each, a resolved entry point that reaches the
+/// driver without gmux.
+fn note_unwrapped(name: &[u8], version: c_int, flags: u64) {
+    if crate::config::config().debug.resolve {
+        let name = String::from_utf8_lossy(name);
+        crate::api::refuse::once(&format!("resolve {name}"), &format!("resolved unwrapped {name} (cudaVersion {version}, flags {flags})"), crate::log::Level::Error);
     }
 }

@@ -10,7 +10,7 @@ use crate::backend::CudaDevice;
 use crate::config::config;
 use crate::cuda::*;
 use crate::driver::{check, CudaError};
-use crate::inflight::Inflight;
+use crate::inflight::{Inflight, StreamKey};
 use crate::predict::Layouts;
 use crate::vmem::{Region, Vmem};
 use gmux_core::evict::{Eviction, Evictor, Forecast};
@@ -20,7 +20,7 @@ use gmux_core::placement::PlacementKind;
 use gmux_core::planner::{Move, Moved, Planner, Request};
 use gmux_core::size::format_size;
 use gmux_core::{AllocId, ChunkId, Memory, TenantId, Tenants, CHUNK_BYTES};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
 /// Why a command or allocation could not be served.
@@ -60,6 +60,17 @@ pub struct Stats {
     pub moved: Moved,
     /// Largest resident bytes seen.
     pub peak_resident: u64,
+    /// Waits added for populations made for another stream's command.
+    pub cross_stream_waits: u64,
+}
+
+/// A plan's populations, possibly still under way: the event after them, the
+/// allocations they fill and the streams that already wait for them.
+struct Landing {
+    id: gmux_core::device::Event,
+    ready: CUevent,
+    allocs: Vec<AllocId>,
+    waited: Vec<StreamKey>,
 }
 
 /// The shim's state.
@@ -85,8 +96,8 @@ pub struct Shim {
     limit: u64,
     ctx: CUcontext,
     ordinal: CUdevice,
-    /// The ready event of the last `prepare`, dropped once its command is released.
-    pending_ready: Option<gmux_core::device::Event>,
+    /// Populations that may still be under way, oldest first.
+    landing: VecDeque<Landing>,
     /// Totals.
     pub stats: Stats,
 }
@@ -167,7 +178,7 @@ impl Shim {
             limit,
             ctx,
             ordinal,
-            pending_ready: None,
+            landing: VecDeque::new(),
             stats: Stats::default(),
         })
     }
@@ -260,9 +271,10 @@ impl Shim {
         }
     }
 
-    /// Makes `ws` resident. Returns the event the command's stream must wait for, if
-    /// anything had to move.
-    pub fn prepare(&mut self, ws: &WorkingSet) -> Result<Option<CUevent>, ShimError> {
+    /// Makes `ws` resident for a command on stream `on` (`None`: the caller waits on the
+    /// host). Returns the events the command must wait for: its own plan's populations,
+    /// and earlier ones into the same allocations that `on` has not waited for yet.
+    pub fn prepare(&mut self, ws: &WorkingSet, on: Option<StreamKey>) -> Result<Vec<CUevent>, ShimError> {
         let all: Vec<AllocId>;
         let allocs = match ws {
             WorkingSet::Allocs(a) => a,
@@ -271,8 +283,9 @@ impl Shim {
                 &all
             }
         };
+        let mut waits = self.landing_waits(allocs, on);
         if allocs.iter().all(|a| self.missing.get(a).copied().unwrap_or(0) == 0) {
-            return Ok(None);
+            return Ok(waits);
         }
         let need: Vec<ChunkId> = allocs.iter().flat_map(|a| self.mem.alloc(*a).expect("live allocation").chunks()).collect();
         let need_bytes = need.len() as u64 * CHUNK_BYTES;
@@ -291,6 +304,9 @@ impl Shim {
         // predicted working set still finishes before that memory is copied out and its
         // physical chunk reused.
         if plan.moves.iter().any(|m| matches!(m, Move::Evict { .. })) {
+            if config().debug.sync_before {
+                check(crate::real!(cuCtxSynchronize()), "cuCtxSynchronize")?;
+            }
             for ev in self.inflight.newest() {
                 self.dev.evict_after_all(ev);
             }
@@ -298,33 +314,66 @@ impl Shim {
         let started = std::time::Instant::now();
         let ready = self.mover.issue(&plan, &self.mem, &mut self.dev)?;
         let last = ready.last().map(|(_, e)| *e);
-        self.dev.keep_events(&last.into_iter().collect::<Vec<_>>());
+        if !config().debug.all_events {
+            self.dev.keep_events(&last.into_iter().collect::<Vec<_>>());
+        }
         self.dev.flush()?;
+        if config().debug.sync_after {
+            self.dev.synchronize()?;
+        }
         crate::log!(Debug, "plan of {} moves issued in {:.2} ms", plan.moves.len(), started.elapsed().as_secs_f64() * 1e3);
         let moved = self.planner.apply(&mut self.mem, &plan).expect("a plan applies to the table it was made from");
+        let mut filled: Vec<AllocId> = Vec::new();
         for m in &plan.moves {
             let (c, delta) = match *m {
                 Move::Create(c) | Move::Populate { chunk: c, .. } => (c, -1i64),
                 Move::Evict { chunk, .. } => (chunk, 1),
                 Move::Demote(_) => continue,
             };
-            let n = self.missing.entry(self.mem.chunk(c).alloc).or_insert(0);
+            let a = self.mem.chunk(c).alloc;
+            if delta < 0 {
+                filled.push(a);
+            }
+            let n = self.missing.entry(a).or_insert(0);
             *n = (*n as i64 + delta) as u32;
         }
         self.add_moved(moved);
         self.stats.waited += 1;
-        Ok(last.and_then(|e| {
-            let ev = self.dev.cu_event(e);
-            self.pending_ready = Some(e);
-            ev
-        }))
+        if let Some((id, ev)) = last.and_then(|e| self.dev.cu_event(e).map(|ev| (e, ev))) {
+            filled.sort_unstable();
+            filled.dedup();
+            self.landing.push_back(Landing { id, ready: ev, allocs: filled, waited: on.into_iter().collect() });
+            waits.push(ev);
+        }
+        Ok(waits)
+    }
+
+    /// Events of populations still under way into any of `allocs` that stream `on` has
+    /// not waited for. CUDA orders work only within a stream: the command that caused a
+    /// population waits for it, but a command on another stream using the same memory
+    /// (weights read from several streams, say) must wait too.
+    fn landing_waits(&mut self, allocs: &[AllocId], on: Option<StreamKey>) -> Vec<CUevent> {
+        while let Some(l) = self.landing.front() {
+            if crate::real!(cuEventQuery(l.ready)) != CUDA_SUCCESS {
+                break;
+            }
+            let l = self.landing.pop_front().expect("front exists");
+            self.dev.drop_event(l.id);
+        }
+        let mut out = Vec::new();
+        for l in &mut self.landing {
+            if on.is_some_and(|k| l.waited.contains(&k)) || !l.allocs.iter().any(|a| allocs.contains(a)) {
+                continue;
+            }
+            out.push(l.ready);
+            l.waited.extend(on);
+            self.stats.cross_stream_waits += 1;
+        }
+        out
     }
 
     /// Records a released command: in-flight tracking and recency of its allocations.
     pub fn released(&mut self, stream: CUstream, ptsz: bool, ws: &WorkingSet) -> Result<(), ShimError> {
-        if let Some(e) = self.pending_ready.take() {
-            self.dev.drop_event(e);
-        }
         self.tick += 1;
         self.stats.commands += 1;
         let all: Vec<AllocId>;
@@ -378,7 +427,7 @@ impl Shim {
     pub fn summary(&self) -> String {
         let m = self.stats.moved;
         format!(
-            "limit {}, allocated {}, peak resident {}, commands {} ({} waited for memory), evicted {} ({}), populated {} ({}), created {}, pinned host {}",
+            "limit {}, allocated {}, peak resident {}, commands {} ({} waited for memory), evicted {} ({}), populated {} ({}), created {}, pinned host {}, streams {}, waits across streams {}",
             format_size(self.limit),
             format_size(self.allocated()),
             format_size(self.stats.peak_resident),
@@ -390,6 +439,8 @@ impl Shim {
             format_size(m.populated * CHUNK_BYTES),
             m.created,
             format_size(self.dev.pinned_bytes()),
+            self.inflight.streams(),
+            self.stats.cross_stream_waits,
         )
     }
 }

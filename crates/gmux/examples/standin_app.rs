@@ -467,6 +467,7 @@ fn main() {
         "extra-params" => extra_params(&app, &opts),
         "too-big" => too_big(&app, &opts),
         "fault-unmapped" => fault_unmapped(&app, &opts),
+        "shared-read" => shared_read(&app, &opts),
         other => fail(format!("unknown subcommand {other:?}")),
     };
     std::process::exit(if ok { 0 } else { 1 })
@@ -720,6 +721,49 @@ fn oversub(app: &App, o: &Opts) -> bool {
     let c = app.counters();
     eprintln!("standin_app: counters [creates, maps, unmaps, set_access, h2d, d2h, releases, live] = {c:?}");
     println!("oversub: {n} buffers, {ops} ops, checksum mismatches: {mismatches}");
+    mismatches == 0
+}
+
+// ---------------------------------------------------------------------------------------
+// shared-read
+
+/// Memory written once, then read from two streams with no event between them, as
+/// PyTorch reads its weights: legal in CUDA because nothing writes it any more. Under a
+/// small limit the weights are pushed out every round; stream A's read brings them back,
+/// and stream B's read, issued right after, must see their contents too. B's output
+/// buffer is filled on A just before (B waits for that fill only), so it is resident and
+/// B's copy needs no migration of its own that would order it after A's.
+fn shared_read(app: &App, o: &Opts) -> bool {
+    let bytes = o.bytes("bytes", 4 << 20) as usize;
+    let rounds = o.num("rounds", 12);
+    let others = o.num("others", 6) as usize;
+    let words = (bytes / 4) as u64;
+    let (a, b) = (app.stream(CU_STREAM_NON_BLOCKING), app.stream(CU_STREAM_NON_BLOCKING));
+    let weights = app.alloc(bytes);
+    app.fill(a, weights, words, 7);
+    app.sync(a);
+    let model: Vec<u32> = (0..words).map(|i| hash(7, i)).collect();
+    let scratch: Vec<u64> = (0..others).map(|_| app.alloc(bytes)).collect();
+    let out = app.alloc(bytes);
+    let filled = app.event();
+    let cu = &app.cu;
+    let mut mismatches = 0;
+    for round in 0..rounds {
+        for (k, &p) in scratch.iter().enumerate() {
+            app.fill(a, p, words, round as u32 * 31 + k as u32);
+        }
+        app.fill(a, out, words, 0);
+        check(unsafe { (cu.event_record)(filled, a) }, "cuEventRecord");
+        app.copy(a, scratch[0], weights, words);
+        check(unsafe { (cu.stream_wait_event)(b, filled, 0) }, "cuStreamWaitEvent");
+        app.copy(b, out, weights, words);
+        app.sync(b);
+        if mismatch(&format!("round {round}: stream B's copy of the weights"), &app.dtoh(out, words as usize), &model) {
+            mismatches += 1;
+        }
+        app.sync(a);
+    }
+    println!("shared-read: {rounds} rounds, mismatches: {mismatches}");
     mismatches == 0
 }
 

@@ -118,6 +118,22 @@ fn oversubscription_with_the_sequential_mover() {
     oversubscribed("oversub-seq", 3, &[("GMUX_MOVER", "sequential")]);
 }
 
+/// Weights read from two streams with no event between them: stream B's read waits for
+/// the population that stream A's read caused. The stand-in's random delays hold the
+/// population back long enough that a read not waiting for it sees another chunk's data.
+#[test]
+fn a_population_for_one_stream_is_awaited_by_another() {
+    let sb = Sandbox::new("shared-read", DEVICE);
+    let mut cmd = sb.gmux(Some("16M"), ["shared-read", "--bytes", "4M", "--rounds", "12"]);
+    let r = ok(cmd.env("GMUX_STANDIN_DELAY_US", "3000"));
+    assert!(r.stdout.contains("shared-read: 12 rounds, mismatches: 0"), "{}", r.describe());
+    let line = r.stderr.lines().find(|l| l.starts_with("gmux: limit ")).expect("summary");
+    assert!(number(line, "waits across streams ") >= 12, "each round's read on stream B waits: {line}");
+    let s = summary(&r);
+    assert!(s.populated >= 12 * 2, "the weights come back every round: {s:?}");
+    assert_no_shim_complaints(&r);
+}
+
 #[test]
 fn a_limit_above_the_footprint_never_evicts() {
     let sb = Sandbox::new("oversub-fits", DEVICE);

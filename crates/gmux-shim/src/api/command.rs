@@ -3,6 +3,7 @@
 
 use super::report;
 use crate::config::config;
+use crate::inflight::StreamKey;
 use crate::cuda::*;
 use crate::predict::{kernel_name, scan};
 use crate::state::{shim, Shim, WorkingSet};
@@ -16,15 +17,15 @@ fn run(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool, what: impl
     };
     let st = g.as_mut().expect("created");
     let ws = ws(st);
-    match st.prepare(&ws) {
-        Ok(Some(ev)) => {
-            let r = if ptsz { crate::real!(cuStreamWaitEvent_ptsz(stream, ev, 0)) } else { crate::real!(cuStreamWaitEvent(stream, ev, 0)) };
-            if r != CUDA_SUCCESS {
-                return report(crate::driver::CudaError { call: "cuStreamWaitEvent", code: r }.into(), &what());
-            }
-        }
-        Ok(None) => {}
+    let waits = match st.prepare(&ws, Some(StreamKey::of(stream, ptsz))) {
+        Ok(w) => w,
         Err(e) => return report(e, &what()),
+    };
+    for ev in waits {
+        let r = if ptsz { crate::real!(cuStreamWaitEvent_ptsz(stream, ev, 0)) } else { crate::real!(cuStreamWaitEvent(stream, ev, 0)) };
+        if r != CUDA_SUCCESS {
+            return report(crate::driver::CudaError { call: "cuStreamWaitEvent", code: r }.into(), &what());
+        }
     }
     let r = real();
     if r == CUDA_SUCCESS {
