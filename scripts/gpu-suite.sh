@@ -32,7 +32,7 @@ mkdir -p "$WORK"
 BUDGET=${SUITE_BUDGET_S:-510}
 BENCH_ITERS=${BENCH_ITERS:-100}  # resnet50 batch 64 fp32: ~2 s of timed work per run
 GMUX=$ROOT/.gpu-bin/gmux
-GMUX_RUN=(env GMUX_LOG=info "$GMUX" run)  # an argv, not a function: timeout execs it
+GMUX_RUN=(env GMUX_LOG="${SUITE_GMUX_LOG:-info}" "$GMUX" run)  # an argv, not a function: timeout execs it
 CHECKSUM=$WORK/checksum
 RESULTS=$WORK/results.tsv
 : >"$RESULTS"
@@ -251,6 +251,10 @@ step_c() {
 
 step_d() {
   begin d
+  # The link's ceiling first: native pinned copies, the way the mover issues them.
+  run bw 60 "$CHECKSUM" bw --gb 8
+  record d.copy_ceiling "$(status_of bw 'both_GBps=')" "$(rc_word "$RC")" \
+    "d2h_GBps=$(val d2h_GBps bw) h2d_GBps=$(val h2d_GBps bw) both_GBps=$(val both_GBps bw)" ""
   # 8320M: A (8 GiB) fits with room to spare, A + B do not.
   local mode label
   for mode in pipelined sequential; do

@@ -292,10 +292,12 @@ impl Shim {
         if need_bytes > self.limit {
             return Err(ShimError::TooBig { need: need_bytes, limit: self.limit });
         }
+        let t_plan = std::time::Instant::now();
         self.sync_ticks();
         let pinned = |_: ChunkId| false;
         let req = Request { tenant: self.tenant, need: &need, required: need.len(), pinned: &pinned };
         let plan = self.planner.plan(&self.mem, &self.tenants, &req, &Forecast::default());
+        let plan_ms = t_plan.elapsed().as_secs_f64() * 1e3;
         if plan.covered < need.len() {
             return Err(ShimError::TooBig { need: need_bytes, limit: self.limit });
         }
@@ -313,6 +315,7 @@ impl Shim {
         }
         let started = std::time::Instant::now();
         let ready = self.mover.issue(&plan, &self.mem, &mut self.dev)?;
+        let issue_ms = started.elapsed().as_secs_f64() * 1e3;
         let last = ready.last().map(|(_, e)| *e);
         if !config().debug.all_events {
             self.dev.keep_events(&last.into_iter().collect::<Vec<_>>());
@@ -321,8 +324,9 @@ impl Shim {
         if config().debug.sync_after {
             self.dev.synchronize()?;
         }
-        crate::log!(Debug, "plan of {} moves issued in {:.2} ms", plan.moves.len(), started.elapsed().as_secs_f64() * 1e3);
+        let flushed = std::time::Instant::now();
         let moved = self.planner.apply(&mut self.mem, &plan).expect("a plan applies to the table it was made from");
+        crate::log!(Debug, "plan of {} moves: planned in {plan_ms:.2} ms, queued in {issue_ms:.2} ms, issued in {:.2} ms, applied in {:.2} ms", plan.moves.len(), (flushed - started).as_secs_f64() * 1e3 - issue_ms, flushed.elapsed().as_secs_f64() * 1e3);
         let mut filled: Vec<AllocId> = Vec::new();
         for m in &plan.moves {
             let (c, delta) = match *m {
