@@ -115,7 +115,6 @@ pub fn real_symbol(name: &CStr) -> *mut c_void {
 }
 
 /// Calls a driver entry point; a missing one answers `CUDA_ERROR_NOT_SUPPORTED`.
-#[macro_export]
 macro_rules! real {
     ($name:ident ( $($arg:expr),* )) => {
         match $crate::driver::driver().$name {
@@ -126,6 +125,7 @@ macro_rules! real {
         }
     };
 }
+pub(crate) use real;
 
 /// A failed driver call: its name and result code.
 #[derive(Debug, Clone, PartialEq, Eq)]

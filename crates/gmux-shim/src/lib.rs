@@ -27,6 +27,7 @@ pub mod predict;
 pub mod state;
 pub mod tensormap;
 pub mod vmem;
+pub(crate) use driver::real;
 
 extern "C" fn summary_at_exit() {
     if log::level() < log::Level::Info {
