@@ -7,7 +7,7 @@
 //   chunks   one 2 MiB handle per chunk, one map per chunk, access set once for the range
 //   handles  handles of 32 MiB, one map per handle
 //   slices   handles of 32 MiB mapped in 2 MiB slices (offset mapping), one map per slice
-// and prints microseconds per 2 MiB for each call. Whether access costs per mapping or
+// and prints microseconds per 2 MiB for each call (or that the driver refuses a way). Whether access costs per mapping or
 // per page decides whether mapping runs of chunks as one would make migration cheaper.
 
 #include <cuda.h>
@@ -35,7 +35,7 @@ static double now_s() {
 static const size_t CHUNK = 2u << 20;
 
 // Maps [base, base+total) with handles of `handle_bytes`, each mapped in pieces of
-// `map_bytes`; returns microseconds per 2 MiB for map, access, unmap.
+// `map_bytes`; prints microseconds per 2 MiB for map, access, unmap.
 static void trial(const char* name, CUdeviceptr base, size_t total, size_t handle_bytes, size_t map_bytes,
                   int dev) {
   CUmemAllocationProp prop = {};
@@ -45,9 +45,20 @@ static void trial(const char* name, CUdeviceptr base, size_t total, size_t handl
   std::vector<CUmemGenericAllocationHandle> handles(total / handle_bytes);
   for (auto& h : handles) CK(cuMemCreate(&h, handle_bytes, &prop, 0));
   double t0 = now_s();
+  size_t mapped = 0;  // bytes mapped from base so far
   for (size_t i = 0; i < handles.size(); i++)
-    for (size_t off = 0; off < handle_bytes; off += map_bytes)
-      CK(cuMemMap(base + i * handle_bytes + off, map_bytes, off, handles[i], 0));
+    for (size_t off = 0; off < handle_bytes; off += map_bytes) {
+      CUresult r = cuMemMap(base + mapped, map_bytes, off, handles[i], 0);
+      if (r != CUDA_SUCCESS) {
+        const char* s = nullptr;
+        cuGetErrorName(r, &s);
+        printf("vmm: %-8s refused by the driver: %s\n", name, s);
+        for (size_t u = 0; u < mapped; u += map_bytes) CK(cuMemUnmap(base + u, map_bytes));
+        for (auto h : handles) CK(cuMemRelease(h));
+        return;
+      }
+      mapped += map_bytes;
+    }
   double t1 = now_s();
   CUmemAccessDesc desc = {};
   desc.location = prop.location;
