@@ -8,7 +8,8 @@
 #   b      unmodified PyTorch (resnet50 inference, transformer training) under a limit of
 #          60% of its own footprint, compared with two native runs
 #   c      resnet50 inference throughput, native vs gmux with no memory pressure
-#   d      mover bandwidth: switching 8 GiB in and 8 GiB out, pipelined vs sequential
+#   d      mover bandwidth: the link's ceiling (native pinned copies), then switching 8 GiB
+#          in and 8 GiB out under gmux, pipelined vs sequential
 #
 # Needs .gpu-bin/gmux and .gpu-bin/libgmux.so: scripts/gpu-pack.sh on the dev machine,
 # then a device run with carry [".gpu-bin"] and the command
