@@ -20,6 +20,7 @@ use gmux_core::placement::PlacementKind;
 use gmux_core::planner::{Move, Moved, Planner, Request};
 use gmux_core::size::format_size;
 use gmux_core::{AllocId, ChunkId, Memory, TenantId, Tenants, CHUNK_BYTES};
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
@@ -271,18 +272,20 @@ impl Shim {
         }
     }
 
+    /// The allocations of `ws`.
+    fn allocs_in<'a>(&self, ws: &'a WorkingSet) -> Cow<'a, [AllocId]> {
+        match ws {
+            WorkingSet::Allocs(a) => Cow::Borrowed(a),
+            WorkingSet::Tenant => Cow::Owned(self.vmem.regions().map(|r| r.alloc).collect()),
+        }
+    }
+
     /// Makes `ws` resident for a command on stream `on` (`None`: the caller waits on the
     /// host). Returns the events the command must wait for: its own plan's populations,
     /// and earlier ones into the same allocations that `on` has not waited for yet.
     pub fn prepare(&mut self, ws: &WorkingSet, on: Option<StreamKey>) -> Result<Vec<CUevent>, ShimError> {
-        let all: Vec<AllocId>;
-        let allocs = match ws {
-            WorkingSet::Allocs(a) => a,
-            WorkingSet::Tenant => {
-                all = self.vmem.regions().map(|r| r.alloc).collect();
-                &all
-            }
-        };
+        let allocs = self.allocs_in(ws);
+        let allocs = allocs.as_ref();
         let mut waits = self.landing_waits(allocs, on);
         if allocs.iter().all(|a| self.missing.get(a).copied().unwrap_or(0) == 0) {
             return Ok(waits);
@@ -380,14 +383,8 @@ impl Shim {
     pub fn released(&mut self, stream: CUstream, ptsz: bool, ws: &WorkingSet) -> Result<(), ShimError> {
         self.tick += 1;
         self.stats.commands += 1;
-        let all: Vec<AllocId>;
-        let allocs = match ws {
-            WorkingSet::Allocs(a) => a,
-            WorkingSet::Tenant => {
-                all = self.vmem.regions().map(|r| r.alloc).collect();
-                &all
-            }
-        };
+        let allocs = self.allocs_in(ws);
+        let allocs = allocs.as_ref();
         for a in allocs {
             self.alloc_tick.insert(*a, self.tick);
         }
