@@ -6,7 +6,8 @@
 
 use crate::memory::{ChunkId, Tier};
 
-/// A physical GPU-memory chunk (a `CUmemGenericAllocationHandle` on the real device).
+/// Physical GPU memory backing one extent of one or more chunks (a
+/// `CUmemGenericAllocationHandle` on the real device).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PhysChunk(pub u64);
 
@@ -32,16 +33,16 @@ pub trait Device {
     /// Error type; its message must name the failing call.
     type Error: std::fmt::Display;
 
-    /// Creates one physical chunk.
-    fn create_chunk(&mut self) -> Result<PhysChunk, Self::Error>;
-    /// Returns a physical chunk to the driver.
+    /// Creates physical memory for `chunks` consecutive chunks.
+    fn create_chunk(&mut self, chunks: u32) -> Result<PhysChunk, Self::Error>;
+    /// Returns physical memory to the driver.
     fn release_chunk(&mut self, phys: PhysChunk) -> Result<(), Self::Error>;
-    /// Maps `phys` at the virtual address of `chunk` and grants access, once `phys` is
-    /// no longer mapped elsewhere.
-    fn map(&mut self, chunk: ChunkId, phys: PhysChunk) -> Result<(), Self::Error>;
-    /// Unmaps `chunk`'s virtual address once the copies of it issued so far are done;
-    /// the physical chunk stays alive for reuse.
-    fn unmap(&mut self, chunk: ChunkId) -> Result<(), Self::Error>;
+    /// Maps `phys` (made for `chunks` chunks) at the virtual addresses of chunks
+    /// `first..first + chunks` and grants access, once `phys` is no longer used elsewhere.
+    fn map(&mut self, first: ChunkId, chunks: u32, phys: PhysChunk) -> Result<(), Self::Error>;
+    /// Unmaps the mapping of chunks `first..first + chunks` once the copies out of it
+    /// issued so far are done; its physical memory stays alive for reuse.
+    fn unmap(&mut self, first: ChunkId, chunks: u32) -> Result<(), Self::Error>;
     /// Copies `chunk`'s data from tier `from` to tier `to` on `stream`.
     fn copy(&mut self, stream: CopyStream, chunk: ChunkId, from: Tier, to: Tier) -> Result<(), Self::Error>;
     /// Records an event on `stream`.

@@ -2,7 +2,10 @@
 //!
 //! Every allocation is split into [`CHUNK_BYTES`] chunks. A chunk is in exactly one
 //! [`Place`]; the table keeps per-tier and per-tenant accounting and refuses any move
-//! that would exceed a tier's capacity.
+//! that would exceed a tier's capacity. Chunks are grouped into extents: aligned runs of
+//! up to [`Memory::set_extent`] chunks of one allocation that the planner evicts
+//! together and the mover backs with one physical handle (the driver's mapping cost is
+//! per handle, not per byte).
 
 use crate::error::CoreError;
 use crate::size::{chunks_for, CHUNK_BYTES};
@@ -149,6 +152,7 @@ pub struct Memory {
     allocs: Vec<Option<Alloc>>,
     used: Usage,
     per_tenant: Vec<Usage>,
+    extent: u32,
 }
 
 impl Memory {
@@ -160,6 +164,25 @@ impl Memory {
     /// Tier capacities.
     pub fn capacities(&self) -> Capacities {
         self.caps
+    }
+
+    /// Sets the extent length in chunks (at least 1, the default).
+    pub fn set_extent(&mut self, chunks: u32) {
+        self.extent = chunks.max(1);
+    }
+
+    /// The extent length in chunks.
+    pub fn extent_chunks(&self) -> u32 {
+        self.extent.max(1)
+    }
+
+    /// The extent holding `c`: its first chunk and its length (the last extent of an
+    /// allocation may be shorter).
+    pub fn extent(&self, c: ChunkId) -> (ChunkId, u32) {
+        let e = self.extent_chunks();
+        let a = self.allocs[self.chunk(c).alloc.0 as usize].as_ref().expect("allocation of a live chunk");
+        let start = (c.0 - a.first.0) / e * e;
+        (ChunkId(a.first.0 + start), e.min(a.count - start))
     }
 
     /// Allocates `bytes` for `tenant`; chunks start [`Place::Unbacked`].
@@ -381,6 +404,22 @@ mod tests {
         assert_eq!(al.chunks_in(3 << 20, 2 << 20).collect::<Vec<_>>(), vec![ChunkId(1), ChunkId(2)]);
         assert_eq!(al.chunk_at(5 << 20), ChunkId(2));
         assert!(m.chunks().all(|(_, c)| c.place == Place::Unbacked));
+    }
+
+    #[test]
+    fn extents_are_aligned_runs_within_one_allocation() {
+        let mut m = Memory::new(Capacities::default());
+        m.allocate(T, 3 * CHUNK_BYTES).unwrap();
+        m.allocate(T, 37 * CHUNK_BYTES).unwrap();
+        assert_eq!(m.extent(ChunkId(2)), (ChunkId(2), 1), "extent 1 is the chunk itself");
+        m.set_extent(16);
+        assert_eq!(m.extent(ChunkId(0)), (ChunkId(0), 3));
+        assert_eq!(m.extent(ChunkId(2)), (ChunkId(0), 3));
+        assert_eq!(m.extent(ChunkId(3)), (ChunkId(3), 16));
+        assert_eq!(m.extent(ChunkId(18)), (ChunkId(3), 16));
+        assert_eq!(m.extent(ChunkId(19)), (ChunkId(19), 16));
+        assert_eq!(m.extent(ChunkId(35)), (ChunkId(35), 5), "the allocation's tail is a short extent");
+        assert_eq!(m.extent(ChunkId(39)), (ChunkId(35), 5));
     }
 
     #[test]

@@ -1,39 +1,80 @@
 //! The mover: turns a [`Plan`] into device operations on the two copy streams.
 //!
-//! Evictions go on the evict stream and hand their physical chunk to the next
+//! Evictions go on the evict stream and hand their physical memory to the next
 //! population (no release and re-create); populations go on the populate stream in plan
 //! order, which is first-use order, so each command can start once its own chunks are in.
+//!
+//! An extent ([`Memory::extent`]) that a plan brings in whole is mapped with as few
+//! physical handles as the spares allow (one of its length when new), because the
+//! driver's cost of mapping, granting access and unmapping is per handle; anything else
+//! is mapped chunk by chunk. A mapping is
+//! unmapped when the last of its chunks is evicted (the planner evicts extents whole).
+//! Physical memory held, mapped or spare, is kept within the GPU tier's capacity at the
+//! end of every plan.
 
 use crate::device::{CopyStream, Device, Event, PhysChunk};
 use crate::memory::{ChunkId, Memory, Tier};
 use crate::planner::{Move, Plan};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
-/// Physical chunks of mapped chunks, and spare ones freed by eviction.
+/// Physical memory mapped at a run of chunks.
+#[derive(Debug, Clone, Copy)]
+struct Mapping {
+    chunks: u32,
+    phys: PhysChunk,
+    /// Chunks of the run not yet evicted or discarded.
+    live: u32,
+}
+
+/// Mappings of resident chunks, and spare physical memory freed by eviction.
 #[derive(Debug, Default)]
 pub struct Mover {
-    mapped: HashMap<ChunkId, PhysChunk>,
-    spare: VecDeque<PhysChunk>,
+    /// Mappings by their first chunk.
+    maps: HashMap<ChunkId, Mapping>,
+    /// The first chunk of the mapping of every mapped chunk.
+    mapping_of: HashMap<ChunkId, ChunkId>,
+    /// Spare physical memory and its length in chunks, oldest first.
+    spare: VecDeque<(PhysChunk, u32)>,
+    /// Chunks of physical memory held, mapped or spare.
+    held: u64,
 }
 
 impl Mover {
     /// Issues `plan` on `dev`; `mem` is the chunk table before the plan is applied.
     /// Returns, for every chunk the plan brings in, the event after which it is usable.
     pub fn issue<D: Device>(&mut self, plan: &Plan, mem: &Memory, dev: &mut D) -> Result<Vec<(ChunkId, Event)>, D::Error> {
+        let arriving: HashSet<ChunkId> = plan
+            .moves
+            .iter()
+            .filter_map(|m| match *m {
+                Move::Create(c) | Move::Populate { chunk: c, .. } => Some(c),
+                _ => None,
+            })
+            .collect();
         let mut ready = Vec::new();
+        // An extent arriving whole waits for its last chunk's turn in the plan: by then
+        // the plan's evictions have made room for all of it, so spares can back it.
+        let mut held_back: HashMap<ChunkId, Vec<(ChunkId, Option<Tier>)>> = HashMap::new();
         for mv in &plan.moves {
             match *mv {
-                Move::Create(c) => {
-                    self.map(c, dev)?;
-                    ready.push((c, dev.record(CopyStream::Populate)?));
-                }
-                Move::Populate { chunk, from } => {
-                    self.map(chunk, dev)?;
-                    if from == Tier::Disk {
-                        dev.copy(CopyStream::Populate, chunk, Tier::Disk, Tier::Host)?;
+                Move::Create(c) | Move::Populate { chunk: c, .. } => {
+                    let from = if let Move::Populate { from, .. } = *mv { Some(from) } else { None };
+                    let (first, len) = mem.extent(c);
+                    let whole = len > 1 && (first.0..first.0 + len).all(|x| arriving.contains(&ChunkId(x)) && !self.mapping_of.contains_key(&ChunkId(x)));
+                    if !whole {
+                        self.map(c, 1, dev, mem)?;
+                        ready.push(self.fill(c, from, dev)?);
+                        continue;
                     }
-                    dev.copy(CopyStream::Populate, chunk, Tier::Host, Tier::Gpu)?;
-                    ready.push((chunk, dev.record(CopyStream::Populate)?));
+                    let waiting = held_back.entry(first).or_default();
+                    waiting.push((c, from));
+                    if waiting.len() == len as usize {
+                        let waiting = held_back.remove(&first).expect("just filled");
+                        self.map(first, len, dev, mem)?;
+                        for (c, from) in waiting {
+                            ready.push(self.fill(c, from, dev)?);
+                        }
+                    }
                 }
                 Move::Evict { chunk, to } => {
                     let drop = to == Tier::Disk && mem.chunk(chunk).disk_copy;
@@ -43,9 +84,9 @@ impl Mover {
                             dev.copy(CopyStream::Evict, chunk, Tier::Host, Tier::Disk)?;
                         }
                     }
-                    dev.unmap(chunk)?;
-                    if let Some(phys) = self.mapped.remove(&chunk) {
-                        self.spare.push_back(phys);
+                    if let Some((first, m)) = self.unlink(chunk) {
+                        dev.unmap(first, m.chunks)?;
+                        self.spare.push_back((m.phys, m.chunks));
                     }
                 }
                 Move::Demote(chunk) => {
@@ -55,30 +96,87 @@ impl Mover {
                 }
             }
         }
+        let cap = mem.capacities().chunks(Tier::Gpu);
+        self.trim(cap.unwrap_or(u64::MAX), dev)?;
         Ok(ready)
     }
 
-    /// Forgets a chunk whose allocation was freed: unmaps it and releases its physical chunk.
+    /// Forgets a chunk whose allocation was freed; the last chunk of a mapping unmaps it
+    /// and releases its physical memory.
     pub fn discard<D: Device>(&mut self, chunk: ChunkId, dev: &mut D) -> Result<(), D::Error> {
-        if let Some(phys) = self.mapped.remove(&chunk) {
-            dev.unmap(chunk)?;
-            dev.release_chunk(phys)?;
+        if let Some((first, m)) = self.unlink(chunk) {
+            dev.unmap(first, m.chunks)?;
+            dev.release_chunk(m.phys)?;
+            self.held -= u64::from(m.chunks);
         }
         Ok(())
     }
 
-    /// Physical chunks held, mapped or spare.
-    pub fn held(&self) -> usize {
-        self.mapped.len() + self.spare.len()
+    /// Chunks of physical memory held, mapped or spare.
+    pub fn held(&self) -> u64 {
+        self.held
     }
 
-    fn map<D: Device>(&mut self, chunk: ChunkId, dev: &mut D) -> Result<(), D::Error> {
-        let phys = match self.spare.pop_front() {
-            Some(p) => p,
-            None => dev.create_chunk()?,
-        };
-        dev.map(chunk, phys)?;
-        self.mapped.insert(chunk, phys);
+    /// Maps chunks `first..first + len`: spare memory covers them first, longest pieces
+    /// first, and new memory of the length still uncovered does the rest.
+    fn map<D: Device>(&mut self, first: ChunkId, len: u32, dev: &mut D, mem: &Memory) -> Result<(), D::Error> {
+        let (mut at, end) = (first.0, first.0 + len);
+        while at < end {
+            let (phys, n) = self.take(end - at, mem, dev)?;
+            dev.map(ChunkId(at), n, phys)?;
+            self.maps.insert(ChunkId(at), Mapping { chunks: n, phys, live: n });
+            for x in at..at + n {
+                self.mapping_of.insert(ChunkId(x), ChunkId(at));
+            }
+            at += n;
+        }
+        Ok(())
+    }
+
+    /// Fills mapped chunk `c`: copies it in from `from` (nothing for a new chunk) and
+    /// records the event after which it is usable.
+    fn fill<D: Device>(&mut self, c: ChunkId, from: Option<Tier>, dev: &mut D) -> Result<(ChunkId, Event), D::Error> {
+        if let Some(from) = from {
+            if from == Tier::Disk {
+                dev.copy(CopyStream::Populate, c, Tier::Disk, Tier::Host)?;
+            }
+            dev.copy(CopyStream::Populate, c, Tier::Host, Tier::Gpu)?;
+        }
+        Ok((c, dev.record(CopyStream::Populate)?))
+    }
+
+    /// Removes `c` from its mapping; returns the mapping and its first chunk when `c` was
+    /// its last live chunk.
+    fn unlink(&mut self, c: ChunkId) -> Option<(ChunkId, Mapping)> {
+        let first = self.mapping_of.remove(&c)?;
+        let m = self.maps.get_mut(&first).expect("a mapped chunk's mapping exists");
+        m.live -= 1;
+        if m.live > 0 {
+            return None;
+        }
+        Some((first, self.maps.remove(&first).expect("just seen")))
+    }
+
+    /// The longest spare of at most `want` chunks (the oldest of equals), or new memory of
+    /// `want` chunks once older spares have made room for it under the GPU capacity.
+    fn take<D: Device>(&mut self, want: u32, mem: &Memory, dev: &mut D) -> Result<(PhysChunk, u32), D::Error> {
+        let fit = self.spare.iter().enumerate().filter(|(_, (_, n))| *n <= want).max_by_key(|(i, (_, n))| (*n, std::cmp::Reverse(*i)));
+        if let Some((i, _)) = fit {
+            return Ok(self.spare.remove(i).expect("found"));
+        }
+        let cap = mem.capacities().chunks(Tier::Gpu).unwrap_or(u64::MAX);
+        self.trim(cap.saturating_sub(u64::from(want)), dev)?;
+        self.held += u64::from(want);
+        Ok((dev.create_chunk(want)?, want))
+    }
+
+    /// Releases spares, oldest first, until at most `most` chunks are held.
+    fn trim<D: Device>(&mut self, most: u64, dev: &mut D) -> Result<(), D::Error> {
+        while self.held > most {
+            let Some((phys, n)) = self.spare.pop_front() else { break };
+            dev.release_chunk(phys)?;
+            self.held -= u64::from(n);
+        }
         Ok(())
     }
 }
@@ -89,6 +187,7 @@ mod tests {
     use crate::memory::Capacities;
     use crate::planner::Move;
     use crate::tenant::TenantId;
+    use crate::CHUNK_BYTES;
 
     /// Records every call as text.
     #[derive(Default)]
@@ -99,21 +198,21 @@ mod tests {
 
     impl Device for Log {
         type Error = String;
-        fn create_chunk(&mut self) -> Result<PhysChunk, String> {
+        fn create_chunk(&mut self, n: u32) -> Result<PhysChunk, String> {
             self.next += 1;
-            self.calls.push(format!("create p{}", self.next));
+            self.calls.push(format!("create p{} x{n}", self.next));
             Ok(PhysChunk(self.next))
         }
         fn release_chunk(&mut self, p: PhysChunk) -> Result<(), String> {
             self.calls.push(format!("release p{}", p.0));
             Ok(())
         }
-        fn map(&mut self, c: ChunkId, p: PhysChunk) -> Result<(), String> {
-            self.calls.push(format!("map c{} p{}", c.0, p.0));
+        fn map(&mut self, c: ChunkId, n: u32, p: PhysChunk) -> Result<(), String> {
+            self.calls.push(format!("map c{} x{n} p{}", c.0, p.0));
             Ok(())
         }
-        fn unmap(&mut self, c: ChunkId) -> Result<(), String> {
-            self.calls.push(format!("unmap c{}", c.0));
+        fn unmap(&mut self, c: ChunkId, n: u32) -> Result<(), String> {
+            self.calls.push(format!("unmap c{} x{n}", c.0));
             Ok(())
         }
         fn copy(&mut self, s: CopyStream, c: ChunkId, from: Tier, to: Tier) -> Result<(), String> {
@@ -132,25 +231,120 @@ mod tests {
         }
     }
 
+    impl Log {
+        fn count(&self, prefix: &str) -> usize {
+            self.calls.iter().filter(|c| c.starts_with(prefix)).count()
+        }
+    }
+
+    fn creates(chunks: std::ops::Range<u32>) -> Plan {
+        Plan { moves: chunks.clone().map(|c| Move::Create(ChunkId(c))).collect(), covered: chunks.len() }
+    }
+
+    fn swap(out: std::ops::Range<u32>, into: std::ops::Range<u32>) -> Plan {
+        let mut moves: Vec<Move> = out.map(|c| Move::Evict { chunk: ChunkId(c), to: Tier::Host }).collect();
+        moves.extend(into.clone().map(|c| Move::Populate { chunk: ChunkId(c), from: Tier::Host }));
+        Plan { moves, covered: into.len() }
+    }
+
     #[test]
     fn eviction_hands_its_physical_chunk_to_the_next_population() {
         let mut mem = Memory::new(Capacities::default());
-        mem.allocate(TenantId(0), 3 * crate::CHUNK_BYTES).unwrap();
-        let (a, b, c) = (ChunkId(0), ChunkId(1), ChunkId(2));
+        mem.allocate(TenantId(0), 3 * CHUNK_BYTES).unwrap();
         let mut dev = Log::default();
         let mut mover = Mover::default();
-        let plan = Plan { moves: vec![Move::Create(a), Move::Create(b)], covered: 2 };
-        mover.issue(&plan, &mem, &mut dev).unwrap();
-        let plan = Plan { moves: vec![Move::Evict { chunk: a, to: Tier::Host }, Move::Populate { chunk: c, from: Tier::Host }], covered: 1 };
+        mover.issue(&creates(0..2), &mem, &mut dev).unwrap();
+        let plan = Plan { moves: vec![Move::Evict { chunk: ChunkId(0), to: Tier::Host }, Move::Populate { chunk: ChunkId(2), from: Tier::Host }], covered: 1 };
         let ready = mover.issue(&plan, &mem, &mut dev).unwrap();
         assert_eq!(
             dev.calls,
             vec![
-                "create p1", "map c0 p1", "record Populate", "create p2", "map c1 p2", "record Populate",
-                "Evict c0 Gpu->Host", "unmap c0", "map c2 p1", "Populate c2 Host->Gpu", "record Populate",
+                "create p1 x1", "map c0 x1 p1", "record Populate", "create p2 x1", "map c1 x1 p2", "record Populate",
+                "Evict c0 Gpu->Host", "unmap c0 x1", "map c2 x1 p1", "Populate c2 Host->Gpu", "record Populate",
             ]
         );
         assert_eq!(ready.len(), 1);
         assert_eq!(mover.held(), 2, "two physical chunks serve three virtual ones");
+    }
+
+    #[test]
+    fn a_whole_extent_moves_with_one_handle_and_one_mapping() {
+        let mut mem = Memory::new(Capacities { gpu: Some(8 * CHUNK_BYTES), ..Default::default() });
+        mem.set_extent(4);
+        mem.allocate(TenantId(0), 8 * CHUNK_BYTES).unwrap();
+        mem.allocate(TenantId(0), 8 * CHUNK_BYTES).unwrap();
+        let mut dev = Log::default();
+        let mut mover = Mover::default();
+        let ready = mover.issue(&creates(0..8), &mem, &mut dev).unwrap();
+        assert_eq!(ready.len(), 8, "every chunk gets its ready event");
+        assert_eq!((dev.count("create"), dev.count("map")), (2, 2));
+        assert!(dev.calls.contains(&"map c4 x4 p2".to_string()));
+        dev.calls.clear();
+        mover.issue(&swap(0..8, 8..16), &mem, &mut dev).unwrap();
+        assert_eq!(dev.count("unmap"), 2, "one unmap per extent, after its last chunk leaves");
+        assert_eq!(dev.count("Evict"), 8, "copies stay per chunk (the backend merges them)");
+        assert_eq!(dev.count("create"), 0, "the evicted handles are reused");
+        assert_eq!(dev.calls.iter().filter(|c| c.starts_with("map")).cloned().collect::<Vec<_>>(), vec!["map c8 x4 p1", "map c12 x4 p2"]);
+        assert_eq!(mover.held(), 8);
+    }
+
+    #[test]
+    fn part_of_an_extent_is_mapped_chunk_by_chunk() {
+        let mut mem = Memory::new(Capacities::default());
+        mem.set_extent(4);
+        mem.allocate(TenantId(0), 4 * CHUNK_BYTES).unwrap();
+        let mut dev = Log::default();
+        let mut mover = Mover::default();
+        mover.issue(&creates(1..3), &mem, &mut dev).unwrap();
+        assert_eq!(dev.count("map"), 2);
+        assert!(dev.calls.contains(&"map c1 x1 p1".to_string()));
+        mover.discard(ChunkId(1), &mut dev).unwrap();
+        mover.discard(ChunkId(2), &mut dev).unwrap();
+        assert_eq!((dev.count("unmap"), dev.count("release"), mover.held()), (2, 2, 0));
+    }
+
+    /// Four 1-chunk allocations fill a 4-chunk budget and are evicted for a 4-chunk
+    /// extent: their spares back it (four mappings, nothing created or released).
+    #[test]
+    fn spares_of_other_lengths_cover_an_extent() {
+        let mut mem = Memory::new(Capacities { gpu: Some(4 * CHUNK_BYTES), ..Default::default() });
+        mem.set_extent(4);
+        for _ in 0..4 {
+            mem.allocate(TenantId(0), CHUNK_BYTES).unwrap();
+        }
+        mem.allocate(TenantId(0), 4 * CHUNK_BYTES).unwrap();
+        let mut dev = Log::default();
+        let mut mover = Mover::default();
+        mover.issue(&creates(0..4), &mem, &mut dev).unwrap();
+        dev.calls.clear();
+        mover.issue(&swap(0..4, 4..8), &mem, &mut dev).unwrap();
+        assert_eq!((dev.count("create"), dev.count("release"), dev.count("map")), (0, 0, 4), "{:?}", dev.calls);
+        assert_eq!(mover.held(), 4);
+    }
+
+    /// A spare longer than anything wanted is given back before new memory would exceed
+    /// the budget.
+    #[test]
+    fn held_memory_stays_within_the_gpu_capacity() {
+        let mut mem = Memory::new(Capacities { gpu: Some(4 * CHUNK_BYTES), ..Default::default() });
+        mem.set_extent(4);
+        mem.allocate(TenantId(0), 4 * CHUNK_BYTES).unwrap();
+        for _ in 0..4 {
+            mem.allocate(TenantId(0), CHUNK_BYTES).unwrap();
+        }
+        let mut dev = Log::default();
+        let mut mover = Mover::default();
+        mover.issue(&creates(0..4), &mem, &mut dev).unwrap();
+        dev.calls.clear();
+        let mut plan = swap(0..4, 4..8);
+        for m in &mut plan.moves {
+            if let Move::Populate { chunk, .. } = *m {
+                *m = Move::Create(chunk);
+            }
+        }
+        mover.issue(&plan, &mem, &mut dev).unwrap();
+        assert_eq!((dev.count("release p1"), dev.count("create")), (1, 4), "{:?}", dev.calls);
+        assert!(dev.calls.iter().position(|c| c.starts_with("release p1")) < dev.calls.iter().position(|c| c.starts_with("create")));
+        assert_eq!(mover.held(), 4);
     }
 }

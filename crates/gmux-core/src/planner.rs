@@ -8,7 +8,9 @@
 //! - a tenant at or below its `gmem.limit.low` is never evicted by another's pressure;
 //! - pinned chunks (touched by released, unfinished commands) are never evicted.
 //!
-//! Where each victim goes is the [`Placement`]'s decision.
+//! A victim leaves with every other resident chunk of its extent ([`Memory::extent`]),
+//! and only when all of them may leave. Where the victims go is the [`Placement`]'s
+//! decision, asked once per extent.
 
 use crate::evict::{Evictor, Forecast};
 use crate::hooks::{self, MemoryHooks};
@@ -107,15 +109,14 @@ impl Planner {
             while !st.room_for(owner) {
                 let vs = victims.get_or_insert_with(|| Victims::new(self, mem, req, &need_set, forecast));
                 let own_only = st.over_high(owner);
-                let victim = vs.next(mem, &st, owner, own_only);
+                let group = vs.next(mem, &st, owner, own_only);
                 let prefetch_hurts = |v: ChunkId| i >= req.required && forecast.next_use(v) <= forecast.next_use(c);
-                let Some(v) = victim.filter(|v| !prefetch_hurts(*v)) else {
+                let Some(group) = group.filter(|g| !g.iter().any(|v| prefetch_hurts(*v))) else {
                     plan.covered = i.min(req.need.len());
                     self.commit(&mut victims, &plan);
                     return plan;
                 };
-                let host_full = st.host_free == Some(0);
-                let decision = match self.placement.place(v, mem, host_full) {
+                let decision = match self.placement.place(group[0], mem, st.host_free == Some(0)) {
                     Decision::Keep if keeps < MAX_KEEPS => {
                         keeps += 1;
                         continue;
@@ -123,22 +124,25 @@ impl Planner {
                     Decision::Keep => Decision::Host,
                     d => d,
                 };
-                let to = match decision {
-                    Decision::Host if host_full => match self.host_victim(mem, &need_set, &mut st.demoted) {
-                        Some(h) => {
-                            plan.moves.push(Move::Demote(h));
-                            Tier::Host
-                        }
-                        None => Tier::Disk,
-                    },
-                    Decision::Host => Tier::Host,
-                    _ => Tier::Disk,
-                };
-                if to == Tier::Host && !host_full {
-                    st.host_free = st.host_free.map(|f| f - 1);
+                for v in group {
+                    let host_full = st.host_free == Some(0);
+                    let to = match decision {
+                        Decision::Host if host_full => match self.host_victim(mem, &need_set, &mut st.demoted) {
+                            Some(h) => {
+                                plan.moves.push(Move::Demote(h));
+                                Tier::Host
+                            }
+                            None => Tier::Disk,
+                        },
+                        Decision::Host => Tier::Host,
+                        _ => Tier::Disk,
+                    };
+                    if to == Tier::Host && !host_full {
+                        st.host_free = st.host_free.map(|f| f - 1);
+                    }
+                    plan.moves.push(Move::Evict { chunk: v, to });
+                    st.release(mem.chunk(v).tenant);
                 }
-                plan.moves.push(Move::Evict { chunk: v, to });
-                st.release(mem.chunk(v).tenant);
             }
             plan.moves.push(match mem.chunk(c).place {
                 Place::Unbacked => Move::Create(c),
@@ -278,6 +282,8 @@ impl<'a> Budget<'a> {
 struct Victims {
     order: Vec<ChunkId>,
     own_order: Vec<ChunkId>,
+    /// Chunks that may be evicted (resident, not needed, not pinned).
+    eligible: HashSet<ChunkId>,
     taken: HashSet<ChunkId>,
     cursor: usize,
     own_cursor: usize,
@@ -294,12 +300,15 @@ impl Victims {
         hooks::evict_order(p.hooks.as_mut(), &mut order);
         let mut own_order: Vec<ChunkId> = order.iter().copied().filter(|c| mem.chunk(*c).tenant == req.tenant).collect();
         p.evictor.order(mem, &mut own_order, forecast, true);
-        Victims { order, own_order, taken: HashSet::new(), cursor: 0, own_cursor: 0 }
+        let eligible = order.iter().copied().collect();
+        Victims { order, own_order, eligible, taken: HashSet::new(), cursor: 0, own_cursor: 0 }
     }
 
-    /// Next victim for a chunk of `owner`: its own when over its high limit, else anyone
-    /// not protected by `gmem.limit.low`.
-    fn next(&mut self, mem: &Memory, st: &Budget, owner: TenantId, own_only: bool) -> Option<ChunkId> {
+    /// Next victims for a chunk of `owner`: its own when over its high limit, else anyone
+    /// not protected by `gmem.limit.low`. The first chunk is the policy's pick, the rest
+    /// the other resident chunks of its extent; an extent with a chunk that may not leave
+    /// is skipped whole.
+    fn next(&mut self, mem: &Memory, st: &Budget, owner: TenantId, own_only: bool) -> Option<Vec<ChunkId>> {
         let (list, cursor) = if own_only {
             (&self.own_order, &mut self.own_cursor)
         } else {
@@ -311,8 +320,14 @@ impl Victims {
             if self.taken.contains(&c) || (own_only && t != owner) || (t != owner && st.protected(t)) {
                 continue;
             }
-            self.taken.insert(c);
-            return Some(c);
+            let (first, len) = mem.extent(c);
+            let mut group = vec![c];
+            group.extend((first.0..first.0 + len).map(ChunkId).filter(|s| *s != c && mem.chunk(*s).place == Place::GPU));
+            if group.iter().any(|s| !self.eligible.contains(s) || self.taken.contains(s)) {
+                continue;
+            }
+            self.taken.extend(group.iter().copied());
+            return Some(group);
         }
         None
     }

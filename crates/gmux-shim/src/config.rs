@@ -1,6 +1,7 @@
 //! Settings from `GMUX_*` environment variables, read once.
 
 use gmux_core::size::parse_size;
+use gmux_core::CHUNK_BYTES;
 use std::sync::OnceLock;
 
 /// How the mover orders its two directions.
@@ -28,6 +29,8 @@ pub struct Config {
     pub strict_unmap: bool,
     /// `GMUX_HOST_BLOCK`: bytes pinned per host-pool block.
     pub host_block: u64,
+    /// `GMUX_EXTENT`: chunks moved together with one physical handle (default 16, 32 MiB).
+    pub extent_chunks: u32,
     /// `GMUX_DEBUG`: aids for finding ordering and prediction bugs.
     pub debug: Debug,
 }
@@ -98,8 +101,13 @@ pub fn config() -> &'static Config {
             Some("strict") => true,
             Some(v) => crate::log::fatal(&format!("GMUX_UNMAP={v}: use `deferred` (default) or `strict`")),
         };
+        let extent = size_var("GMUX_EXTENT").unwrap_or(32 << 20);
+        if extent < CHUNK_BYTES || !extent.is_multiple_of(CHUNK_BYTES) || extent > 1 << 30 {
+            crate::log::fatal(&format!("GMUX_EXTENT={extent} bytes: use a multiple of 2M from 2M to 1G, e.g. 32M (the default)"));
+        }
         Config {
             strict_unmap,
+            extent_chunks: (extent / CHUNK_BYTES) as u32,
             mem_limit: size_var("GMUX_MEM_LIMIT"),
             inflight,
             mover,

@@ -162,8 +162,10 @@ impl Shim {
         let tenant = tenants.add("self").expect("first tenant");
         let caps = Capacities { gpu: Some(limit), host: None, disk: Some(0) };
         crate::log!(Info, "virtualizing device memory: limit {}, device {} of {} free", format_size(limit), ordinal, format_size(free as u64));
+        let mut mem = Memory::new(caps);
+        mem.set_extent(cfg.extent_chunks);
         Ok(Shim {
-            mem: Memory::new(caps),
+            mem,
             tenants,
             tenant,
             planner: Planner::new(Evictor::new(Eviction::Lru), PlacementKind::TierOrder.build(0)),
@@ -232,10 +234,12 @@ impl Shim {
         let a = self.mem.alloc(r.alloc).expect("region has an allocation").clone();
         for c in a.chunks() {
             self.mover.discard(c, &mut self.dev)?;
-            self.dev.forget(c);
         }
         self.dev.flush()?;
         self.dev.synchronize()?;
+        for c in a.chunks() {
+            self.dev.forget(c);
+        }
         self.mem.free(r.alloc).expect("live allocation");
         self.vmem.remove(base);
         self.missing.remove(&r.alloc);

@@ -96,7 +96,7 @@ impl SimDevice {
 impl Device for SimDevice {
     type Error = SimDeviceError;
 
-    fn create_chunk(&mut self) -> Result<PhysChunk, SimDeviceError> {
+    fn create_chunk(&mut self, _chunks: u32) -> Result<PhysChunk, SimDeviceError> {
         self.next_phys += 1;
         let i = self.push(Lane::Ctl, 0, self.model.create_us, [None, None], 0.0);
         self.phys_free.insert(self.next_phys, i);
@@ -109,21 +109,33 @@ impl Device for SimDevice {
         Ok(())
     }
 
-    fn map(&mut self, chunk: ChunkId, phys: PhysChunk) -> Result<(), SimDeviceError> {
+    /// One mapping costs `map_us + set_access_us` whatever its length (measured: the
+    /// driver's cost is per mapping).
+    fn map(&mut self, first: ChunkId, chunks: u32, phys: PhysChunk) -> Result<(), SimDeviceError> {
         let dep = self.phys_free.get(&phys.0).copied();
         let i = self.push(Lane::Ctl, 0, self.model.map_us + self.model.set_access_us, [dep, None], 0.0);
-        self.mapped.insert(chunk, phys.0);
-        self.chunk_last.insert(chunk, i);
+        for c in (first.0..first.0 + chunks).map(ChunkId) {
+            self.mapped.insert(c, phys.0);
+            self.chunk_last.insert(c, i);
+        }
         self.stream_last[1] = Some(i);
         Ok(())
     }
 
-    fn unmap(&mut self, chunk: ChunkId) -> Result<(), SimDeviceError> {
-        let phys = self.mapped.remove(&chunk).ok_or_else(|| SimDeviceError(format!("cuMemUnmap of chunk {} that is not mapped", chunk.0)))?;
-        let dep = self.chunk_last.get(&chunk).copied();
-        let i = self.push(Lane::Ctl, 0, self.model.unmap_us, [dep, None], self.settled(chunk));
-        self.phys_free.insert(phys, i);
-        self.chunk_last.insert(chunk, i);
+    /// Waits for the latest operation on any chunk of the mapping.
+    fn unmap(&mut self, first: ChunkId, chunks: u32) -> Result<(), SimDeviceError> {
+        let run: Vec<ChunkId> = (first.0..first.0 + chunks).map(ChunkId).collect();
+        let mut phys = None;
+        for c in &run {
+            phys = Some(self.mapped.remove(c).ok_or_else(|| SimDeviceError(format!("cuMemUnmap of chunk {} that is not mapped", c.0)))?);
+        }
+        let dep = run.iter().filter_map(|c| self.chunk_last.get(c).copied()).max();
+        let earliest = run.iter().map(|c| self.settled(*c)).fold(0.0, f64::max);
+        let i = self.push(Lane::Ctl, 0, self.model.unmap_us, [dep, None], earliest);
+        self.phys_free.insert(phys.expect("a mapping has a chunk"), i);
+        for c in run {
+            self.chunk_last.insert(c, i);
+        }
         self.stream_last[0] = Some(i);
         Ok(())
     }

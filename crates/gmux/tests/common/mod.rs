@@ -94,7 +94,8 @@ pub fn gmux_bin() -> PathBuf {
 }
 
 /// Variables of the shim and the stand-in that a test must not inherit from its caller.
-const GMUX_VARS: [&str; 9] = [
+const GMUX_VARS: [&str; 10] = [
+    "GMUX_EXTENT",
     "LD_PRELOAD",
     "GMUX_MEM_LIMIT",
     "GMUX_MOVER",
