@@ -7,6 +7,7 @@
 pub mod device;
 pub mod error;
 pub mod evict;
+pub mod history;
 pub mod hooks;
 pub mod knobs;
 pub mod memory;

@@ -31,6 +31,9 @@ pub struct Config {
     pub host_block: u64,
     /// `GMUX_EXTENT`: chunks moved together with one physical handle (default 16, 32 MiB).
     pub extent_chunks: u32,
+    /// `GMUX_EVICT=opt` (default): OPT over the forecast from the process's own history
+    /// where its recent commands ran before, LRU elsewhere; `lru`: LRU always.
+    pub history_opt: bool,
     /// `GMUX_DEBUG`: aids for finding ordering and prediction bugs.
     pub debug: Debug,
 }
@@ -105,7 +108,13 @@ pub fn config() -> &'static Config {
         if extent < CHUNK_BYTES || !extent.is_multiple_of(CHUNK_BYTES) || extent > 1 << 30 {
             crate::log::fatal(&format!("GMUX_EXTENT={extent} bytes: use a multiple of 2M from 2M to 1G, e.g. 32M (the default)"));
         }
+        let history_opt = match var("GMUX_EVICT").as_deref() {
+            None | Some("opt") => true,
+            Some("lru") => false,
+            Some(v) => crate::log::fatal(&format!("GMUX_EVICT={v}: use `opt` (default: OPT from the process's history, LRU where it has none) or `lru`")),
+        };
         Config {
+            history_opt,
             strict_unmap,
             extent_chunks: (extent / CHUNK_BYTES) as u32,
             mem_limit: size_var("GMUX_MEM_LIMIT"),

@@ -14,6 +14,7 @@ use crate::inflight::{Inflight, StreamKey};
 use crate::predict::Layouts;
 use crate::vmem::{Region, Vmem};
 use gmux_core::evict::{Eviction, Evictor, Forecast};
+use gmux_core::history::{signature, History};
 use gmux_core::memory::Capacities;
 use gmux_core::mover::Mover;
 use gmux_core::placement::PlacementKind;
@@ -63,6 +64,10 @@ pub struct Stats {
     pub peak_resident: u64,
     /// Waits added for populations made for another stream's command.
     pub cross_stream_waits: u64,
+    /// Plans made.
+    pub plans: u64,
+    /// Plans that evicted in OPT order over a forecast.
+    pub forecast_plans: u64,
 }
 
 /// A plan's populations, possibly still under way: the event after them, the
@@ -99,6 +104,8 @@ pub struct Shim {
     ordinal: CUdevice,
     /// Populations that may still be under way, oldest first.
     landing: VecDeque<Landing>,
+    /// Released commands, the forecast for OPT eviction.
+    history: History,
     /// Totals.
     pub stats: Stats,
 }
@@ -107,6 +114,11 @@ pub struct Shim {
 unsafe impl Send for Shim {}
 
 static SHIM: Mutex<Option<Shim>> = Mutex::new(None);
+
+/// Commands remembered for the forecast (a few iterations of a training loop).
+const HISTORY_KEEP: usize = 1 << 16;
+/// Most commands a forecast looks ahead.
+const HISTORY_WINDOW: usize = 1 << 13;
 
 /// The state, created on first use in the calling thread's current context.
 pub fn shim() -> Result<MutexGuard<'static, Option<Shim>>, CUresult> {
@@ -182,6 +194,7 @@ impl Shim {
             ctx,
             ordinal,
             landing: VecDeque::new(),
+            history: History::new(HISTORY_KEEP, HISTORY_WINDOW),
             stats: Stats::default(),
         })
     }
@@ -284,10 +297,18 @@ impl Shim {
         }
     }
 
+    /// The history signature of a command running `kind` (a kernel's handle, or a
+    /// constant per kind of operation) over `ws`.
+    pub fn signature(&self, kind: u64, ws: &WorkingSet) -> u64 {
+        signature(kind, &self.allocs_in(ws))
+    }
+
     /// Makes `ws` resident for a command on stream `on` (`None`: the caller waits on the
-    /// host). Returns the events the command must wait for: its own plan's populations,
-    /// and earlier ones into the same allocations that `on` has not waited for yet.
-    pub fn prepare(&mut self, ws: &WorkingSet, on: Option<StreamKey>) -> Result<Vec<CUevent>, ShimError> {
+    /// host) whose signature is `sig`. Victims leave in OPT order where the history
+    /// forecasts what follows this command, in LRU order elsewhere. Returns the events the
+    /// command must wait for: its own plan's populations, and earlier ones into the same
+    /// allocations that `on` has not waited for yet.
+    pub fn prepare(&mut self, ws: &WorkingSet, on: Option<StreamKey>, sig: u64) -> Result<Vec<CUevent>, ShimError> {
         let allocs = self.allocs_in(ws);
         let allocs = allocs.as_ref();
         let mut waits = self.landing_waits(allocs, on);
@@ -301,9 +322,10 @@ impl Shim {
         }
         let t_plan = std::time::Instant::now();
         self.sync_ticks();
+        let forecast = self.forecast(sig);
         let pinned = |_: ChunkId| false;
         let req = Request { tenant: self.tenant, need: &need, required: need.len(), pinned: &pinned };
-        let plan = self.planner.plan(&self.mem, &self.tenants, &req, &Forecast::default());
+        let plan = self.planner.plan(&self.mem, &self.tenants, &req, &forecast);
         let plan_ms = t_plan.elapsed().as_secs_f64() * 1e3;
         if plan.covered < need.len() {
             return Err(ShimError::TooBig { need: need_bytes, limit: self.limit });
@@ -383,12 +405,28 @@ impl Shim {
         out
     }
 
-    /// Records a released command: in-flight tracking and recency of its allocations.
-    pub fn released(&mut self, stream: CUstream, ptsz: bool, ws: &WorkingSet) -> Result<(), ShimError> {
+    /// The forecast after the command with signature `sig`, with the planner's evictor
+    /// set to match: OPT over the history's prediction, or LRU with no forecast.
+    fn forecast(&mut self, sig: u64) -> Forecast {
+        self.stats.plans += 1;
+        let predicted = if config().history_opt { self.history.predict(sig) } else { None };
+        let Some(order) = predicted else {
+            self.planner.evictor = Evictor::new(Eviction::Lru);
+            return Forecast::default();
+        };
+        self.stats.forecast_plans += 1;
+        self.planner.evictor = Evictor::new(Eviction::Opt);
+        Forecast::from_accesses(order.iter().filter_map(|a| self.mem.alloc(*a).ok()).flat_map(|a| a.chunks()))
+    }
+
+    /// Records a released command: in-flight tracking, recency of its allocations and
+    /// the history.
+    pub fn released(&mut self, stream: CUstream, ptsz: bool, ws: &WorkingSet, sig: u64) -> Result<(), ShimError> {
         self.tick += 1;
         self.stats.commands += 1;
         let allocs = self.allocs_in(ws);
         let allocs = allocs.as_ref();
+        self.history.record(sig, allocs);
         for a in allocs {
             self.alloc_tick.insert(*a, self.tick);
         }
@@ -432,7 +470,7 @@ impl Shim {
     pub fn summary(&self) -> String {
         let m = self.stats.moved;
         format!(
-            "limit {}, allocated {}, peak resident {}, commands {} ({} waited for memory), evicted {} ({}), populated {} ({}), created {}, pinned host {}, streams {}, waits across streams {}",
+            "limit {}, allocated {}, peak resident {}, commands {} ({} waited for memory), evicted {} ({}), populated {} ({}), created {}, pinned host {}, streams {}, waits across streams {}, plans {} ({} in OPT order from history)",
             format_size(self.limit),
             format_size(self.allocated()),
             format_size(self.stats.peak_resident),
@@ -446,6 +484,8 @@ impl Shim {
             format_size(self.dev.pinned_bytes()),
             self.inflight.streams(),
             self.stats.cross_stream_waits,
+            self.stats.plans,
+            self.stats.forecast_plans,
         )
     }
 }

@@ -15,7 +15,9 @@
 //! `extra-params [--ballast BYTES]` (a buffer filled before each launch, to push the
 //! others out under a memory limit), `too-big --bytes N` (one `add` over N bytes; exits 0
 //! if the launch returns CUDA_ERROR_OUT_OF_MEMORY),
-//! `fault-unmapped [--mode launch|noaccess|copy|stale]` (expected to be aborted).
+//! `fault-unmapped [--mode launch|noaccess|copy|stale]` (expected to be aborted),
+//! `loop --buffers N --bytes B --rounds R` (a training-like loop: every round adds 1 to
+//! each buffer in the same order; then every buffer is checked).
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
@@ -468,6 +470,7 @@ fn main() {
         "too-big" => too_big(&app, &opts),
         "fault-unmapped" => fault_unmapped(&app, &opts),
         "shared-read" => shared_read(&app, &opts),
+        "loop" => loop_rounds(&app, &opts),
         other => fail(format!("unknown subcommand {other:?}")),
     };
     std::process::exit(if ok { 0 } else { 1 })
@@ -764,6 +767,34 @@ fn shared_read(app: &App, o: &Opts) -> bool {
         app.sync(a);
     }
     println!("shared-read: {rounds} rounds, mismatches: {mismatches}");
+    mismatches == 0
+}
+
+/// `loop`: the same sequence of kernels over the same buffers every round, as a training
+/// loop runs; under a limit below the buffers' total, the order of eviction decides how
+/// much comes back every round.
+fn loop_rounds(app: &App, o: &Opts) -> bool {
+    let (n, bytes, rounds) = (o.num("buffers", 8) as usize, o.bytes("bytes", 4 << 20) as usize, o.num("rounds", 10) as u32);
+    let words = (bytes / 4) as u64;
+    let s = app.stream(CU_STREAM_NON_BLOCKING);
+    let bufs: Vec<u64> = (0..n).map(|_| app.alloc(bytes)).collect();
+    for (k, &p) in bufs.iter().enumerate() {
+        app.fill(s, p, words, k as u32);
+    }
+    for _ in 0..rounds {
+        for &p in &bufs {
+            app.add(s, p, words, 1);
+        }
+    }
+    app.sync(s);
+    let mut mismatches = 0;
+    for (k, &p) in bufs.iter().enumerate() {
+        let want: Vec<u32> = (0..words).map(|i| hash(k as u32, i).wrapping_add(rounds)).collect();
+        if mismatch(&format!("buffer {k}"), &app.dtoh(p, words as usize), &want) {
+            mismatches += 1;
+        }
+    }
+    println!("loop: {n} buffers, {rounds} rounds, mismatches: {mismatches}");
     mismatches == 0
 }
 

@@ -121,11 +121,13 @@ fn oversubscription_with_the_sequential_mover() {
 /// Weights read from two streams with no event between them: stream B's read waits for
 /// the population that stream A's read caused. The stand-in's random delays hold the
 /// population back long enough that a read not waiting for it sees another chunk's data.
+/// LRU eviction, so that the weights leave and come back every round (OPT from the
+/// history would learn to keep them).
 #[test]
 fn a_population_for_one_stream_is_awaited_by_another() {
     let sb = Sandbox::new("shared-read", DEVICE);
     let mut cmd = sb.gmux(Some("16M"), ["shared-read", "--bytes", "4M", "--rounds", "12"]);
-    let r = ok(cmd.env("GMUX_STANDIN_DELAY_US", "3000"));
+    let r = ok(cmd.env("GMUX_STANDIN_DELAY_US", "3000").env("GMUX_EVICT", "lru"));
     assert!(r.stdout.contains("shared-read: 12 rounds, mismatches: 0"), "{}", r.describe());
     let line = r.stderr.lines().find(|l| l.starts_with("gmux: limit ")).expect("summary");
     assert!(number(line, "waits across streams ") >= 12, "each round's read on stream B waits: {line}");
@@ -187,6 +189,30 @@ fn extents_map_many_chunks_at_once() {
     let (chunked, extents) = (maps_per_chunk("2M"), maps_per_chunk("32M"));
     assert!(chunked > 0.8, "2 MiB extents map once per chunk or so, got {chunked:.2}");
     assert!(extents < 0.5 * chunked, "32 MiB extents should map far less often: {extents:.2} vs {chunked:.2} maps per chunk moved");
+}
+
+/// A loop over 8 buffers of 4 MiB under a 20 MiB limit (room for 5): LRU evicts the
+/// buffer the loop needs next, every time; OPT over the forecast from the process's own
+/// history (the default) keeps most of the loop resident once it has seen it run.
+#[test]
+fn history_opt_moves_less_than_lru_on_a_loop() {
+    let run = |evict: &str| {
+        let sb = Sandbox::new(&format!("loop-{evict}"), DEVICE);
+        let args = format!("loop --buffers 8 --bytes {} --rounds 12", 4 * MIB);
+        let mut cmd = sb.gmux(Some("20M"), args.split(' ').map(str::to_owned).collect::<Vec<_>>());
+        cmd.env("GMUX_EVICT", evict);
+        let r = ok(&mut cmd);
+        assert_eq!(number(&r.stdout, "mismatches: "), 0, "{}", r.describe());
+        let line = r.stderr.lines().find(|l| l.starts_with("gmux: limit ")).expect("summary").to_string();
+        let plans = number(&line, "plans ");
+        (summary(&r).populated, number(&line, &format!("plans {plans} (")), line)
+    };
+    let (lru, lru_forecasts, _) = run("lru");
+    let (opt, opt_forecasts, line) = run("opt");
+    assert_eq!(lru_forecasts, 0, "GMUX_EVICT=lru never uses the history");
+    assert!(opt_forecasts > 0, "the loop's repeats give forecasts: {line}");
+    assert!(lru >= 11 * 8 * 2, "LRU brings back all 8 buffers every round after the first: {lru} chunks");
+    assert!(opt * 10 <= lru * 6, "OPT from history populated {opt} chunks, LRU {lru}: {line}");
 }
 
 #[test]

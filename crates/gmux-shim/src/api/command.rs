@@ -9,15 +9,21 @@ use crate::predict::{kernel_name, scan};
 use crate::state::{shim, Shim, WorkingSet};
 use std::ffi::c_void;
 
-/// Runs one command: working set, residency, the real call, bookkeeping.
-fn run(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool, what: impl Fn() -> String, ws: impl FnOnce(&mut Shim) -> WorkingSet) -> CUresult {
+/// What a command runs, for its signature in the history (a kernel is its handle).
+const COPY_OR_MEMSET: u64 = 1;
+const UNANALYSED: u64 = 2;
+
+/// Runs one command: working set, residency, the real call, bookkeeping. `kind` says
+/// what it runs (a kernel's handle, or one of the constants above).
+fn run(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool, kind: u64, what: impl Fn() -> String, ws: impl FnOnce(&mut Shim) -> WorkingSet) -> CUresult {
     let mut g = match shim() {
         Ok(g) => g,
         Err(_) => return real(),
     };
     let st = g.as_mut().expect("created");
     let ws = ws(st);
-    let waits = match st.prepare(&ws, Some(StreamKey::of(stream, ptsz))) {
+    let sig = st.signature(kind, &ws);
+    let waits = match st.prepare(&ws, Some(StreamKey::of(stream, ptsz)), sig) {
         Ok(w) => w,
         Err(e) => return report(e, &what()),
     };
@@ -29,7 +35,7 @@ fn run(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool, what: impl
     }
     let r = real();
     if r == CUDA_SUCCESS {
-        if let Err(e) = st.released(stream, ptsz, &ws) {
+        if let Err(e) = st.released(stream, ptsz, &ws, sig) {
             return report(e, &what());
         }
     }
@@ -41,7 +47,7 @@ fn run(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool, what: impl
 /// # Safety
 /// The arguments follow `cuLaunchKernel`'s contract.
 pub unsafe fn kernel(real: impl FnOnce() -> CUresult, f: CUfunction, stream: CUstream, ptsz: bool, params: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult {
-    run(real, stream, ptsz, || format!("kernel {}", kernel_name(f)), |st| {
+    run(real, stream, ptsz, f as u64, || format!("kernel {}", kernel_name(f)), |st| {
         if config().whole_tenant {
             return WorkingSet::Tenant;
         }
@@ -67,7 +73,7 @@ pub unsafe fn kernel(real: impl FnOnce() -> CUresult, f: CUfunction, stream: CUs
 
 /// An asynchronous copy, memset or memory operation on `stream` touching `ptrs`.
 pub fn op(real: impl FnOnce() -> CUresult, ptrs: &[CUdeviceptr], stream: CUstream, ptsz: bool) -> CUresult {
-    run(real, stream, ptsz, || "copy or memset".into(), |st| WorkingSet::Allocs(st.allocs_of(ptrs)))
+    run(real, stream, ptsz, COPY_OR_MEMSET, || "copy or memset".into(), |st| WorkingSet::Allocs(st.allocs_of(ptrs)))
 }
 
 /// A synchronous copy or memset: on the legacy (or per-thread) default stream.
@@ -77,7 +83,7 @@ pub fn sync_op(real: impl FnOnce() -> CUresult, ptrs: &[CUdeviceptr], ptds: bool
 
 /// A command gmux cannot analyse: everything must be resident.
 pub fn whole_tenant(real: impl FnOnce() -> CUresult, name: &str, stream: CUstream, ptsz: bool) -> CUresult {
-    run(real, stream, ptsz, || name.to_string(), |_| WorkingSet::Tenant)
+    run(real, stream, ptsz, UNANALYSED, || name.to_string(), |_| WorkingSet::Tenant)
 }
 
 /// After a stream synchronize: its commands are done.
