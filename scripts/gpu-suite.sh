@@ -6,7 +6,8 @@
 #   probe  hello without and with gmux; a small integrity run under a 1G limit
 #   a      data integrity: 12 GiB of buffers, 5000 random ops, under a 4G limit
 #   b      unmodified PyTorch (resnet50 inference, transformer training) under a limit of
-#          60% of its own footprint, compared with two native runs
+#          60% of its own footprint, compared with two native runs; then the same under
+#          LRU eviction (GMUX_EVICT=lru) beside the default OPT from history
 #   c      resnet50 inference throughput, native vs gmux with no memory pressure
 #   d      mover bandwidth: the link's ceiling (native pinned copies), then switching 8 GiB
 #          in and 8 GiB out under gmux, pipelined vs sequential
@@ -18,8 +19,8 @@
 # $OUT/summary.json. That is 8 files at most, what the device tool brings back; other
 # scratch files go to $WORK (/tmp/gmux-suite).
 #
-# Estimated time on an H100: setup ~30 s, probe ~30 s, a ~90 s, b ~150 s, c ~70 s,
-# d ~40 s; about 7 minutes for all. Every command has a timeout, and all timeouts are
+# Estimated time on an H100: setup ~30 s, probe ~30 s, a ~90 s, b ~210 s, c ~70 s,
+# d ~40 s; about 8 minutes for all. Every command has a timeout, and all timeouts are
 # clamped to a suite budget (SUITE_BUDGET_S, default 510 s) so that a hang cannot eat
 # the device tool's 10-minute command limit; what no longer fits is reported as SKIP.
 set -uo pipefail
@@ -220,6 +221,30 @@ check_model() {
     status=PASS result=within-run-to-run
   fi
   record "b.$m" "$status" "$result" "$numbers" "$(gmux_stats "${m}_gmux")"
+  evict_compare "$m" "$limit"
+}
+
+# evict_compare MODEL LIMIT: the same run with LRU eviction (GMUX_EVICT=lru) beside the
+# default (OPT from the process's history): output identical to native, time and bytes
+# evicted of each.
+evict_compare() {
+  local m=$1 limit=$2
+  local py=(python3 gpu/torch_check.py --model "$m" --mode check)
+  run "${m}_lru" 240 env GMUX_EVICT=lru "${GMUX_RUN[@]}" --mem-limit "$limit" -- "${py[@]}" --out "$WORK/${m}_lru.pt"
+  if [[ $RC != 0 ]]; then
+    record "b.$m.lru_vs_opt" "$(fail_word "$RC")" "lru run $(rc_word "$RC")" ""
+    return
+  fi
+  run "${m}_cmp_lru" 60 python3 gpu/compare.py "$WORK/${m}_ref1.pt" "$WORK/${m}_lru.pt"
+  local same status=FAIL result=differs
+  same=$(val identical "${m}_cmp_lru")
+  [[ $same == 1 ]] && status=PASS result=identical
+  local ev_opt ev_lru
+  ev_opt=$(gmux_stats "${m}_gmux" | grep -o 'evicted [0-9]*' | cut -d' ' -f2)
+  ev_lru=$(gmux_stats "${m}_lru" | grep -o 'evicted [0-9]*' | cut -d' ' -f2)
+  record "b.$m.lru_vs_opt" "$status" "$result" \
+    "opt_time_s=$(val time_s "${m}_gmux") lru_time_s=$(val time_s "${m}_lru") opt_evicted_gib=$(gib $((${ev_opt:-0} * 2097152))) lru_evicted_gib=$(gib $((${ev_lru:-0} * 2097152)))" \
+    "$(gmux_stats "${m}_lru")"
 }
 
 step_c() {
