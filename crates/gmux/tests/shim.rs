@@ -169,18 +169,24 @@ fn physical_chunks_are_reused_and_access_is_batched() {
     assert!(set_access < maps, "cuMemSetAccess is not batched over contiguous runs:\n{line}");
 }
 
+/// Runs `standin_app ARGS` (space-separated) under `limit` with one shim variable set;
+/// requires success and 0 mismatches.
+fn ok_with(limit: &str, args: &str, var: &str, value: &str) -> Ran {
+    let sb = Sandbox::new(&format!("{}-{value}", args.split(' ').next().unwrap_or("app")), DEVICE);
+    let mut cmd = sb.gmux(Some(limit), args.split(' ').map(str::to_owned).collect::<Vec<_>>());
+    let r = ok(cmd.env(var, value));
+    assert_eq!(number(&r.stdout, "mismatches: "), 0, "{}", r.describe());
+    r
+}
+
 /// Buffers of 2 to 50 MiB at 3× a 128 MiB limit: extents (32 MiB, the default) move with
 /// one mapping each, so the shim maps far fewer times than it moves chunks; with
 /// `GMUX_EXTENT=2M` it maps about once per chunk. Every byte survives either way.
 #[test]
 fn extents_map_many_chunks_at_once() {
     let maps_per_chunk = |extent: &str| {
-        let sb = Sandbox::new(&format!("extent-{extent}"), DEVICE);
         let args = format!("oversub --total {} --buffers 16 --ops 60 --seed 3 --streams 2 --counters", 384 * MIB);
-        let mut cmd = sb.gmux(Some("128M"), args.split(' ').map(str::to_owned).collect::<Vec<_>>());
-        cmd.env("GMUX_EXTENT", extent);
-        let r = ok(&mut cmd);
-        assert_eq!(number(&r.stdout, "checksum mismatches: "), 0, "{}", r.describe());
+        let r = ok_with("128M", &args, "GMUX_EXTENT", extent);
         let line = r.stdout.lines().find(|l| l.starts_with("counters: ")).unwrap_or_else(|| panic!("no counters line:\n{}", r.describe()));
         let s = summary(&r);
         assert!(s.evicted > 0 && s.peak_resident <= (128 * MIB) as f64, "{s:?}");
@@ -197,12 +203,7 @@ fn extents_map_many_chunks_at_once() {
 #[test]
 fn history_opt_moves_less_than_lru_on_a_loop() {
     let run = |evict: &str| {
-        let sb = Sandbox::new(&format!("loop-{evict}"), DEVICE);
-        let args = format!("loop --buffers 8 --bytes {} --rounds 12", 4 * MIB);
-        let mut cmd = sb.gmux(Some("20M"), args.split(' ').map(str::to_owned).collect::<Vec<_>>());
-        cmd.env("GMUX_EVICT", evict);
-        let r = ok(&mut cmd);
-        assert_eq!(number(&r.stdout, "mismatches: "), 0, "{}", r.describe());
+        let r = ok_with("20M", &format!("loop --buffers 8 --bytes {} --rounds 12", 4 * MIB), "GMUX_EVICT", evict);
         let line = r.stderr.lines().find(|l| l.starts_with("gmux: limit ")).expect("summary").to_string();
         let plans = number(&line, "plans ");
         (summary(&r).populated, number(&line, &format!("plans {plans} (")), line)
