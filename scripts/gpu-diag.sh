@@ -54,7 +54,7 @@ for v in "${@:-logged default inflight1 sync-before sync-after sync-both run1 ru
       sync-both) variant sync-both GMUX_DEBUG=sync-before,sync-after GMUX_LOG=info ;;
       *) variant "$w" GMUX_DEBUG="$w" GMUX_LOG=info ;;
     esac
-    grep -h "waits across streams" "$T/$w.log" 2>/dev/null | sed "s/.*evicted/  evicted/"
+    grep -h "waits for others' populations" "$T/$w.log" 2>/dev/null | sed "s/.*evicted/  evicted/"
   done
 done
 echo "diag done in ${SECONDS}s"

@@ -50,16 +50,17 @@ impl History {
     }
 
     /// The allocations predicted for the commands after the one with signature `next`, in
-    /// order of first use, without repeats; `None` when its context never ran before.
-    /// The prediction stops where the past reaches the present (one period) or after
-    /// `window` commands.
-    pub fn predict(&self, next: u64) -> Option<Vec<AllocId>> {
+    /// order of first use, without repeats, each with how many commands ahead it is first
+    /// used (0: the command right after `next`); `None` when its context never ran
+    /// before. The prediction stops where the past reaches the present (one period) or
+    /// after `window` commands.
+    pub fn predict(&self, next: u64) -> Option<Vec<(AllocId, usize)>> {
         let at = *self.seen.get(&self.context(next))?;
         let start = at.checked_sub(self.first)? as usize + 1;
         let end = (start + self.window).min(self.sigs.len());
         let mut seen = HashSet::new();
-        let order = self.sets.range(start..end).flat_map(|s| s.iter().copied()).filter(|a| seen.insert(*a)).collect();
-        Some(order)
+        let ahead = self.sets.range(start..end).enumerate().flat_map(|(k, s)| s.iter().map(move |a| (*a, k)));
+        Some(ahead.filter(|(a, _)| seen.insert(*a)).collect())
     }
 
     /// Commands remembered.
@@ -106,14 +107,19 @@ mod tests {
         v.iter().map(|&a| AllocId(a)).collect()
     }
 
+    fn predicted(h: &History, next: u32) -> Option<Vec<AllocId>> {
+        h.predict(signature(7, &[AllocId(next)])).map(|p| p.into_iter().map(|(a, _)| a).collect())
+    }
+
     #[test]
     fn a_loop_predicts_the_rest_of_its_iteration() {
         let mut h = History::new(1000, 1000);
-        assert_eq!(h.predict(signature(7, &[AllocId(0)])), None, "nothing before");
+        assert_eq!(predicted(&h, 0), None, "nothing before");
         run(&mut h, &[0, 1, 2, 3, 4, 0, 1]);
         // About to run 2 after 0, 1: last time 3, 4, 0, 1 followed.
-        assert_eq!(h.predict(signature(7, &[AllocId(2)])), Some(ids(&[3, 4, 0, 1])));
-        assert_eq!(h.predict(signature(7, &[AllocId(9)])), None, "a context never seen");
+        assert_eq!(predicted(&h, 2), Some(ids(&[3, 4, 0, 1])));
+        assert_eq!(h.predict(signature(7, &[AllocId(2)])).unwrap().iter().map(|p| p.1).collect::<Vec<_>>(), vec![0, 1, 2, 3], "commands ahead");
+        assert_eq!(predicted(&h, 9), None, "a context never seen");
     }
 
     #[test]
@@ -121,19 +127,19 @@ mod tests {
         // Kernel 5 runs twice per iteration; what follows depends on what came before it.
         let mut h = History::new(1000, 1000);
         run(&mut h, &[1, 2, 5, 3, 4, 5, 6, 1, 2]);
-        assert_eq!(h.predict(signature(7, &[AllocId(5)])), Some(ids(&[3, 4, 5, 6, 1, 2])));
+        assert_eq!(predicted(&h, 5), Some(ids(&[3, 4, 5, 6, 1, 2])));
         run(&mut h, &[5, 3, 4]);
-        assert_eq!(h.predict(signature(7, &[AllocId(5)])), Some(ids(&[6, 1, 2, 5, 3, 4])));
+        assert_eq!(predicted(&h, 5), Some(ids(&[6, 1, 2, 5, 3, 4])));
     }
 
     #[test]
     fn the_window_and_the_memory_are_bounded() {
         let mut h = History::new(8, 3);
         run(&mut h, &[0, 1, 2, 3, 4, 5, 0, 1]);
-        assert_eq!(h.predict(signature(7, &[AllocId(2)])), Some(ids(&[3, 4, 5])), "window of 3");
+        assert_eq!(predicted(&h, 2), Some(ids(&[3, 4, 5])), "window of 3");
         let mut h = History::new(8, 100);
         run(&mut h, &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1]);
         assert_eq!(h.len(), 8);
-        assert_eq!(h.predict(signature(7, &[AllocId(2)])), None, "0, 1, 2 ran before the 8 remembered commands");
+        assert_eq!(predicted(&h, 2), None, "0, 1, 2 ran before the 8 remembered commands");
     }
 }

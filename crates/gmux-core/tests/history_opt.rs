@@ -27,7 +27,7 @@ fn loop_moves(use_history: bool, allocs: u32, chunks: u64, budget: u64, rounds: 
             let forecast = match &predicted {
                 Some(order) => {
                     planner.evictor = Evictor::new(Eviction::Opt);
-                    Forecast::from_accesses(order.iter().flat_map(|p| mem.alloc(*p).unwrap().chunks()))
+                    Forecast::from_accesses(order.iter().flat_map(|(p, _)| mem.alloc(*p).unwrap().chunks()))
                 }
                 None => {
                     planner.evictor = Evictor::new(Eviction::Lru);

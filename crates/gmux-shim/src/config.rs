@@ -34,6 +34,9 @@ pub struct Config {
     /// `GMUX_EVICT=opt` (default): OPT over the forecast from the process's own history
     /// where its recent commands ran before, LRU elsewhere; `lru`: LRU always.
     pub history_opt: bool,
+    /// `GMUX_PREFETCH`: with a forecast, a plan also brings in what the next this many
+    /// commands use, where that evicts nothing needed sooner (0: off).
+    pub prefetch: usize,
     /// `GMUX_DEBUG`: aids for finding ordering and prediction bugs.
     pub debug: Debug,
 }
@@ -113,7 +116,13 @@ pub fn config() -> &'static Config {
             Some("lru") => false,
             Some(v) => crate::log::fatal(&format!("GMUX_EVICT={v}: use `opt` (default: OPT from the process's history, LRU where it has none) or `lru`")),
         };
+        let prefetch = match var("GMUX_PREFETCH").map(|v| v.parse::<usize>()) {
+            None => 0,
+            Some(Ok(n)) => n,
+            Some(Err(_)) => crate::log::fatal("GMUX_PREFETCH must be a number of commands to look ahead (0: off), e.g. 16"),
+        };
         Config {
+            prefetch,
             history_opt,
             strict_unmap,
             extent_chunks: (extent / CHUNK_BYTES) as u32,

@@ -62,8 +62,9 @@ pub struct Stats {
     pub moved: Moved,
     /// Largest resident bytes seen.
     pub peak_resident: u64,
-    /// Waits added for populations made for another stream's command.
-    pub cross_stream_waits: u64,
+    /// Waits added for populations made for another command (on another stream, or
+    /// prefetched).
+    pub waits_for_others: u64,
     /// Plans made.
     pub plans: u64,
     /// Plans that evicted in OPT order over a forecast.
@@ -315,19 +316,21 @@ impl Shim {
         if allocs.iter().all(|a| self.missing.get(a).copied().unwrap_or(0) == 0) {
             return Ok(waits);
         }
-        let need: Vec<ChunkId> = allocs.iter().flat_map(|a| self.mem.alloc(*a).expect("live allocation").chunks()).collect();
-        let need_bytes = need.len() as u64 * CHUNK_BYTES;
+        let mut need: Vec<ChunkId> = allocs.iter().flat_map(|a| self.mem.alloc(*a).expect("live allocation").chunks()).collect();
+        let required = need.len();
+        let need_bytes = required as u64 * CHUNK_BYTES;
         if need_bytes > self.limit {
             return Err(ShimError::TooBig { need: need_bytes, limit: self.limit });
         }
         let t_plan = std::time::Instant::now();
         self.sync_ticks();
-        let forecast = self.forecast(sig);
+        let (forecast, prefetch) = self.forecast(sig, allocs);
+        need.extend(prefetch.iter().flat_map(|a| self.mem.alloc(*a).expect("live allocation").chunks()));
         let pinned = |_: ChunkId| false;
-        let req = Request { tenant: self.tenant, need: &need, required: need.len(), pinned: &pinned };
+        let req = Request { tenant: self.tenant, need: &need, required, pinned: &pinned };
         let plan = self.planner.plan(&self.mem, &self.tenants, &req, &forecast);
         let plan_ms = t_plan.elapsed().as_secs_f64() * 1e3;
-        if plan.covered < need.len() {
+        if plan.covered < required {
             return Err(ShimError::TooBig { need: need_bytes, limit: self.limit });
         }
         // Evictions wait for every command released so far, not only for the last one
@@ -345,9 +348,12 @@ impl Shim {
         let started = std::time::Instant::now();
         let ready = self.mover.issue(&plan, &self.mem, &mut self.dev)?;
         let issue_ms = started.elapsed().as_secs_f64() * 1e3;
-        let last = ready.last().map(|(_, e)| *e);
+        // The command waits for its own chunks only; prefetched ones land after them.
+        let own: std::collections::HashSet<ChunkId> = need[..required].iter().copied().collect();
+        let own_last = ready.iter().filter(|(c, _)| own.contains(c)).map(|(_, e)| *e).max();
+        let last = ready.iter().map(|(_, e)| *e).max();
         if !config().debug.all_events {
-            self.dev.keep_events(&last.into_iter().collect::<Vec<_>>());
+            self.dev.keep_events(&own_last.into_iter().chain(last).collect::<Vec<_>>());
         }
         self.dev.flush()?;
         if config().debug.sync_after {
@@ -356,7 +362,7 @@ impl Shim {
         let flushed = std::time::Instant::now();
         let moved = self.planner.apply(&mut self.mem, &plan).expect("a plan applies to the table it was made from");
         crate::log!(Debug, "plan of {} moves: planned in {plan_ms:.2} ms, queued in {issue_ms:.2} ms, issued in {:.2} ms, applied in {:.2} ms", plan.moves.len(), (flushed - started).as_secs_f64() * 1e3 - issue_ms, flushed.elapsed().as_secs_f64() * 1e3);
-        let mut filled: Vec<AllocId> = Vec::new();
+        let (mut filled, mut fetched): (Vec<AllocId>, Vec<AllocId>) = (Vec::new(), Vec::new());
         for m in &plan.moves {
             let (c, delta) = match *m {
                 Move::Create(c) | Move::Populate { chunk: c, .. } => (c, -1i64),
@@ -365,20 +371,30 @@ impl Shim {
             };
             let a = self.mem.chunk(c).alloc;
             if delta < 0 {
-                filled.push(a);
+                if own.contains(&c) { &mut filled } else { &mut fetched }.push(a);
             }
             let n = self.missing.entry(a).or_insert(0);
             *n = (*n as i64 + delta) as u32;
         }
         self.add_moved(moved);
         self.stats.waited += 1;
-        if let Some((id, ev)) = last.and_then(|e| self.dev.cu_event(e).map(|ev| (e, ev))) {
-            filled.sort_unstable();
-            filled.dedup();
-            self.landing.push_back(Landing { id, ready: ev, allocs: filled, waited: on.into_iter().collect() });
+        if let Some((id, ev)) = own_last.and_then(|e| self.dev.cu_event(e).map(|ev| (e, ev))) {
+            self.land(id, ev, filled, on);
             waits.push(ev);
         }
+        // Prefetched allocations: no stream has waited for them yet, this one included.
+        if let Some((id, ev)) = last.filter(|e| Some(*e) != own_last).and_then(|e| self.dev.cu_event(e).map(|ev| (e, ev))) {
+            self.land(id, ev, fetched, None);
+        }
         Ok(waits)
+    }
+
+    /// Records populations under way into `allocs`, ready after `ev`, that stream `by`
+    /// already waits for.
+    fn land(&mut self, id: gmux_core::device::Event, ev: CUevent, mut allocs: Vec<AllocId>, by: Option<StreamKey>) {
+        allocs.sort_unstable();
+        allocs.dedup();
+        self.landing.push_back(Landing { id, ready: ev, allocs, waited: by.into_iter().collect() });
     }
 
     /// Events of populations still under way into any of `allocs` that stream `on` has
@@ -400,23 +416,30 @@ impl Shim {
             }
             out.push(l.ready);
             l.waited.extend(on);
-            self.stats.cross_stream_waits += 1;
+            self.stats.waits_for_others += 1;
         }
         out
     }
 
-    /// The forecast after the command with signature `sig`, with the planner's evictor
-    /// set to match: OPT over the history's prediction, or LRU with no forecast.
-    fn forecast(&mut self, sig: u64) -> Forecast {
+    /// The forecast after the command with signature `sig` that uses `own`, with the
+    /// planner's evictor set to match (OPT over the history's prediction, or LRU with no
+    /// forecast), and the allocations worth prefetching: not resident, not `own`, first
+    /// used within `GMUX_PREFETCH` commands.
+    fn forecast(&mut self, sig: u64, own: &[AllocId]) -> (Forecast, Vec<AllocId>) {
         self.stats.plans += 1;
         let predicted = if config().history_opt { self.history.predict(sig) } else { None };
         let Some(order) = predicted else {
             self.planner.evictor = Evictor::new(Eviction::Lru);
-            return Forecast::default();
+            return (Forecast::default(), Vec::new());
         };
         self.stats.forecast_plans += 1;
         self.planner.evictor = Evictor::new(Eviction::Opt);
-        Forecast::from_accesses(order.iter().filter_map(|a| self.mem.alloc(*a).ok()).flat_map(|a| a.chunks()))
+        let live: Vec<(AllocId, usize)> = order.into_iter().filter(|(a, _)| self.mem.alloc(*a).is_ok()).collect();
+        let forecast = Forecast::from_accesses(live.iter().flat_map(|(a, _)| self.mem.alloc(*a).expect("live").chunks()));
+        let horizon = config().prefetch;
+        let missing = |a: &AllocId| self.missing.get(a).copied().unwrap_or(0) > 0;
+        let prefetch = live.iter().filter(|(a, ahead)| *ahead < horizon && missing(a) && !own.contains(a)).map(|(a, _)| *a).collect();
+        (forecast, prefetch)
     }
 
     /// Records a released command: in-flight tracking, recency of its allocations and
@@ -470,7 +493,7 @@ impl Shim {
     pub fn summary(&self) -> String {
         let m = self.stats.moved;
         format!(
-            "limit {}, allocated {}, peak resident {}, commands {} ({} waited for memory), evicted {} ({}), populated {} ({}), created {}, pinned host {}, streams {}, waits across streams {}, plans {} ({} in OPT order from history)",
+            "limit {}, allocated {}, peak resident {}, commands {} ({} waited for memory), evicted {} ({}), populated {} ({}), created {}, pinned host {}, streams {}, waits for others' populations {}, plans {} ({} in OPT order from history)",
             format_size(self.limit),
             format_size(self.allocated()),
             format_size(self.stats.peak_resident),
@@ -483,7 +506,7 @@ impl Shim {
             m.created,
             format_size(self.dev.pinned_bytes()),
             self.inflight.streams(),
-            self.stats.cross_stream_waits,
+            self.stats.waits_for_others,
             self.stats.plans,
             self.stats.forecast_plans,
         )

@@ -130,7 +130,7 @@ fn a_population_for_one_stream_is_awaited_by_another() {
     let r = ok(cmd.env("GMUX_STANDIN_DELAY_US", "3000").env("GMUX_EVICT", "lru"));
     assert!(r.stdout.contains("shared-read: 12 rounds, mismatches: 0"), "{}", r.describe());
     let line = r.stderr.lines().find(|l| l.starts_with("gmux: limit ")).expect("summary");
-    assert!(number(line, "waits across streams ") >= 12, "each round's read on stream B waits: {line}");
+    assert!(number(line, "waits for others' populations ") >= 12, "each round's read on stream B waits: {line}");
     let s = summary(&r);
     assert!(s.populated >= 12 * 2, "the weights come back every round: {s:?}");
     assert_no_shim_complaints(&r);
@@ -214,6 +214,27 @@ fn history_opt_moves_less_than_lru_on_a_loop() {
     assert!(opt_forecasts > 0, "the loop's repeats give forecasts: {line}");
     assert!(lru >= 11 * 8 * 2, "LRU brings back all 8 buffers every round after the first: {lru} chunks");
     assert!(opt * 10 <= lru * 6, "OPT from history populated {opt} chunks, LRU {lru}: {line}");
+}
+
+/// The same loop with prefetch (`GMUX_PREFETCH=4`) and slow stand-in copies: plans also
+/// bring in what the next commands use, so fewer commands wait for memory; a command on
+/// the same stream that uses prefetched memory waits for its population on the GPU (the
+/// delays make a missing wait read stale data).
+#[test]
+fn prefetch_from_history_keeps_every_byte_and_stalls_less() {
+    // The summary's `commands N (W waited for memory)`, and the summary line.
+    let run = |prefetch: &str| {
+        let sb = Sandbox::new(&format!("prefetch-{prefetch}"), DEVICE);
+        let args = format!("loop --buffers 8 --bytes {} --rounds 12", 4 * MIB);
+        let mut cmd = sb.gmux(Some("20M"), args.split(' ').map(str::to_owned).collect::<Vec<_>>());
+        let r = ok(cmd.env("GMUX_PREFETCH", prefetch).env("GMUX_STANDIN_DELAY_US", "2000"));
+        assert_eq!(number(&r.stdout, "mismatches: "), 0, "{}", r.describe());
+        let line = r.stderr.lines().find(|l| l.starts_with("gmux: limit ")).expect("summary").to_string();
+        (number(&line, &format!("commands {} (", number(&line, "commands "))), line)
+    };
+    let ((off, off_line), (on, on_line)) = (run("0"), run("4"));
+    assert!(on * 10 <= off * 8, "prefetch should leave fewer commands waiting: {on} vs {off}\n{on_line}\n{off_line}");
+    assert!(number(&on_line, "waits for others' populations ") > 0, "commands waited for prefetched memory: {on_line}");
 }
 
 #[test]

@@ -94,8 +94,9 @@ pub fn gmux_bin() -> PathBuf {
 }
 
 /// Variables of the shim and the stand-in that a test must not inherit from its caller.
-const GMUX_VARS: [&str; 11] = [
+const GMUX_VARS: [&str; 12] = [
     "GMUX_EXTENT",
+    "GMUX_PREFETCH",
     "GMUX_EVICT",
     "LD_PRELOAD",
     "GMUX_MEM_LIMIT",
