@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# OPT from the process's history (GMUX_EVICT=opt, the default) against LRU
-# (GMUX_EVICT=lru) on unmodified PyTorch under a limit of 60% of its footprint:
-# alternating runs, median time and bytes evicted per model. Run on the GPU machine
-# after scripts/gpu-pack.sh (carry .gpu-bin):
+# Eviction and prefetch settings side by side on unmodified PyTorch (ResNet-50
+# inference, a small transformer's training loop) under a limit of 60% of its
+# footprint: runs alternate between the settings; median time and bytes evicted per
+# model and setting. Run on the GPU machine after scripts/gpu-pack.sh (carry .gpu-bin):
 #
-#   scripts/gpu-evict.sh [ROUNDS]      (default 3 pairs per model; ~4 minutes on an H100)
+#   scripts/gpu-evict.sh [ROUNDS] [SETTING...]
 #
-# Prints a table last; each run's output goes to $OUT/evict.log.
+# A SETTING is a space-separated list of VAR=VALUE for the shim. Default: 3 rounds of
+# "GMUX_EVICT=opt" (the default: OPT from the process's history) and "GMUX_EVICT=lru";
+# about 4 minutes on an H100. Prints a table last; every run's output goes to
+# $OUT/evict.log.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT" || exit 1
@@ -15,6 +18,9 @@ mkdir -p "$OUT"
 LOG=$OUT/evict.log
 : >"$LOG"
 ROUNDS=${1:-3}
+shift $(($# > 0 ? 1 : 0))
+SETTINGS=("$@")
+((${#SETTINGS[@]})) || SETTINGS=("GMUX_EVICT=opt" "GMUX_EVICT=lru")
 export PYTHONUNBUFFERED=1
 GMUX=$ROOT/.gpu-bin/gmux
 
@@ -22,27 +28,30 @@ median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 
 
 rows=()
 for m in resnet50 transformer; do
-  py=(python3 gpu/torch_check.py --model "$m" --mode check --out /tmp/evict_$m.pt)
+  py=(python3 gpu/torch_check.py --model "$m" --mode check --out "/tmp/evict_$m.pt")
   fp=$("${py[@]}" | tee -a "$LOG" | grep -o 'footprint_bytes=[0-9]*' | cut -d= -f2)
   limit=$((fp * 6 / 10))
-  declare -A times=() evicted=()
+  declare -A times=() evicted=() waited=()
   for ((r = 1; r <= ROUNDS; r++)); do
-    for e in opt lru; do
-      out=$(GMUX_LOG=info GMUX_EVICT=$e timeout 240 "$GMUX" run --mem-limit "$limit" -- "${py[@]}" 2>&1)
-      echo "== $m $e round $r" >>"$LOG"
-      echo "$out" >>"$LOG"
-      times[$e]+="$(grep -o 'time_s=[0-9.]*' <<<"$out" | cut -d= -f2) "
-      evicted[$e]+="$(grep -o 'evicted [0-9]*' <<<"$out" | tail -n 1 | cut -d' ' -f2) "
-      echo "$m $e round $r: $(grep -o 'time_s=[0-9.]*' <<<"$out") $(grep -o 'evicted [0-9]* ([^)]*)' <<<"$out" | tail -n 1)"
+    for k in "${!SETTINGS[@]}"; do
+      # shellcheck disable=SC2086 # a setting is a list of VAR=VALUE words
+      out=$(env GMUX_LOG=info ${SETTINGS[k]} timeout 240 "$GMUX" run --mem-limit "$limit" -- "${py[@]}" 2>&1)
+      printf '== %s [%s] round %d\n%s\n' "$m" "${SETTINGS[k]}" "$r" "$out" >>"$LOG"
+      t=$(grep -o 'time_s=[0-9.]*' <<<"$out" | cut -d= -f2)
+      e=$(grep -o 'evicted [0-9]*' <<<"$out" | tail -n 1 | cut -d' ' -f2)
+      w=$(grep -o '([0-9]* waited for memory' <<<"$out" | tail -n 1 | tr -dc 0-9)
+      times[$k]+="${t:-nan} " evicted[$k]+="${e:-0} " waited[$k]+="${w:-0} "
+      echo "$m [${SETTINGS[k]}] round $r: time_s=${t:-?} evicted=${e:-?} chunks, ${w:-?} commands waited"
     done
   done
-  # shellcheck disable=SC2086
-  to=$(median ${times[opt]}) tl=$(median ${times[lru]}) eo=$(median ${evicted[opt]}) el=$(median ${evicted[lru]})
-  rows+=("$(printf '%-12s %10s %10s %8.3f %12.2f %12.2f %8.3f' "$m" "$to" "$tl" "$(awk -v a="$to" -v b="$tl" 'BEGIN{print a/b}')" \
-    "$(awk -v c="$eo" 'BEGIN{print c*2/1024}')" "$(awk -v c="$el" 'BEGIN{print c*2/1024}')" "$(awk -v a="$eo" -v b="$el" 'BEGIN{print a/b}')")")
-  unset times evicted
+  for k in "${!SETTINGS[@]}"; do
+    # shellcheck disable=SC2086
+    rows+=("$(printf '%-12s %-34s %10s %12.2f %10s' "$m" "${SETTINGS[k]}" "$(median ${times[$k]})" \
+      "$(awk -v c="$(median ${evicted[$k]})" 'BEGIN { print c * 2 / 1024 }')" "$(median ${waited[$k]})")")
+  done
+  unset times evicted waited
 done
 echo
-echo "OPT from history vs LRU, limit 60% of footprint, median of $ROUNDS alternating runs ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1))"
-printf '%-12s %10s %10s %8s %12s %12s %8s\n' model opt_time_s lru_time_s ratio opt_evict_gib lru_evict_gib ratio
+echo "limit 60% of footprint, median of $ROUNDS alternating runs ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1))"
+printf '%-12s %-34s %10s %12s %10s\n' model setting time_s evicted_gib waited
 printf '%s\n' "${rows[@]}"
