@@ -9,7 +9,7 @@
 //! one handle each (`GMUX_LOG=debug` prints these times for every flush).
 //! Everything after that is ordered on the GPU, not by the host:
 //! - eviction copies wait for the application's commands released before them
-//!   ([`CudaDevice::evict_after_all`]);
+//!   ([`CudaDevice::evict_after_all`]) and for the populations of earlier flushes;
 //! - a physical chunk handed from an eviction to a population stays mapped at both
 //!   addresses for a while; the population waits on the GPU for the eviction copy, and
 //!   the old address is unmapped later, once that copy is done (`cuMemUnmap` is a host
@@ -156,6 +156,10 @@ pub struct CudaDevice {
     phys_free_after: HashMap<u64, CUevent>,
     /// Application events the next flush's eviction copies wait for.
     evict_wait: Vec<CUevent>,
+    /// The populate stream's last work of earlier flushes, which the next eviction copies
+    /// wait for: a prefetched chunk may be evicted before any command used it, and its
+    /// copy out (and unmap) must follow its copy in.
+    populated: Option<CUevent>,
     host: HostPool,
     slot: HashMap<ChunkId, usize>,
     events: HashMap<u64, CUevent>,
@@ -188,6 +192,7 @@ impl CudaDevice {
             strict_unmap: false,
             phys_free_after: HashMap::new(),
             evict_wait: Vec::new(),
+            populated: None,
             host: HostPool::new(host_block),
             slot: HashMap::new(),
             events: HashMap::new(),
@@ -320,6 +325,12 @@ impl CudaDevice {
     fn evict_pass(&mut self, ops: &[Op]) -> Result<(), CudaError> {
         let mut app = std::mem::take(&mut self.evict_wait);
         wait_all(self.streams[CopyStream::Evict as usize], &mut app)?;
+        if ops.iter().any(|op| matches!(op, Op::Copy(CopyStream::Evict, ..) | Op::Unmap(..))) {
+            if let Some(ev) = self.populated.take() {
+                check(crate::real!(cuStreamWaitEvent(self.streams[CopyStream::Evict as usize], ev, 0)), "cuStreamWaitEvent")?;
+                crate::real!(cuEventDestroy_v2(ev));
+            }
+        }
         let mut run = Run::default();
         for op in ops {
             match *op {
@@ -411,7 +422,15 @@ impl CudaDevice {
             }
         }
         run.waits.append(&mut waits);
-        self.end_populate_run(&mut run)
+        self.end_populate_run(&mut run)?;
+        if ops.iter().any(|op| matches!(op, Op::Copy(CopyStream::Populate, ..) | Op::Map(..))) {
+            // The event object may go as soon as the evict stream's wait on it is queued.
+            let tail = self.new_event(CopyStream::Populate)?;
+            if let Some(old) = self.populated.replace(tail) {
+                crate::real!(cuEventDestroy_v2(old));
+            }
+        }
+        Ok(())
     }
 
     fn end_populate_run(&mut self, run: &mut Run) -> Result<(), CudaError> {

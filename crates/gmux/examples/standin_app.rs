@@ -16,8 +16,10 @@
 //! others out under a memory limit), `too-big --bytes N` (one `add` over N bytes; exits 0
 //! if the launch returns CUDA_ERROR_OUT_OF_MEMORY),
 //! `fault-unmapped [--mode launch|noaccess|copy|stale]` (expected to be aborted),
-//! `loop --buffers N --bytes B --rounds R` (a training-like loop: every round adds 1 to
-//! each buffer in the same order; then every buffer is checked).
+//! `loop --buffers N --bytes B --rounds R [--reverse-every K]` (a training-like loop:
+//! every round adds 1 to each buffer in the same order, reversed every K rounds if K is
+//! given, so that a forecast from history is sometimes wrong; then every buffer is
+//! checked).
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
@@ -775,15 +777,17 @@ fn shared_read(app: &App, o: &Opts) -> bool {
 /// much comes back every round.
 fn loop_rounds(app: &App, o: &Opts) -> bool {
     let (n, bytes, rounds) = (o.num("buffers", 8) as usize, o.bytes("bytes", 4 << 20) as usize, o.num("rounds", 10) as u32);
+    let flip = o.num("reverse-every", 0) as u32;
     let words = (bytes / 4) as u64;
     let s = app.stream(CU_STREAM_NON_BLOCKING);
     let bufs: Vec<u64> = (0..n).map(|_| app.alloc(bytes)).collect();
     for (k, &p) in bufs.iter().enumerate() {
         app.fill(s, p, words, k as u32);
     }
-    for _ in 0..rounds {
-        for &p in &bufs {
-            app.add(s, p, words, 1);
+    for round in 0..rounds {
+        let reversed = flip > 0 && (round / flip) % 2 == 1;
+        for k in 0..n {
+            app.add(s, bufs[if reversed { n - 1 - k } else { k }], words, 1);
         }
     }
     app.sync(s);
