@@ -371,7 +371,8 @@ impl Shim {
             };
             let a = self.mem.chunk(c).alloc;
             if delta < 0 {
-                if own.contains(&c) { &mut filled } else { &mut fetched }.push(a);
+                let into = if own.contains(&c) { &mut filled } else { &mut fetched };
+                into.push(a);
             }
             let n = self.missing.entry(a).or_insert(0);
             *n = (*n as i64 + delta) as u32;
