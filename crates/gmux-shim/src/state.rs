@@ -450,7 +450,9 @@ impl Shim {
         self.stats.commands += 1;
         let allocs = self.allocs_in(ws);
         let allocs = allocs.as_ref();
-        self.history.record(sig, allocs);
+        if config().history_opt {
+            self.history.record(sig, allocs);
+        }
         for a in allocs {
             self.alloc_tick.insert(*a, self.tick);
         }
