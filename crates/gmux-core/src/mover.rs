@@ -7,8 +7,8 @@
 //! An extent ([`Memory::extent`]) that a plan brings in whole is mapped with as few
 //! physical handles as the spares allow (one of its length when new), because the
 //! driver's cost of mapping, granting access and unmapping is per handle; anything else
-//! is mapped chunk by chunk. A mapping is
-//! unmapped when the last of its chunks is evicted (the planner evicts extents whole).
+//! is mapped chunk by chunk. A mapping is unmapped when the last of its chunks is
+//! evicted (the planner evicts extents whole).
 //! Physical memory held, mapped or spare, is kept within the GPU tier's capacity at the
 //! end of every plan.
 
@@ -60,7 +60,8 @@ impl Mover {
                 Move::Create(c) | Move::Populate { chunk: c, .. } => {
                     let from = if let Move::Populate { from, .. } = *mv { Some(from) } else { None };
                     let (first, len) = mem.extent(c);
-                    let whole = len > 1 && (first.0..first.0 + len).all(|x| arriving.contains(&ChunkId(x)) && !self.mapping_of.contains_key(&ChunkId(x)));
+                    let whole = held_back.contains_key(&first)
+                        || (len > 1 && (first.0..first.0 + len).all(|x| arriving.contains(&ChunkId(x)) && !self.mapping_of.contains_key(&ChunkId(x))));
                     if !whole {
                         self.map(c, 1, dev, mem)?;
                         ready.push(self.fill(c, from, dev)?);

@@ -299,8 +299,12 @@ impl Shim {
     }
 
     /// The history signature of a command running `kind` (a kernel's handle, or a
-    /// constant per kind of operation) over `ws`.
+    /// constant per kind of operation) over `ws`; 0 when no history is kept
+    /// (`GMUX_EVICT=lru`), so that no launch pays for it.
     pub fn signature(&self, kind: u64, ws: &WorkingSet) -> u64 {
+        if !config().history_opt {
+            return 0;
+        }
         signature(kind, &self.allocs_in(ws))
     }
 
