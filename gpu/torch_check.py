@@ -36,7 +36,12 @@ def make_deterministic():
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
     torch.use_deterministic_algorithms(True)
-    # TF32 off. The legacy setters also update the newer fp32_precision state
+    fp32_ieee()
+
+
+def fp32_ieee():
+    """TF32 off: float32 matmuls and convolutions in full IEEE precision."""
+    # The legacy setters also update the newer fp32_precision state
     # consistently; setting only the new per-op API leaves the legacy cuDNN flag at
     # True, which PyTorch >= 2.9 may reject later as a "mix of legacy and new APIs".
     with warnings.catch_warnings():

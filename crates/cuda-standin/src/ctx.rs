@@ -1,7 +1,7 @@
 //! Driver initialization and the per-thread context stack. There is one device and one
 //! context object (its primary context); `cuCtxCreate` hands out that same object.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use cuda_abi::*;
@@ -12,7 +12,11 @@ pub static PRIMARY_REFS: AtomicI64 = AtomicI64::new(0);
 const PRIMARY: usize = 0x4358_0000_0000;
 
 thread_local! {
+    /// The contexts under the current one.
     static STACK: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+    /// The current context (0: none). It has no destructor, so it stays readable in exit
+    /// handlers after the thread's destructors have run, as the real driver's does.
+    static TOP: Cell<usize> = const { Cell::new(0) };
 }
 
 /// `cuInit`.
@@ -55,7 +59,7 @@ pub fn require_valid(ctx: CUcontext) -> Result<(), CUresult> {
 
 /// The calling thread's current context (top of its stack).
 pub fn current() -> Option<CUcontext> {
-    STACK.with(|s| s.borrow().last().map(|&c| c as CUcontext))
+    Some(TOP.get()).filter(|&c| c != 0).map(|c| c as CUcontext)
 }
 
 /// `CUDA_ERROR_INVALID_CONTEXT` unless the calling thread has a current context.
@@ -66,21 +70,23 @@ pub fn require_current() -> Result<(), CUresult> {
 
 /// `cuCtxSetCurrent`: replaces the top of the stack; null pops it.
 pub fn set_current(ctx: CUcontext) {
-    STACK.with(|s| {
-        let mut s = s.borrow_mut();
-        s.pop();
-        if !ctx.is_null() {
-            s.push(ctx as usize);
-        }
-    })
+    if ctx.is_null() {
+        pop();
+    } else {
+        TOP.set(ctx as usize);
+    }
 }
 
 /// `cuCtxPushCurrent`.
 pub fn push(ctx: CUcontext) {
-    STACK.with(|s| s.borrow_mut().push(ctx as usize))
+    let below = TOP.replace(ctx as usize);
+    if below != 0 {
+        STACK.with(|s| s.borrow_mut().push(below));
+    }
 }
 
 /// `cuCtxPopCurrent`.
 pub fn pop() -> Option<CUcontext> {
-    STACK.with(|s| s.borrow_mut().pop().map(|c| c as CUcontext))
+    let top = TOP.replace(STACK.with(|s| s.borrow_mut().pop()).unwrap_or(0));
+    Some(top).filter(|&c| c != 0).map(|c| c as CUcontext)
 }

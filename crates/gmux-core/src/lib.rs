@@ -7,12 +7,14 @@
 pub mod device;
 pub mod error;
 pub mod evict;
+pub mod hbm;
 pub mod history;
 pub mod hooks;
 pub mod knobs;
 pub mod memory;
 pub mod mover;
 pub mod placement;
+pub mod protocol;
 pub mod planner;
 pub mod sched;
 pub mod size;

@@ -166,6 +166,12 @@ impl Memory {
         self.caps
     }
 
+    /// Changes the GPU-memory budget; chunks over it stay until a plan evicts them
+    /// ([`crate::planner::Planner::shrink`]).
+    pub fn set_gpu_capacity(&mut self, bytes: Option<u64>) {
+        self.caps.gpu = bytes;
+    }
+
     /// Sets the extent length in chunks (at least 1, the default).
     pub fn set_extent(&mut self, chunks: u32) {
         self.extent = chunks.max(1);

@@ -160,6 +160,32 @@ impl Planner {
         plan
     }
 
+    /// Plans the evictions that bring `tenant` down to `most` resident chunks, its own
+    /// chunks in the evictor's order over `forecast` (what the tenant needs latest leaves
+    /// first), whole extents at a time. `need` lists chunks that stay.
+    pub fn shrink(&mut self, mem: &Memory, tenants: &Tenants, tenant: TenantId, most: u64, need: &[ChunkId], forecast: &Forecast) -> Plan {
+        let st = Budget::new(mem, tenants);
+        let mut plan = Plan::default();
+        let mut held = mem.usage(tenant).chunks[0];
+        if held <= most {
+            return plan;
+        }
+        let pinned = |_: ChunkId| false;
+        let req = Request { tenant, need, required: need.len(), pinned: &pinned };
+        let need_set: HashSet<ChunkId> = need.iter().copied().collect();
+        let mut victims = Some(Victims::new(self, mem, &req, &need_set, forecast));
+        while held > most {
+            let Some(group) = victims.as_mut().and_then(|v| v.next(mem, &st, tenant, true)) else { break };
+            for v in group {
+                plan.moves.push(Move::Evict { chunk: v, to: Tier::Host });
+                held -= 1;
+            }
+        }
+        plan.covered = need.len();
+        self.commit(&mut victims, &plan);
+        plan
+    }
+
     /// Applies a plan to the chunk table and tells the policies. Fails only on a planner bug.
     pub fn apply(&mut self, mem: &mut Memory, plan: &Plan) -> Result<Moved, crate::CoreError> {
         let mut moved = Moved::default();

@@ -39,6 +39,13 @@ pub struct Config {
     pub prefetch: usize,
     /// `GMUX_DEBUG`: aids for finding ordering and prediction bugs.
     pub debug: Debug,
+    /// `GMUX_DAEMON`: socket of the gmuxd to register with (set by `gmux run`); `None`:
+    /// the process runs alone under its own limit.
+    pub daemon: Option<std::path::PathBuf>,
+    /// `GMUX_TENANT`: the tenant this process joins (default: the program's name and pid).
+    pub tenant: String,
+    /// `GMUX_PRIORITY`: its strict-priority class (larger first; default 0).
+    pub priority: i32,
 }
 
 /// `GMUX_DEBUG`, a comma-separated list; each item trades speed for a narrower search.
@@ -121,7 +128,19 @@ pub fn config() -> &'static Config {
             Some(Ok(n)) => n,
             Some(Err(_)) => crate::log::fatal("GMUX_PREFETCH must be a number of commands to look ahead (0: off), e.g. 16"),
         };
+        let priority = match var("GMUX_PRIORITY").map(|v| v.parse::<i32>()) {
+            None => 0,
+            Some(Ok(p)) => p,
+            Some(Err(_)) => crate::log::fatal("GMUX_PRIORITY must be an integer priority class (larger runs first), e.g. 1"),
+        };
+        let tenant = var("GMUX_TENANT").unwrap_or_else(|| {
+            let exe = std::env::current_exe().ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+            format!("{}-{}", exe.unwrap_or_else(|| "app".into()), std::process::id())
+        });
         Config {
+            daemon: var("GMUX_DAEMON").map(Into::into),
+            tenant,
+            priority,
             prefetch,
             history_opt,
             strict_unmap,

@@ -48,6 +48,7 @@ macro_rules! driver_table {
 
 driver_table! {
     cuCtxGetCurrent(*mut CUcontext);
+    cuCtxSetCurrent(CUcontext);
     cuCtxGetDevice(*mut CUdevice);
     cuMemGetInfo_v2(*mut usize, *mut usize);
     cuMemAddressReserve(*mut CUdeviceptr, usize, usize, CUdeviceptr, u64);
@@ -70,6 +71,8 @@ driver_table! {
     cuEventQuery(CUevent);
     cuEventSynchronize(CUevent);
     cuEventDestroy_v2(CUevent);
+    cuEventElapsedTime(*mut f32, CUevent, CUevent);
+    cuEventElapsedTime_v2(*mut f32, CUevent, CUevent);
     cuMemcpyHtoDAsync_v2(CUdeviceptr, *const c_void, usize, CUstream);
     cuMemcpyDtoHAsync_v2(*mut c_void, CUdeviceptr, usize, CUstream);
     cuFuncGetParamInfo(CUfunction, usize, *mut usize, *mut usize);

@@ -109,6 +109,11 @@ impl Inflight {
         self.tracks.values().filter_map(|t| t.events.back().map(|(_, e)| *e)).collect()
     }
 
+    /// Whether no released command is known to be unfinished.
+    pub fn idle(&self) -> bool {
+        self.tracks.values().all(|t| t.events.is_empty())
+    }
+
     /// Streams that have had commands.
     pub fn streams(&self) -> usize {
         self.tracks.len()

@@ -13,6 +13,7 @@
 // the driver and never dereferences.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+pub mod agent;
 pub mod api;
 pub mod backend;
 pub mod config;
@@ -24,12 +25,15 @@ pub mod inflight;
 pub mod intercept;
 pub mod log;
 pub mod predict;
+pub mod record;
 pub mod state;
+pub mod tenancy;
 pub mod tensormap;
 pub mod vmem;
 pub(crate) use driver::real;
 
 extern "C" fn summary_at_exit() {
+    record::finish();
     if log::level() < log::Level::Info {
         return;
     }

@@ -32,6 +32,9 @@ pub enum ShimError {
     Cuda(CudaError),
     /// The working set of one command is larger than the memory limit.
     TooBig { need: u64, limit: u64 },
+    /// The working set is over this process's current grant from the daemon but within
+    /// what it may be granted: the command waits for the grant to grow.
+    Wait { need: u64 },
     /// A bad argument from the application (answered with this code, no message).
     Invalid(CUresult),
 }
@@ -69,6 +72,11 @@ pub struct Stats {
     pub plans: u64,
     /// Plans that evicted in OPT order over a forecast.
     pub forecast_plans: u64,
+    /// Commands released in the last slice the daemon gave (the horizon of the next
+    /// slice's forecast).
+    pub slice_commands: u64,
+    /// `commands` when the current slice began.
+    pub slice_start: u64,
 }
 
 /// A plan's populations, possibly still under way: the event after them, the
@@ -82,11 +90,11 @@ struct Landing {
 
 /// The shim's state.
 pub struct Shim {
-    mem: Memory,
-    tenants: Tenants,
-    tenant: TenantId,
-    planner: Planner,
-    mover: Mover,
+    pub(crate) mem: Memory,
+    pub(crate) tenants: Tenants,
+    pub(crate) tenant: TenantId,
+    pub(crate) planner: Planner,
+    pub(crate) mover: Mover,
     /// The real device.
     pub dev: CudaDevice,
     /// Address ranges of allocations.
@@ -95,18 +103,20 @@ pub struct Shim {
     pub inflight: Inflight,
     /// Kernel parameter layouts.
     pub layouts: Layouts,
-    missing: HashMap<AllocId, u32>,
+    pub(crate) missing: HashMap<AllocId, u32>,
     /// Allocations whose contents point into other allocations.
     refs: HashMap<AllocId, std::collections::HashSet<AllocId>>,
     alloc_tick: HashMap<AllocId, u64>,
     tick: u64,
-    limit: u64,
+    pub(crate) limit: u64,
     ctx: CUcontext,
     ordinal: CUdevice,
     /// Populations that may still be under way, oldest first.
     landing: VecDeque<Landing>,
+    /// Signature of the last released command (where forecasts start).
+    pub(crate) last_sig: u64,
     /// Released commands, the forecast for OPT eviction.
-    history: History,
+    pub(crate) history: History,
     /// Totals.
     pub stats: Stats,
 }
@@ -155,7 +165,9 @@ impl Shim {
         let cfg = config();
         let headroom = (512u64 << 20).min(free as u64 / 8);
         let usable = (free as u64).saturating_sub(headroom) / CHUNK_BYTES * CHUNK_BYTES;
+        let grant = crate::agent::attach();
         let limit = match cfg.mem_limit {
+            _ if grant.is_some() => grant.map_or(0, |g| g.cap.min(usable) / CHUNK_BYTES * CHUNK_BYTES),
             Some(l) if l > usable => {
                 crate::log!(Warn, "memory limit {} is more than the device has free ({} after {} headroom); using {}", format_size(l), format_size(usable), format_size(headroom), format_size(usable));
                 usable
@@ -163,7 +175,7 @@ impl Shim {
             Some(l) => l / CHUNK_BYTES * CHUNK_BYTES,
             None => usable,
         };
-        if limit < CHUNK_BYTES {
+        if limit < CHUNK_BYTES && grant.is_none() {
             crate::log::fatal(&format!("memory limit {} is below one 2 MiB chunk; give --mem-limit at least 2M", format_size(limit)));
         }
         let mut dev = CudaDevice::new(ordinal, cfg.mover, cfg.host_block).map_err(|e| {
@@ -195,6 +207,7 @@ impl Shim {
             ctx,
             ordinal,
             landing: VecDeque::new(),
+            last_sig: 0,
             history: History::new(HISTORY_KEEP, HISTORY_WINDOW),
             stats: Stats::default(),
         })
@@ -316,6 +329,10 @@ impl Shim {
     pub fn prepare(&mut self, ws: &WorkingSet, on: Option<StreamKey>, sig: u64) -> Result<Vec<CUevent>, ShimError> {
         let allocs = self.allocs_in(ws);
         let allocs = allocs.as_ref();
+        if let Some(cap) = crate::agent::granted().filter(|c| *c > self.limit) {
+            self.limit = cap;
+            self.mem.set_gpu_capacity(Some(cap));
+        }
         let mut waits = self.landing_waits(allocs, on);
         if allocs.iter().all(|a| self.missing.get(a).copied().unwrap_or(0) == 0) {
             return Ok(waits);
@@ -324,7 +341,7 @@ impl Shim {
         let required = need.len();
         let need_bytes = required as u64 * CHUNK_BYTES;
         if need_bytes > self.limit {
-            return Err(ShimError::TooBig { need: need_bytes, limit: self.limit });
+            return Err(crate::agent::over_grant(need_bytes, self.limit));
         }
         let t_plan = std::time::Instant::now();
         self.sync_ticks();
@@ -335,7 +352,7 @@ impl Shim {
         let plan = self.planner.plan(&self.mem, &self.tenants, &req, &forecast);
         let plan_ms = t_plan.elapsed().as_secs_f64() * 1e3;
         if plan.covered < required {
-            return Err(ShimError::TooBig { need: need_bytes, limit: self.limit });
+            return Err(crate::agent::over_grant(need_bytes, self.limit));
         }
         // Evictions wait for every command released so far, not only for the last one
         // predicted to use the victim: a command that reaches memory outside its
@@ -366,21 +383,7 @@ impl Shim {
         let flushed = std::time::Instant::now();
         let moved = self.planner.apply(&mut self.mem, &plan).expect("a plan applies to the table it was made from");
         crate::log!(Debug, "plan of {} moves: planned in {plan_ms:.2} ms, queued in {issue_ms:.2} ms, issued in {:.2} ms, applied in {:.2} ms", plan.moves.len(), (flushed - started).as_secs_f64() * 1e3 - issue_ms, flushed.elapsed().as_secs_f64() * 1e3);
-        let (mut filled, mut fetched): (Vec<AllocId>, Vec<AllocId>) = (Vec::new(), Vec::new());
-        for m in &plan.moves {
-            let (c, delta) = match *m {
-                Move::Create(c) | Move::Populate { chunk: c, .. } => (c, -1i64),
-                Move::Evict { chunk, .. } => (chunk, 1),
-                Move::Demote(_) => continue,
-            };
-            let a = self.mem.chunk(c).alloc;
-            if delta < 0 {
-                let into = if own.contains(&c) { &mut filled } else { &mut fetched };
-                into.push(a);
-            }
-            let n = self.missing.entry(a).or_insert(0);
-            *n = (*n as i64 + delta) as u32;
-        }
+        let (filled, fetched) = self.account(&plan, |c| own.contains(&c));
         self.add_moved(moved);
         self.stats.waited += 1;
         if let Some((id, ev)) = own_last.and_then(|e| self.dev.cu_event(e).map(|ev| (e, ev))) {
@@ -394,9 +397,30 @@ impl Shim {
         Ok(waits)
     }
 
+    /// Counts a plan's moves in the per-allocation missing chunks; returns the
+    /// allocations it fills, split by `own`.
+    pub(crate) fn account(&mut self, plan: &gmux_core::planner::Plan, own: impl Fn(ChunkId) -> bool) -> (Vec<AllocId>, Vec<AllocId>) {
+        let (mut filled, mut fetched): (Vec<AllocId>, Vec<AllocId>) = (Vec::new(), Vec::new());
+        for m in &plan.moves {
+            let (c, delta) = match *m {
+                Move::Create(c) | Move::Populate { chunk: c, .. } => (c, -1i64),
+                Move::Evict { chunk, .. } => (chunk, 1),
+                Move::Demote(_) => continue,
+            };
+            let a = self.mem.chunk(c).alloc;
+            if delta < 0 {
+                let into = if own(c) { &mut filled } else { &mut fetched };
+                into.push(a);
+            }
+            let n = self.missing.entry(a).or_insert(0);
+            *n = (*n as i64 + delta) as u32;
+        }
+        (filled, fetched)
+    }
+
     /// Records populations under way into `allocs`, ready after `ev`, that stream `by`
     /// already waits for.
-    fn land(&mut self, id: gmux_core::device::Event, ev: CUevent, mut allocs: Vec<AllocId>, by: Option<StreamKey>) {
+    pub(crate) fn land(&mut self, id: gmux_core::device::Event, ev: CUevent, mut allocs: Vec<AllocId>, by: Option<StreamKey>) {
         allocs.sort_unstable();
         allocs.dedup();
         self.landing.push_back(Landing { id, ready: ev, allocs, waited: by.into_iter().collect() });
@@ -430,7 +454,7 @@ impl Shim {
     /// planner's evictor set to match (OPT over the history's prediction, or LRU with no
     /// forecast), and the allocations worth prefetching: not resident, not `own`, first
     /// used within `GMUX_PREFETCH` commands.
-    fn forecast(&mut self, sig: u64, own: &[AllocId]) -> (Forecast, Vec<AllocId>) {
+    pub(crate) fn forecast(&mut self, sig: u64, own: &[AllocId]) -> (Forecast, Vec<AllocId>) {
         self.stats.plans += 1;
         let predicted = if config().history_opt { self.history.predict(sig) } else { None };
         let Some(order) = predicted else {
@@ -460,7 +484,11 @@ impl Shim {
         for a in allocs {
             self.alloc_tick.insert(*a, self.tick);
         }
-        self.inflight.released(stream, ptsz, allocs, config().inflight)?;
+        self.last_sig = sig;
+        if self.inflight.idle() {
+            crate::agent::poke();
+        }
+        self.inflight.released(stream, ptsz, allocs, crate::agent::inflight_bound())?;
         self.dev.reap(false)?;
         Ok(())
     }
@@ -470,12 +498,17 @@ impl Shim {
         self.mem.usage(self.tenant).bytes(gmux_core::Tier::Gpu)
     }
 
+    /// Whether allocation `a` is still allocated.
+    pub fn is_live(&self, a: AllocId) -> bool {
+        self.mem.alloc(a).is_ok()
+    }
+
     /// Bytes the application has allocated through gmux.
     pub fn allocated(&self) -> u64 {
         self.vmem.allocated()
     }
 
-    fn add_moved(&mut self, m: Moved) {
+    pub(crate) fn add_moved(&mut self, m: Moved) {
         let s = &mut self.stats.moved;
         s.populated += m.populated;
         s.evicted += m.evicted;
@@ -484,7 +517,7 @@ impl Shim {
     }
 
     /// Gives resident chunks their allocation's last-use tick, for LRU.
-    fn sync_ticks(&mut self) {
+    pub(crate) fn sync_ticks(&mut self) {
         let resident: Vec<(ChunkId, u64)> = self
             .mem
             .chunks()

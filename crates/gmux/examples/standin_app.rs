@@ -16,10 +16,10 @@
 //! others out under a memory limit), `too-big --bytes N` (one `add` over N bytes; exits 0
 //! if the launch returns CUDA_ERROR_OUT_OF_MEMORY),
 //! `fault-unmapped [--mode launch|noaccess|copy|stale]` (expected to be aborted),
-//! `loop --buffers N --bytes B --rounds R [--reverse-every K]` (a training-like loop:
+//! `loop --buffers N --bytes B --rounds R [--reverse-every K] [--free]` (a training-like loop:
 //! every round adds 1 to each buffer in the same order, reversed every K rounds if K is
 //! given, so that a forecast from history is sometimes wrong; then every buffer is
-//! checked).
+//! checked, and freed with `--free`).
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
@@ -797,6 +797,9 @@ fn loop_rounds(app: &App, o: &Opts) -> bool {
         if mismatch(&format!("buffer {k}"), &app.dtoh(p, words as usize), &want) {
             mismatches += 1;
         }
+    }
+    if o.get("free").is_some() {
+        bufs.iter().for_each(|&p| app.free(p));
     }
     println!("loop: {n} buffers, {rounds} rounds, mismatches: {mismatches}");
     mismatches == 0

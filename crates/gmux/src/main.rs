@@ -1,6 +1,8 @@
 //! gmux: share one GPU among many CUDA processes. Command-line entry point.
 
+mod daemon;
 mod plot;
+mod record;
 mod run;
 mod sim;
 mod table;
@@ -27,8 +29,20 @@ struct Cli {
 enum Command {
     /// Run a program under gmux with a device-memory limit: gmux run --mem-limit 4G -- CMD...
     Run(run::RunArgs),
+    /// Run a program like `gmux run` and write its trace for the simulator: gmux record -o run.jsonl -- CMD...
+    Record(record::RecordArgs),
     /// Run a scenario file on the simulator and print its results.
     Sim(sim::SimArgs),
+    /// Run gmuxd, the per-GPU daemon that schedules tenants and divides GPU memory.
+    Daemon(daemon::DaemonArgs),
+    /// List the daemon's tenants.
+    Ps,
+    /// Read a tenant's knobs (all, or one by its Ghost name).
+    Get { tenant: String, knob: Option<String> },
+    /// Set a tenant's knob: gmux set TENANT gmem.limit.high 8G
+    Set { tenant: String, knob: String, value: String },
+    /// Stop the daemon.
+    Stop,
 }
 
 /// Why a command failed; decides the exit status.
@@ -55,6 +69,18 @@ impl Failure {
     }
 }
 
+/// Sends a control request to the daemon and prints its answer.
+fn control(req: daemon::ctl::Request) -> Result<(), Failure> {
+    let reply = daemon::ctl::request(&daemon::socket_path(), &req)?;
+    if !reply.ok {
+        return Err(Failure::Runtime(reply.text));
+    }
+    if !reply.text.is_empty() {
+        println!("{}", reply.text);
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -67,7 +93,13 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Run(args) => run::run(&args),
+        Command::Record(args) => record::record(&args),
         Command::Sim(args) => sim::sim(&args),
+        Command::Daemon(args) => daemon::daemon(&args),
+        Command::Ps => control(daemon::ctl::Request::Ps),
+        Command::Get { tenant, knob } => control(daemon::ctl::Request::Get { tenant, knob }),
+        Command::Set { tenant, knob, value } => control(daemon::ctl::Request::Set { tenant, knob, value }),
+        Command::Stop => control(daemon::ctl::Request::Stop),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

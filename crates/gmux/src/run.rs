@@ -14,6 +14,16 @@ pub struct RunArgs {
     /// before the kernels that use them.
     #[arg(long, value_name = "SIZE")]
     pub mem_limit: Option<String>,
+    /// Tenant to join or create (default: the program's name and pid). Under the daemon,
+    /// --mem-limit becomes the tenant's gmem.limit.high.
+    #[arg(long, value_name = "NAME")]
+    pub tenant: Option<String>,
+    /// Strict-priority class under `--policy priority` (larger runs first).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub priority: i32,
+    /// Run alone under --mem-limit, without registering with gmuxd.
+    #[arg(long)]
+    pub standalone: bool,
     /// The program and its arguments (after `--`).
     #[arg(required = true, num_args = 1.., trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -61,6 +71,11 @@ pub fn parse_limit(text: &str) -> Result<u64, Failure> {
 
 /// Replaces this process with the program, the shim preloaded. Returns only on failure.
 pub fn run(args: &RunArgs) -> Result<(), Failure> {
+    exec(command(args)?)
+}
+
+/// The program of `args` with the shim preloaded and its settings in the environment.
+pub fn command(args: &RunArgs) -> Result<std::process::Command, Failure> {
     let limit = args.mem_limit.as_deref().map(parse_limit).transpose()?;
     let shim = find_shim()?;
     let mut preload = shim.display().to_string();
@@ -72,8 +87,21 @@ pub fn run(args: &RunArgs) -> Result<(), Failure> {
     if let Some(l) = limit {
         cmd.env("GMUX_MEM_LIMIT", l.to_string());
     }
+    if !args.standalone {
+        let socket = crate::daemon::socket_path();
+        crate::daemon::ctl::ensure_daemon(&socket)?;
+        cmd.env("GMUX_DAEMON", &socket).env("GMUX_PRIORITY", args.priority.to_string());
+        if let Some(t) = &args.tenant {
+            cmd.env("GMUX_TENANT", t);
+        }
+    }
+    Ok(cmd)
+}
+
+/// Replaces this process with `cmd`. Returns only on failure.
+pub fn exec(mut cmd: std::process::Command) -> Result<(), Failure> {
     let err = cmd.exec();
-    Err(Failure::Runtime(format!("cannot run `{}`: {err}", args.command[0])))
+    Err(Failure::Runtime(format!("cannot run `{}`: {err}", cmd.get_program().to_string_lossy())))
 }
 
 #[cfg(test)]

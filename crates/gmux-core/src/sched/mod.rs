@@ -43,7 +43,7 @@ impl TenantView {
 }
 
 /// A time-slice policy.
-pub trait Scheduler {
+pub trait Scheduler: Send {
     /// Fixed name (`rr`, `priority`, `share`).
     fn name(&self) -> &'static str;
     /// The next `len` slots over the runnable tenants (empty when none is runnable).

@@ -6,7 +6,7 @@ use crate::config::config;
 use crate::inflight::StreamKey;
 use crate::cuda::*;
 use crate::predict::{kernel_name, scan};
-use crate::state::{shim, Shim, WorkingSet};
+use crate::state::{shim, Shim, ShimError, WorkingSet};
 use std::ffi::c_void;
 
 /// What a command runs, for its signature in the history (a kernel is its handle).
@@ -16,28 +16,45 @@ const UNANALYSED: u64 = 2;
 /// Runs one command: working set, residency, the real call, bookkeeping. `kind` says
 /// what it runs (a kernel's handle, or one of the constants above).
 fn run(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool, kind: u64, what: impl Fn() -> String, ws: impl FnOnce(&mut Shim) -> WorkingSet) -> CUresult {
+    crate::agent::gate();
     let mut g = match shim() {
         Ok(g) => g,
         Err(_) => return real(),
     };
-    let st = g.as_mut().expect("created");
-    let ws = ws(st);
-    let sig = st.signature(kind, &ws);
-    let waits = match st.prepare(&ws, Some(StreamKey::of(stream, ptsz)), sig) {
-        Ok(w) => w,
-        Err(e) => return report(e, &what()),
+    let mut ws = ws(g.as_mut().expect("created"));
+    let (waits, sig) = loop {
+        let st = g.as_mut().expect("created");
+        let sig = st.signature(kind, &ws);
+        match st.prepare(&ws, Some(StreamKey::of(stream, ptsz)), sig) {
+            Ok(w) => break (w, sig),
+            Err(ShimError::Wait { need }) => {
+                // Over this process's grant: wait for the daemon outside the lock (the
+                // agent may have to evict), then check the working set is still live.
+                drop(g);
+                crate::agent::wait_grant(need);
+                crate::agent::gate();
+                g = crate::state::existing();
+                let st = g.as_mut().expect("created");
+                if let WorkingSet::Allocs(a) = &mut ws {
+                    a.retain(|id| st.is_live(*id));
+                }
+            }
+            Err(e) => return report(e, &what()),
+        }
     };
+    let st = g.as_mut().expect("created");
     for ev in waits {
         let r = if ptsz { crate::real!(cuStreamWaitEvent_ptsz(stream, ev, 0)) } else { crate::real!(cuStreamWaitEvent(stream, ev, 0)) };
         if r != CUDA_SUCCESS {
             return report(crate::driver::CudaError { call: "cuStreamWaitEvent", code: r }.into(), &what());
         }
     }
-    let r = real();
+    let (r, timing) = crate::record::timed(real, stream, ptsz);
     if r == CUDA_SUCCESS {
         if let Err(e) = st.released(stream, ptsz, &ws, sig) {
             return report(e, &what());
         }
+        crate::record::command(timing, kind, &ws);
     }
     r
 }
@@ -93,6 +110,7 @@ pub fn synced(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool) -> 
         if let Some(st) = crate::state::existing().as_mut() {
             let _ = st.inflight.synced(stream, ptsz);
         }
+        crate::agent::poke();
     }
     r
 }
@@ -104,6 +122,7 @@ pub fn synced_all(real: impl FnOnce() -> CUresult) -> CUresult {
         if let Some(st) = crate::state::existing().as_mut() {
             let _ = st.inflight.synced_all();
         }
+        crate::agent::poke();
     }
     r
 }

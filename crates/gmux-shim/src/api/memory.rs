@@ -19,6 +19,7 @@ pub unsafe fn alloc(d: *mut CUdeviceptr, bytes: u64) -> CUresult {
     match g.as_mut().expect("created").alloc(bytes) {
         Ok(p) => {
             *d = p;
+            crate::record::alloc(g.as_ref(), p);
             CUDA_SUCCESS
         }
         Err(e) => report(e, "cuMemAlloc"),
@@ -49,7 +50,10 @@ pub fn free(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr) -> CUresult {
     let mut g = existing();
     match g.as_mut() {
         Some(st) if st.vmem.find(ptr).is_some() => match st.free(ptr) {
-            Ok(()) => CUDA_SUCCESS,
+            Ok(()) => {
+                crate::record::free(ptr);
+                CUDA_SUCCESS
+            }
             Err(e) => report(e, "cuMemFree"),
         },
         _ => real(),

@@ -13,6 +13,10 @@ use gmux_core::size::format_size;
 pub fn report(e: ShimError, what: &str) -> CUresult {
     match e {
         ShimError::Invalid(code) => code,
+        ShimError::Wait { need } => {
+            crate::log!(Error, "{what} needs {} resident at once and the daemon granted less; this is a gmux bug, please report it", format_size(need));
+            CUDA_ERROR_OUT_OF_MEMORY
+        }
         ShimError::TooBig { need, limit } => {
             crate::log!(
                 Error,

@@ -94,7 +94,9 @@ pub fn gmux_bin() -> PathBuf {
 }
 
 /// Variables of the shim and the stand-in that a test must not inherit from its caller.
-const GMUX_VARS: [&str; 12] = [
+const GMUX_VARS: [&str; 14] = [
+    "GMUX_RECORD",
+    "GMUX_TENANT",
     "GMUX_EXTENT",
     "GMUX_PREFETCH",
     "GMUX_EVICT",
@@ -118,8 +120,17 @@ impl Sandbox {
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
     {
+        self.gmux_sub(&["run"], limit, args)
+    }
+
+    /// As [`Sandbox::gmux`], with `sub` in place of `run` (e.g. `record -o FILE`).
+    pub fn gmux_sub<I, S>(&self, sub: &[&str], limit: Option<&str>, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
         let mut c = Command::new(gmux_bin());
-        c.arg("run");
+        c.args(sub);
         if let Some(l) = limit {
             c.args(["--mem-limit", l]);
         }

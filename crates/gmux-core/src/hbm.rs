@@ -1,0 +1,108 @@
+//! Division of the GPU-memory budget among tenants (MSched's OPT across tenants, at
+//! tenant granularity; Ghost's limits).
+//!
+//! Each tenant's shim evicts and populates its own chunks; the daemon decides only how
+//! many bytes each tenant may hold. Belady's rule over the timeline: the memory of the
+//! tenant that runs furthest in the future is taken first, so tenants are served in
+//! order of their next run, each up to what its next slice uses. `gmem.limit.low`
+//! protects what a tenant holds, up to that limit, from others; `gmem.limit.high` caps
+//! it. Inside a tenant, the shim evicts in OPT order over its own forecast.
+
+use crate::tenant::TenantId;
+use crate::CHUNK_BYTES;
+
+/// What the daemon knows of one tenant's GPU memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claim {
+    /// Which tenant.
+    pub id: TenantId,
+    /// Bytes of GPU memory it holds now.
+    pub held: u64,
+    /// Bytes its next slice uses (its forecast working set; its footprint without one).
+    pub want: u64,
+    /// `gmem.limit.low`.
+    pub low: u64,
+    /// `gmem.limit.high`; `None` is `max`.
+    pub high: Option<u64>,
+    /// Position of its next run in the timeline (0: running now); `u64::MAX`: not
+    /// scheduled (frozen or idle).
+    pub next_run: u64,
+}
+
+impl Claim {
+    fn ceiling(&self) -> u64 {
+        round(self.want.min(self.high.unwrap_or(u64::MAX)))
+    }
+
+    fn protected(&self) -> u64 {
+        round(self.held.min(self.low)).min(self.ceiling())
+    }
+}
+
+fn round(bytes: u64) -> u64 {
+    bytes.div_ceil(CHUNK_BYTES).saturating_mul(CHUNK_BYTES)
+}
+
+/// The bytes each tenant may hold (in the order of `claims`), within `hbm` (`None`:
+/// unlimited). Protected bytes are granted first; the rest goes to tenants in order of
+/// their next run, each up to its want and `gmem.limit.high`.
+pub fn divide(hbm: Option<u64>, claims: &[Claim]) -> Vec<u64> {
+    let mut caps: Vec<u64> = claims.iter().map(Claim::protected).collect();
+    let Some(hbm) = hbm else {
+        return claims.iter().map(Claim::ceiling).collect();
+    };
+    let mut left = hbm.saturating_sub(caps.iter().sum());
+    let mut order: Vec<usize> = (0..claims.len()).collect();
+    order.sort_by_key(|&i| (claims[i].next_run, claims[i].id));
+    for i in order {
+        let more = claims[i].ceiling().saturating_sub(caps[i]).min(left) / CHUNK_BYTES * CHUNK_BYTES;
+        caps[i] += more;
+        left -= more;
+    }
+    caps
+}
+
+/// Whether every tenant's want fits at once: then all run concurrently and only
+/// priority gates them.
+pub fn all_fit(hbm: Option<u64>, claims: &[Claim]) -> bool {
+    hbm.is_none_or(|h| claims.iter().map(Claim::ceiling).sum::<u64>() <= h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G: u64 = 1 << 30;
+
+    fn claim(id: u32, held: u64, want: u64, next_run: u64) -> Claim {
+        Claim { id: TenantId(id), held, want, low: 0, high: None, next_run }
+    }
+
+    #[test]
+    fn the_tenant_running_latest_gives_first() {
+        // 16 GiB, four tenants of 8 GiB: the running one and the next get all of it.
+        let c = [claim(0, 8 * G, 8 * G, 3), claim(1, 8 * G, 8 * G, 0), claim(2, 0, 8 * G, 1), claim(3, 0, 8 * G, 2)];
+        assert_eq!(divide(Some(16 * G), &c), vec![0, 8 * G, 8 * G, 0]);
+    }
+
+    #[test]
+    fn low_protects_what_is_held_and_high_caps() {
+        let mut a = claim(0, 6 * G, 8 * G, 5);
+        a.low = 4 * G;
+        let mut b = claim(1, 0, 20 * G, 0);
+        b.high = Some(10 * G);
+        // a keeps 4 GiB although it runs last; b is capped at 10 GiB; a gets 2 back.
+        assert_eq!(divide(Some(16 * G), &[a, b]), vec![6 * G, 10 * G]);
+        b.high = None;
+        assert_eq!(divide(Some(16 * G), &[a, b]), vec![4 * G, 12 * G]);
+    }
+
+    #[test]
+    fn everything_fits_means_everyone_gets_its_want() {
+        let c = [claim(0, 0, 3 * G, 0), claim(1, 0, 5 * G, 1)];
+        assert!(all_fit(Some(8 * G), &c));
+        assert!(!all_fit(Some(8 * G - CHUNK_BYTES), &c));
+        assert_eq!(divide(Some(8 * G), &c), vec![3 * G, 5 * G]);
+        assert_eq!(divide(None, &c), vec![3 * G, 5 * G]);
+    }
+}

@@ -1,0 +1,101 @@
+//! Messages between a tenant's shim and the daemon: JSON, one object per line, over
+//! the daemon's unix socket. State is sent whole (not as deltas), so a lost or
+//! repeated message does no harm.
+
+use serde::{Deserialize, Serialize};
+
+/// Shim → daemon.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum FromShim {
+    /// First message: joins (or creates) tenant `tenant`. The pid comes from the socket.
+    Hello {
+        /// Tenant name (`gmux run --tenant`).
+        tenant: String,
+        /// Strict-priority class (larger first).
+        priority: i32,
+        /// `gmem.limit.high` asked for with `gmux run --mem-limit`.
+        high: Option<u64>,
+    },
+    /// The shim's state now.
+    Report(ShimReport),
+}
+
+/// What one process of a tenant reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShimReport {
+    /// Physical GPU memory held, mapped or spare (what counts against the budget).
+    pub held: u64,
+    /// Bytes of chunks resident.
+    pub resident: u64,
+    /// Bytes allocated through gmux.
+    pub allocated: u64,
+    /// Bytes in host memory (evicted).
+    pub swapped: u64,
+    /// Bytes its next slice is forecast to use (its footprint without a forecast).
+    pub want: u64,
+    /// Bytes a command waits for beyond the current cap (0: none waits).
+    pub blocked: u64,
+    /// Commands released.
+    pub commands: u64,
+    /// Bytes copied host → device.
+    pub bytes_h2d: u64,
+    /// Bytes copied device → host.
+    pub bytes_d2h: u64,
+    /// Has released commands that may not have finished.
+    pub busy: bool,
+    /// A launch waits at the gate (the process has work but is paused).
+    pub waiting: bool,
+}
+
+/// Daemon → shim: the whole grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Grant {
+    /// Bytes of GPU memory the process may hold; above it, it evicts its own chunks.
+    pub cap: u64,
+    /// The most it can ever be granted (the budget, or `gmem.limit.high`): a command
+    /// needing more fails; one needing less waits for its grant to grow.
+    pub most: u64,
+    /// May release commands (`false`: its launches wait; in-flight work drains).
+    pub run: bool,
+    /// Before releasing commands, bring in its forecast working set up to `cap`
+    /// (`whole`: everything it has allocated — the whole-tenant swap baseline).
+    pub fill: Fill,
+    /// Most released, unfinished commands per stream (0: the shim's own setting).
+    pub inflight: u32,
+}
+
+/// What a shim brings in when it is switched in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fill {
+    /// Nothing ahead: each command brings in its own working set.
+    None,
+    /// Its forecast for the next slice, in first-use order, while commands start as
+    /// soon as their own chunks are in (MSched's proactive switch).
+    Forecast,
+    /// All of its memory, before any command runs (whole-tenant swap).
+    Whole,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_one_json_line_each_and_round_trip() {
+        let m = FromShim::Report(ShimReport { held: 4 << 20, busy: true, ..Default::default() });
+        let line = serde_json_line(&m);
+        assert!(!line.contains('\n'));
+        assert!(line.contains("\"op\":\"report\""), "{line}");
+        assert_eq!(serde_json::from_str::<FromShim>(&line).unwrap(), m);
+        let g = Grant { cap: 2 << 30, most: 4 << 30, run: false, fill: Fill::Forecast, inflight: 4 };
+        assert_eq!(serde_json_line(&g), r#"{"cap":2147483648,"most":4294967296,"run":false,"fill":"forecast","inflight":4}"#);
+    }
+
+    fn serde_json_line<T: Serialize>(v: &T) -> String {
+        serde_json::to_string(v).expect("serializable")
+    }
+}

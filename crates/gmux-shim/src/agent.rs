@@ -1,0 +1,246 @@
+//! The link to gmuxd (when `gmux run` registered the process): the daemon's grant (how
+//! much GPU memory this process may hold, whether it may launch, what to bring in when
+//! switched in), and the reports the daemon divides memory by.
+//!
+//! Two threads: a reader applies each grant at once (a pause closes the launch gate
+//! before the next launch), and a worker evicts down to the grant, fills after a
+//! switch-in and reports. Launches wait at the gate outside the state lock, so the worker
+//! can always shrink a paused process.
+
+use crate::config::config;
+use crate::state::ShimError;
+use gmux_core::protocol::{Fill, FromShim, Grant};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::Duration;
+
+/// How often the worker reports when nothing else wakes it.
+const REPORT_EVERY: Duration = Duration::from_millis(20);
+
+struct Link {
+    grant: Grant,
+    /// Bumped by every grant.
+    generation: u64,
+    /// Launches may proceed.
+    open: bool,
+    /// Bytes a command waits for beyond the cap.
+    blocked: u64,
+    /// Report at once.
+    poke: bool,
+    /// The daemon is gone: run on alone with the last grant.
+    lost: bool,
+    /// Threads waiting at the gate.
+    waiting: u32,
+}
+
+struct Agent {
+    link: Mutex<Link>,
+    changed: Condvar,
+    out: Mutex<UnixStream>,
+}
+
+static AGENT: OnceLock<Agent> = OnceLock::new();
+
+fn agent() -> Option<&'static Agent> {
+    AGENT.get()
+}
+
+impl Agent {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Link> {
+        self.link.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn send(&self, msg: &FromShim) {
+        let mut line = serde_json::to_string(msg).expect("serializable");
+        line.push('\n');
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        if out.write_all(line.as_bytes()).is_err() {
+            drop(out);
+            self.lose("the connection was closed");
+        }
+    }
+
+    fn lose(&self, why: &str) {
+        let mut l = self.lock();
+        if !l.lost {
+            crate::log!(Warn, "lost gmuxd ({why}); running on alone with the last grant of {}", gmux_core::size::format_size(l.grant.cap));
+        }
+        l.lost = true;
+        l.open = true;
+        self.changed.notify_all();
+    }
+}
+
+/// Registers with the daemon at `GMUX_DAEMON` and returns its first grant. A process
+/// that cannot register stops with the reason and the fix.
+pub fn attach() -> Option<Grant> {
+    let path = config().daemon.as_ref()?;
+    let fail = |why: String| -> ! { crate::log::fatal(&format!("cannot register with gmuxd at {}: {why}; start it with `gmux daemon`, or run with `gmux run --standalone`", path.display())) };
+    let stream = UnixStream::connect(path).unwrap_or_else(|e| fail(e.to_string()));
+    let hello = FromShim::Hello { tenant: config().tenant.clone(), priority: config().priority, high: config().mem_limit };
+    let mut line = serde_json::to_string(&hello).expect("serializable");
+    line.push('\n');
+    (&stream).write_all(line.as_bytes()).unwrap_or_else(|e| fail(e.to_string()));
+    let mut reader = BufReader::new(stream.try_clone().unwrap_or_else(|e| fail(e.to_string())));
+    let mut first = String::new();
+    reader.read_line(&mut first).unwrap_or_else(|e| fail(e.to_string()));
+    let grant: Grant = serde_json::from_str(first.trim()).unwrap_or_else(|_| fail(first.trim().trim_start_matches("error: ").to_string()));
+    let a = Agent {
+        link: Mutex::new(Link { grant, generation: 0, open: grant.run && grant.fill != Fill::Whole, blocked: 0, poke: true, lost: false, waiting: 0 }),
+        changed: Condvar::new(),
+        out: Mutex::new(stream),
+    };
+    if AGENT.set(a).is_err() {
+        return Some(grant);
+    }
+    std::thread::Builder::new().name("gmux-agent-rx".into()).spawn(move || read_grants(reader)).expect("thread");
+    std::thread::Builder::new().name("gmux-agent".into()).spawn(work).expect("thread");
+    crate::log!(Info, "registered with gmuxd as tenant {:?}: grant {}", config().tenant, gmux_core::size::format_size(grant.cap));
+    Some(grant)
+}
+
+fn read_grants(mut reader: BufReader<UnixStream>) {
+    let a = agent().expect("attached");
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match reader.read_line(&mut line) {
+            Ok(0) | Err(_) => return a.lose("the daemon closed the connection"),
+            Ok(_) => {}
+        }
+        let Ok(g) = serde_json::from_str::<Grant>(line.trim()) else {
+            crate::log!(Warn, "gmuxd: {}", line.trim());
+            continue;
+        };
+        let mut l = a.lock();
+        l.grant = g;
+        l.generation += 1;
+        l.open = g.run && (l.open || g.fill != Fill::Whole);
+        a.changed.notify_all();
+    }
+}
+
+/// The worker: shrink to the grant, fill after a switch-in, report.
+fn work() {
+    let a = agent().expect("attached");
+    let mut seen = u64::MAX;
+    let mut running = false;
+    let mut filled_gen = u64::MAX;
+    let mut ctx_set = false;
+    loop {
+        let (g, generation, blocked) = {
+            let mut l = a.lock();
+            if l.generation == seen && !l.poke {
+                l = a.changed.wait_timeout(l, REPORT_EVERY).unwrap_or_else(|p| p.into_inner()).0;
+            }
+            l.poke = false;
+            (l.grant, l.generation, (l.blocked, l.waiting > 0))
+        };
+        seen = generation;
+        let mut guard = crate::state::existing();
+        let Some(st) = guard.as_mut() else { continue };
+        if !ctx_set {
+            crate::real!(cuCtxSetCurrent(st.ctx()));
+            ctx_set = true;
+        }
+        if g.run != running {
+            running = g.run;
+            if running {
+                st.stats.slice_start = st.stats.commands;
+            } else {
+                st.stats.slice_commands = st.stats.commands - st.stats.slice_start;
+            }
+        }
+        let step = if st.limit() != g.cap || st.resident() > g.cap {
+            st.shrink_to(g.cap).map(|more| more || st.limit() != g.cap)
+        } else if running && g.fill != Fill::None && filled_gen != generation {
+            let more = st.fill(g.fill == Fill::Whole);
+            if !matches!(more, Ok(true)) {
+                filled_gen = generation;
+                if g.fill == Fill::Whole {
+                    let mut l = a.lock();
+                    l.open = l.grant.run;
+                    a.changed.notify_all();
+                }
+            }
+            more
+        } else {
+            Ok(false)
+        };
+        let mut report = st.report(blocked.0);
+        report.waiting = blocked.1;
+        drop(guard);
+        if let Err(e) = &step {
+            crate::log!(Error, "evicting or filling for the daemon failed: {e}");
+        }
+        a.send(&FromShim::Report(report));
+        if matches!(step, Ok(true)) {
+            a.lock().poke = true;
+        }
+        if a.lock().lost {
+            return;
+        }
+    }
+}
+
+/// Waits while the daemon has paused this process (no-op when not registered).
+pub fn gate() {
+    let Some(a) = agent() else { return };
+    let mut l = a.lock();
+    if !l.open {
+        l.poke = true;
+        a.changed.notify_all();
+    }
+    l.waiting += 1;
+    while !l.open {
+        l = a.changed.wait(l).unwrap_or_else(|p| p.into_inner());
+    }
+    l.waiting -= 1;
+}
+
+/// The error for a working set of `need` bytes over the limit `limit`: wait for the
+/// grant when the daemon may still grant it, else too big.
+pub fn over_grant(need: u64, limit: u64) -> ShimError {
+    match agent() {
+        Some(a) if !a.lock().lost && need <= a.lock().grant.most => ShimError::Wait { need },
+        Some(a) => ShimError::TooBig { need, limit: a.lock().grant.most.max(limit) },
+        None => ShimError::TooBig { need, limit },
+    }
+}
+
+/// Blocks until the grant covers `need` bytes (or the daemon is gone), telling the daemon
+/// what is waiting.
+pub fn wait_grant(need: u64) {
+    let Some(a) = agent() else { return };
+    let mut l = a.lock();
+    l.blocked = need;
+    l.poke = true;
+    a.changed.notify_all();
+    while l.grant.cap < need && !l.lost {
+        l = a.changed.wait(l).unwrap_or_else(|p| p.into_inner());
+    }
+    l.blocked = 0;
+}
+
+/// The current grant in bytes, when registered with a daemon that is still there.
+pub fn granted() -> Option<u64> {
+    let l = agent()?.lock();
+    (!l.lost).then_some(l.grant.cap)
+}
+
+/// Most unfinished commands per stream: the daemon's setting, else `GMUX_INFLIGHT`.
+pub fn inflight_bound() -> usize {
+    match agent().map(|a| a.lock().grant.inflight) {
+        Some(n) if n > 0 => n as usize,
+        _ => config().inflight,
+    }
+}
+
+/// Asks the worker to report now (the process went busy or idle).
+pub fn poke() {
+    if let Some(a) = agent() {
+        a.lock().poke = true;
+        a.changed.notify_all();
+    }
+}

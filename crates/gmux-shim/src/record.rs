@@ -1,0 +1,393 @@
+//! `GMUX_RECORD=PATH` (set by `gmux record`): the run written as a gmux-sim trace,
+//! format version 1 of docs/trace-format.md, appended to PATH (the header first when PATH
+//! is empty). One line per allocation, per released command and per free, in the order
+//! the shim saw them; the tenant is `GMUX_TENANT` (default `app`).
+//!
+//! A command's `dur_us` is its time on the device: two timing events recorded on its
+//! stream around the real call, read with `cuEventElapsedTime` once the second has
+//! completed. Lines wait in a queue, in release order, until the durations before them
+//! are known; the queue is polled when it holds [`POLL`] timed commands, drained at
+//! [`MAX_PENDING`] and at exit ([`finish`], registered with `atexit` when recording
+//! starts, so that it runs before the driver's own exit handlers). Its working set is the predicted one, whole
+//! allocations. A command's kind and, for copies and memsets, its name are those of the
+//! entry point the application called, taken from the type name of its `real` closure
+//! (defined in that entry point's function in [`crate::exports`]); a kernel's name is the
+//! driver's, asked once per handle.
+//!
+//! Without `GMUX_RECORD` every hook is one check of an empty `Option`.
+
+use crate::cuda::*;
+use crate::inflight::StreamKey;
+use crate::state::{Shim, WorkingSet};
+use gmux_core::AllocId;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io::Write;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+/// Timed commands in the queue before its front is polled.
+const POLL: usize = 64;
+/// Timed commands in the queue before the oldest are waited for.
+const MAX_PENDING: usize = 1 << 14;
+/// Bytes of whole lines buffered before a write.
+const BUFFER: usize = 1 << 16;
+
+/// The trace format version written (docs/trace-format.md).
+pub const VERSION: u32 = 1;
+
+/// One line of the trace, as gmux-sim's `trace::Record` reads it.
+#[derive(Serialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+enum Line<'a> {
+    Header { version: u32, chunk_bytes: u64 },
+    Alloc { tenant: &'a str, id: u32, bytes: u64 },
+    Cmd { tenant: &'a str, stream: u32, kind: &'static str, name: &'a str, dur_us: f64, ws: &'a [Range] },
+    Free { tenant: &'a str, id: u32 },
+}
+
+/// A whole allocation in a command's working set.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq)]
+struct Range {
+    alloc: u32,
+    off: u64,
+    len: u64,
+}
+
+/// A command's two timing events, recorded around the real call.
+pub struct Timing {
+    events: Option<(CUevent, CUevent)>,
+    stream: StreamKey,
+    entry: &'static str,
+}
+
+/// A line waiting for the durations of the commands before it.
+enum Queued {
+    Alloc { id: u32, bytes: u64 },
+    Free { id: u32 },
+    Cmd { events: Option<(CUevent, CUevent)>, stream: u32, kind: &'static str, name: Arc<str>, ws: Vec<Range> },
+}
+
+/// The recorder's state.
+pub struct Recorder {
+    file: std::fs::File,
+    path: String,
+    owner: u32,
+    tenant: String,
+    buf: Vec<u8>,
+    broken: bool,
+    next_id: u32,
+    live: BTreeMap<AllocId, (u32, u64)>,
+    by_base: HashMap<CUdeviceptr, AllocId>,
+    streams: HashMap<StreamKey, u32>,
+    kernels: HashMap<usize, Arc<str>>,
+    entries: HashMap<&'static str, Arc<str>>,
+    queue: VecDeque<Queued>,
+    timed: usize,
+    pool: Vec<CUevent>,
+    commands: u64,
+    untimed: u64,
+}
+
+// SAFETY: CUDA events may be used from any thread; access goes through the lock.
+unsafe impl Send for Recorder {}
+
+static RECORDER: OnceLock<Option<Mutex<Recorder>>> = OnceLock::new();
+
+fn recorder() -> Option<&'static Mutex<Recorder>> {
+    RECORDER.get_or_init(Recorder::from_env).as_ref()
+}
+
+fn lock(m: &Mutex<Recorder>) -> MutexGuard<'_, Recorder> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs `real` (a command's driver call on `stream`) between two timing events when
+/// recording. Returns its result and, on success, the timing for [`command`].
+pub fn timed(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool) -> (CUresult, Option<Timing>) {
+    let Some(rec) = recorder() else { return (real(), None) };
+    let entry = entry_name(std::any::type_name_of_val(&real));
+    let record = |ev: CUevent| if ptsz { crate::real!(cuEventRecord_ptsz(ev, stream)) } else { crate::real!(cuEventRecord(ev, stream)) };
+    let events = lock(rec).events();
+    let started = events.is_some_and(|(start, _)| record(start) == CUDA_SUCCESS);
+    let r = real();
+    let ended = started && r == CUDA_SUCCESS && events.is_some_and(|(_, end)| record(end) == CUDA_SUCCESS);
+    if let Some((start, end)) = events.filter(|_| !ended) {
+        lock(rec).pool.extend([start, end]);
+    }
+    if r != CUDA_SUCCESS {
+        return (r, None);
+    }
+    (r, Some(Timing { events: events.filter(|_| ended), stream: StreamKey::of(stream, ptsz), entry }))
+}
+
+/// Records a released command: `kind` is a kernel's handle for kernels, `ws` its working set.
+pub fn command(t: Option<Timing>, kind: u64, ws: &WorkingSet) {
+    if let (Some(t), Some(rec)) = (t, recorder()) {
+        lock(rec).command(t, kind, ws);
+    }
+}
+
+/// Records the allocation at `base`, just made.
+pub fn alloc(st: Option<&Shim>, base: CUdeviceptr) {
+    let Some(rec) = recorder() else { return };
+    if let Some(r) = st.and_then(|s| s.vmem.find(base)) {
+        lock(rec).alloc(r.alloc, r.bytes, base);
+    }
+}
+
+/// Records that the allocation at `base` was freed.
+pub fn free(base: CUdeviceptr) {
+    if let Some(rec) = recorder() {
+        lock(rec).free(base);
+    }
+}
+
+/// At exit: waits for every duration and writes everything (not in a forked child).
+pub fn finish() {
+    let Some(rec) = RECORDER.get().and_then(Option::as_ref) else { return };
+    let mut r = lock(rec);
+    if r.owner != std::process::id() {
+        return;
+    }
+    r.drain(0);
+    r.write_out();
+    if r.untimed > 0 {
+        crate::log!(Warn, "{} of {} commands recorded in {} have no measured duration (dur_us 0): their timing events failed", r.untimed, r.commands, r.path);
+    }
+}
+
+/// The entry point whose `real` closure has type name `closure` (`…::cuMemcpyAsync::{{closure}}`).
+fn entry_name(closure: &'static str) -> &'static str {
+    let path = closure.strip_suffix("::{{closure}}").unwrap_or(closure);
+    path.rsplit("::").next().filter(|n| n.starts_with("cu")).unwrap_or("")
+}
+
+/// The trace kind of a command made through entry point `entry`.
+fn kind_of(entry: &str) -> &'static str {
+    match entry {
+        e if e.contains("Kernel") => "kernel",
+        e if e.contains("Memset") || e.contains("WriteValue") => "memset",
+        e if e.contains("Graph") => "graph",
+        e if e.contains("WaitValue") => "event",
+        _ => "memcpy",
+    }
+}
+
+impl Recorder {
+    fn from_env() -> Option<Mutex<Recorder>> {
+        let path = std::env::var("GMUX_RECORD").ok().filter(|p| !p.is_empty())?;
+        let tenant = std::env::var("GMUX_TENANT").ok().filter(|t| !t.is_empty()).unwrap_or_else(|| "app".into());
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap_or_else(|e| crate::log::fatal(&format!("cannot open the trace GMUX_RECORD={path}: {e}; give a writable path")));
+        let empty = file.metadata().map(|m| m.len() == 0).unwrap_or(false);
+        let mut r = Recorder {
+            file,
+            path,
+            owner: std::process::id(),
+            tenant,
+            buf: Vec::with_capacity(BUFFER),
+            broken: false,
+            next_id: 0,
+            live: BTreeMap::new(),
+            by_base: HashMap::new(),
+            streams: HashMap::new(),
+            kernels: HashMap::new(),
+            entries: HashMap::new(),
+            queue: VecDeque::new(),
+            timed: 0,
+            pool: Vec::new(),
+            commands: 0,
+            untimed: 0,
+        };
+        if empty {
+            r.emit(&Line::Header { version: VERSION, chunk_bytes: gmux_core::CHUNK_BYTES });
+        }
+        crate::log!(Info, "recording the trace to {} as tenant {}", r.path, r.tenant);
+        // Registered now, after the driver's own exit handlers, so that it runs before them.
+        extern "C" fn at_exit() {
+            finish();
+        }
+        // SAFETY: registering a plain extern "C" function.
+        unsafe { libc::atexit(at_exit) };
+        Some(Mutex::new(r))
+    }
+
+    /// Two timing events (default flags), or `None` if they cannot be created.
+    fn events(&mut self) -> Option<(CUevent, CUevent)> {
+        let mut one = || {
+            self.pool.pop().or_else(|| {
+                let mut e = std::ptr::null_mut();
+                (crate::real!(cuEventCreate(&mut e, 0)) == CUDA_SUCCESS).then_some(e)
+            })
+        };
+        match (one(), one()) {
+            (Some(a), Some(b)) => Some((a, b)),
+            (a, b) => {
+                self.pool.extend(a.into_iter().chain(b));
+                None
+            }
+        }
+    }
+
+    fn alloc(&mut self, a: AllocId, bytes: u64, base: CUdeviceptr) {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.live.insert(a, (id, bytes));
+        self.by_base.insert(base, a);
+        self.push(Queued::Alloc { id, bytes });
+    }
+
+    fn free(&mut self, base: CUdeviceptr) {
+        if let Some((id, _)) = self.by_base.remove(&base).and_then(|a| self.live.remove(&a)) {
+            self.push(Queued::Free { id });
+        }
+    }
+
+    fn command(&mut self, t: Timing, kind: u64, ws: &WorkingSet) {
+        let next = self.streams.len() as u32;
+        let stream = *self.streams.entry(t.stream).or_insert(next);
+        let k = kind_of(t.entry);
+        let name = if k == "kernel" {
+            self.kernels.entry(kind as usize).or_insert_with(|| crate::predict::kernel_name(kind as CUfunction).into()).clone()
+        } else {
+            self.entries.entry(t.entry).or_insert_with(|| t.entry.into()).clone()
+        };
+        let range = |&(id, bytes): &(u32, u64)| Range { alloc: id, off: 0, len: bytes };
+        let ws = match ws {
+            WorkingSet::Allocs(allocs) => allocs.iter().filter_map(|a| self.live.get(a)).map(range).collect(),
+            WorkingSet::Tenant => self.live.values().map(range).collect(),
+        };
+        self.commands += 1;
+        self.timed += 1;
+        self.queue.push_back(Queued::Cmd { events: t.events, stream, kind: k, name, ws });
+        if self.timed >= MAX_PENDING {
+            self.drain(MAX_PENDING / 2);
+        } else if self.timed >= POLL {
+            self.drain(usize::MAX);
+        }
+    }
+
+    fn push(&mut self, q: Queued) {
+        if self.queue.is_empty() {
+            self.write(q);
+        } else {
+            self.queue.push_back(q);
+        }
+    }
+
+    /// Writes the lines at the front of the queue whose durations are known, waiting for
+    /// the oldest commands while more than `keep` are timed.
+    fn drain(&mut self, keep: usize) {
+        while let Some(front) = self.queue.front() {
+            if let Queued::Cmd { events: Some((_, end)), .. } = front {
+                if self.timed <= keep && crate::real!(cuEventQuery(*end)) == CUDA_ERROR_NOT_READY {
+                    break;
+                }
+            }
+            let q = self.queue.pop_front().expect("front exists");
+            self.write(q);
+        }
+    }
+
+    /// Writes one line; a command's events are read (waited for if need be) and pooled.
+    fn write(&mut self, q: Queued) {
+        let tenant = std::mem::take(&mut self.tenant);
+        match q {
+            Queued::Alloc { id, bytes } => self.emit(&Line::Alloc { tenant: &tenant, id, bytes }),
+            Queued::Free { id } => self.emit(&Line::Free { tenant: &tenant, id }),
+            Queued::Cmd { events, stream, kind, name, ws } => {
+                self.timed -= 1;
+                let dur_us = events.and_then(|(start, end)| {
+                    let ms = elapsed_ms(start, end);
+                    self.pool.extend([start, end]);
+                    ms
+                });
+                if dur_us.is_none() {
+                    self.untimed += 1;
+                }
+                let dur_us = dur_us.map_or(0.0, |ms| (ms as f64 * 1e3).max(0.0));
+                self.emit(&Line::Cmd { tenant: &tenant, stream, kind, name: &name, dur_us, ws: &ws });
+            }
+        }
+        self.tenant = tenant;
+    }
+
+    fn emit(&mut self, line: &Line) {
+        if self.broken {
+            return;
+        }
+        serde_json::to_writer(&mut self.buf, line).expect("a trace line serializes");
+        self.buf.push(b'\n');
+        if self.buf.len() >= BUFFER {
+            self.write_out();
+        }
+    }
+
+    /// Writes the buffered lines, whole, with one `write` where the system allows.
+    fn write_out(&mut self) {
+        if self.broken || self.buf.is_empty() {
+            return;
+        }
+        if let Err(e) = self.file.write_all(&self.buf) {
+            crate::log!(Error, "cannot write the trace {}: {e}; recording stops here", self.path);
+            self.broken = true;
+        }
+        self.buf.clear();
+    }
+}
+
+/// Milliseconds between two completed (or soon completed) events; `None` on failure.
+fn elapsed_ms(start: CUevent, end: CUevent) -> Option<f32> {
+    if crate::real!(cuEventSynchronize(end)) != CUDA_SUCCESS {
+        return None;
+    }
+    let mut ms = 0f32;
+    let r = match crate::driver::driver().cuEventElapsedTime_v2 {
+        Some(_) => crate::real!(cuEventElapsedTime_v2(&mut ms, start, end)),
+        None => crate::real!(cuEventElapsedTime(&mut ms, start, end)),
+    };
+    (r == CUDA_SUCCESS && ms.is_finite()).then_some(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_points_are_named_by_their_closure() {
+        #[allow(non_snake_case)]
+        fn cuLaunchKernel() -> &'static str {
+            let real = || 0;
+            std::any::type_name_of_val(&real)
+        }
+        assert_eq!(entry_name(cuLaunchKernel()), "cuLaunchKernel");
+        assert_eq!(entry_name("gmux::exports::cuMemcpyDtoH_v2::{{closure}}"), "cuMemcpyDtoH_v2");
+        assert_eq!(entry_name("something::else"), "");
+    }
+
+    #[test]
+    fn kinds_follow_the_entry_point() {
+        assert_eq!(kind_of("cuLaunchKernelEx_ptsz"), "kernel");
+        assert_eq!(kind_of("cuLaunchCooperativeKernel"), "kernel");
+        assert_eq!(kind_of("cuMemsetD2D8Async"), "memset");
+        assert_eq!(kind_of("cuStreamWriteValue64_v2"), "memset");
+        assert_eq!(kind_of("cuMemcpyHtoDAsync_v2"), "memcpy");
+        assert_eq!(kind_of("cuGraphLaunch"), "graph");
+        assert_eq!(kind_of("cuStreamWaitValue32"), "event");
+    }
+
+    #[test]
+    fn lines_have_the_trace_format() {
+        let ws = [Range { alloc: 3, off: 0, len: 4096 }];
+        let cmd = Line::Cmd { tenant: "app", stream: 1, kind: "kernel", name: "add", dur_us: 12.5, ws: &ws };
+        assert_eq!(
+            serde_json::to_string(&cmd).unwrap(),
+            r#"{"t":"cmd","tenant":"app","stream":1,"kind":"kernel","name":"add","dur_us":12.5,"ws":[{"alloc":3,"off":0,"len":4096}]}"#
+        );
+        let h = Line::Header { version: VERSION, chunk_bytes: 2 << 20 };
+        assert_eq!(serde_json::to_string(&h).unwrap(), r#"{"t":"header","version":1,"chunk_bytes":2097152}"#);
+    }
+}

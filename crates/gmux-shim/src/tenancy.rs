@@ -1,0 +1,114 @@
+//! What a tenant's process does for the daemon: keep within its grant (evicting its own
+//! chunks, OPT order over its forecast), bring in its next slice's working set when it
+//! is switched in, and report its state and forecast.
+
+use crate::driver::CudaError;
+use crate::state::Shim;
+use gmux_core::planner::{Plan, Request};
+use gmux_core::protocol::ShimReport;
+use gmux_core::{AllocId, ChunkId, Tier, CHUNK_BYTES};
+
+/// Most bytes one step of a shrink or a fill moves, so that the application's launches
+/// (which need the same lock) and the daemon's reports interleave with it.
+pub const STEP_BYTES: u64 = 1 << 30;
+
+impl Shim {
+    /// Sets the memory limit to `cap` and evicts at most one step of own chunks towards
+    /// it, waiting until their memory is released. Returns whether more must go.
+    pub fn shrink_to(&mut self, cap: u64) -> Result<bool, CudaError> {
+        let cap = cap / CHUNK_BYTES * CHUNK_BYTES;
+        self.limit = cap;
+        self.mem.set_gpu_capacity(Some(cap));
+        let resident = self.mem.usage(self.tenant).chunks[0];
+        let most = (cap / CHUNK_BYTES).max(resident.saturating_sub(STEP_BYTES / CHUNK_BYTES));
+        if resident > most {
+            self.sync_ticks();
+            let (forecast, _) = self.forecast(self.last_sig, &[]);
+            let plan = self.planner.shrink(&self.mem, &self.tenants, self.tenant, most, &[], &forecast);
+            self.run_plan(&plan)?;
+        } else {
+            // Spare physical memory over the new cap goes too.
+            self.run_plan(&Plan::default())?;
+        }
+        self.dev.synchronize()?;
+        Ok(self.mem.usage(self.tenant).chunks[0] > cap / CHUNK_BYTES)
+    }
+
+    /// Brings in one step of the allocations the next slice uses (`whole`: all of them),
+    /// in first-use order, within the limit and without evicting anything the forecast
+    /// needs sooner. Every stream waits for what it brings in. Returns whether anything
+    /// is left that fits.
+    pub fn fill(&mut self, whole: bool) -> Result<bool, CudaError> {
+        let allocs = if whole { self.vmem.regions().map(|r| r.alloc).collect() } else { self.next_slice() };
+        let room = (self.limit / CHUNK_BYTES).saturating_sub(self.mem.usage(self.tenant).chunks[0]);
+        let step = (STEP_BYTES / CHUNK_BYTES).min(room) as usize;
+        let need: Vec<ChunkId> = allocs
+            .iter()
+            .flat_map(|a| self.mem.alloc(*a).expect("live allocation").chunks())
+            .filter(|c| !self.mem.is_resident(*c))
+            .take(step)
+            .collect();
+        if need.is_empty() {
+            return Ok(false);
+        }
+        self.sync_ticks();
+        let (forecast, _) = self.forecast(self.last_sig, &[]);
+        let pinned = |_: ChunkId| false;
+        let req = Request { tenant: self.tenant, need: &need, required: 0, pinned: &pinned };
+        let plan = self.planner.plan(&self.mem, &self.tenants, &req, &forecast);
+        let more = plan.covered == need.len() && !plan.moves.is_empty();
+        self.run_plan(&plan)?;
+        Ok(more)
+    }
+
+    /// Issues and applies `plan` (evictions after every released command), then records
+    /// its populations as landing for every stream.
+    fn run_plan(&mut self, plan: &Plan) -> Result<(), CudaError> {
+        if plan.moves.iter().any(|m| matches!(m, gmux_core::planner::Move::Evict { .. })) {
+            for ev in self.inflight.newest() {
+                self.dev.evict_after_all(ev);
+            }
+        }
+        let ready = self.mover.issue(plan, &self.mem, &mut self.dev)?;
+        let last = ready.iter().map(|(_, e)| *e).max();
+        self.dev.keep_events(&last.into_iter().collect::<Vec<_>>());
+        self.dev.flush()?;
+        let moved = self.planner.apply(&mut self.mem, plan).expect("a plan applies to the table it was made from");
+        let (_, fetched) = self.account(plan, |_| false);
+        self.add_moved(moved);
+        if let Some((id, ev)) = last.and_then(|e| self.dev.cu_event(e).map(|ev| (e, ev))) {
+            self.land(id, ev, fetched, None);
+        }
+        Ok(())
+    }
+
+    /// Allocations the next slice uses, in first-use order: the history's forecast over
+    /// as many commands as the last slice released, or every allocation without one.
+    fn next_slice(&self) -> Vec<AllocId> {
+        let horizon = self.stats.slice_commands.max(1) as usize;
+        match self.history.predict(self.last_sig) {
+            Some(order) => order.into_iter().filter(|(a, ahead)| *ahead < horizon && self.mem.alloc(*a).is_ok()).map(|(a, _)| a).collect(),
+            None => self.vmem.regions().map(|r| r.alloc).collect(),
+        }
+    }
+
+    /// The state the daemon divides memory by.
+    pub fn report(&self, blocked: u64) -> ShimReport {
+        let want: u64 = self.next_slice().iter().map(|a| self.mem.alloc(*a).expect("live").count as u64 * CHUNK_BYTES).sum();
+        let usage = self.mem.usage(self.tenant);
+        let m = self.stats.moved;
+        ShimReport {
+            held: self.mover.held() * CHUNK_BYTES,
+            resident: usage.bytes(Tier::Gpu),
+            allocated: self.allocated(),
+            swapped: usage.bytes(Tier::Host) + usage.bytes(Tier::Disk),
+            want,
+            blocked,
+            commands: self.stats.commands,
+            bytes_h2d: m.populated * CHUNK_BYTES,
+            bytes_d2h: m.evicted * CHUNK_BYTES,
+            busy: !self.inflight.idle(),
+            waiting: false,
+        }
+    }
+}

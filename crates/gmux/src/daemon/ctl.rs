@@ -1,0 +1,176 @@
+//! The control API (`gmux ps`, `get`, `set`, `stop`): requests, their answers, and the
+//! client side, including starting a daemon on demand for `gmux run`.
+
+use super::server::Peer;
+use super::state::Daemon;
+use crate::Failure;
+use gmux_core::knobs::Knob;
+use gmux_core::size::format_size;
+use gmux_core::TenantId;
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// A control request: one JSON line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// List tenants.
+    Ps,
+    /// Read one knob, or all of them.
+    Get { tenant: String, knob: Option<String> },
+    /// Write a knob (owner of the daemon or root only).
+    Set { tenant: String, knob: String, value: String },
+    /// Stop the daemon (owner or root only).
+    Stop,
+}
+
+/// The answer: text to print.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    /// Whether the request succeeded.
+    pub ok: bool,
+    /// What to print (the error message when not ok).
+    pub text: String,
+}
+
+impl Reply {
+    /// A failed request with its cause and fix.
+    pub fn error(text: String) -> Reply {
+        Reply { ok: false, text }
+    }
+
+    fn ok(text: String) -> Reply {
+        Reply { ok: true, text }
+    }
+}
+
+/// Answers `req` from `who`. Everyone may list and read the tenants they run; the
+/// daemon's owner (uid `owner`) and root may read all and write knobs.
+pub fn answer(d: &mut Daemon, req: &Request, who: Peer, owner: u32) -> Reply {
+    let admin = who.uid == owner || who.uid == 0;
+    let may_read = |d: &Daemon, t: TenantId| admin || d.pids(t).contains(&who.pid);
+    let find = |d: &Daemon, name: &str| d.tenants.find(name).ok().filter(|t| !d.pids(*t).is_empty());
+    match req {
+        Request::Ps => Reply::ok(ps(d, &|t| may_read(d, t))),
+        Request::Get { tenant, knob } => {
+            let Some(t) = find(d, tenant) else { return Reply::error(format!("unknown tenant {tenant:?}: list tenants with `gmux ps`")) };
+            if !may_read(d, t) {
+                return Reply::error(format!("permission denied: tenant {tenant:?} is not yours; ask the daemon's owner (uid {owner}) or root"));
+            }
+            let knobs = match knob.as_deref().map(Knob::parse).transpose() {
+                Ok(Some(k)) => vec![k],
+                Ok(None) => Knob::ALL.to_vec(),
+                Err(e) => return Reply::error(e.to_string()),
+            };
+            let one = knobs.len() == 1;
+            let lines: Vec<String> = knobs.iter().map(|k| if one { value(d, t, *k) } else { format!("{} {}", k.name(), value(d, t, *k).replace('\n', "\n  ")) }).collect();
+            Reply::ok(lines.join("\n"))
+        }
+        Request::Set { tenant, knob, value } => {
+            if !admin {
+                return Reply::error(format!("permission denied: only the daemon's owner (uid {owner}) or root may set knobs"));
+            }
+            if find(d, tenant).is_none() {
+                return Reply::error(format!("unknown tenant {tenant:?}: list tenants with `gmux ps`"));
+            }
+            match d.tenants.set_knob(tenant, knob, value) {
+                Ok(()) => Reply::ok(String::new()),
+                Err(e) => Reply::error(e.to_string()),
+            }
+        }
+        Request::Stop => Reply::error("permission denied: only the daemon's owner or root may stop it".into()),
+    }
+}
+
+fn value(d: &Daemon, t: TenantId, k: Knob) -> String {
+    let u = d.usage(t);
+    match k {
+        Knob::Current => u.held.to_string(),
+        Knob::SwapCurrent => u.swapped.to_string(),
+        Knob::Stat => {
+            let s = d.stat(t);
+            format!("commands {}\nbytes_h2d {}\nbytes_d2h {}\nswitches {}", s.submitted, s.bytes_h2d, s.bytes_d2h, s.switches)
+        }
+        k => d.tenants.get(t).limits.get(k).expect("writable knob"),
+    }
+}
+
+fn ps(d: &Daemon, visible: &dyn Fn(TenantId) -> bool) -> String {
+    let mut rows = vec![["TENANT", "PIDS", "PRIO", "STATE", "GMEM", "WANT", "SWAP", "HIGH", "LOW", "COMMANDS", "SWITCHES"].map(String::from).to_vec()];
+    for t in d.live().into_iter().filter(|t| visible(*t)) {
+        let k = d.tenants.get(t);
+        let u = d.usage(t);
+        let state = if k.limits.frozen {
+            "frozen"
+        } else if d.running_now(t) {
+            "running"
+        } else {
+            "paused"
+        };
+        let pids: Vec<String> = d.pids(t).iter().map(u32::to_string).collect();
+        rows.push(vec![
+            k.name.clone(),
+            pids.join(","),
+            k.priority.to_string(),
+            state.into(),
+            format_size(u.held),
+            format_size(u.want),
+            format_size(u.swapped),
+            k.limits.high.map_or("max".into(), format_size),
+            format_size(k.limits.low),
+            u.commands.to_string(),
+            k.stat.switches.to_string(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
+    let budget = format!("budget {}, policy {}", d.hbm.map_or("device".into(), format_size), d.policy_name());
+    let lines: Vec<String> = rows.iter().map(|r| r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string()).collect();
+    format!("{budget}\n{}", lines.join("\n"))
+}
+
+/// Sends `req` to the daemon at `path` and returns its reply.
+pub fn request(path: &Path, req: &Request) -> Result<Reply, Failure> {
+    let mut s = UnixStream::connect(path).map_err(|e| Failure::Runtime(format!("gmuxd is not running at {} ({e}); start it with `gmux daemon` (or any `gmux run`)", path.display())))?;
+    let mut line = serde_json::to_string(req).expect("serializable");
+    line.push('\n');
+    s.write_all(line.as_bytes()).map_err(|e| Failure::Runtime(format!("cannot talk to gmuxd at {}: {e}", path.display())))?;
+    let mut reply = String::new();
+    BufReader::new(s).read_line(&mut reply).map_err(|e| Failure::Runtime(format!("no answer from gmuxd at {}: {e}", path.display())))?;
+    serde_json::from_str(reply.trim()).map_err(|_| Failure::Runtime(format!("gmuxd at {} answered {:?}; is it the same version as this gmux?", path.display(), reply.trim())))
+}
+
+/// Makes sure a daemon listens at `path`, starting one (which exits after a minute
+/// without tenants) if none does.
+pub fn ensure_daemon(path: &Path) -> Result<(), Failure> {
+    if UnixStream::connect(path).is_ok() {
+        return Ok(());
+    }
+    let exe = std::env::current_exe().map_err(|e| Failure::Runtime(format!("cannot locate the gmux executable: {e}")))?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| Failure::Runtime(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let log_path = path.with_extension("log");
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(|e| Failure::Runtime(format!("cannot open {}: {e}", log_path.display())))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["daemon", "--idle-exit", "60", "--socket"]).arg(path).stdin(std::process::Stdio::null()).stdout(log.try_clone().map_err(|e| Failure::Runtime(e.to_string()))?).stderr(log);
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid is async-signal-safe; the daemon leaves the caller's session.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    cmd.spawn().map_err(|e| Failure::Runtime(format!("cannot start gmuxd: {e}")))?;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) {
+        if UnixStream::connect(path).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(Failure::Runtime(format!("started gmuxd but it does not answer at {}; see {}", path.display(), log_path.display())))
+}

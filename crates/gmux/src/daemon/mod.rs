@@ -1,0 +1,71 @@
+//! gmuxd (`gmux daemon`): one per GPU. Tenants' shims register over a unix socket; the
+//! daemon runs the scheduler's timeline and divides the GPU-memory budget among them
+//! ([`state`]); `gmux ps/get/set` talk to it over the same socket ([`ctl`]).
+
+pub mod ctl;
+mod server;
+pub mod state;
+
+use crate::Failure;
+use gmux_core::sched::Policy;
+use gmux_core::size::parse_size;
+use std::path::PathBuf;
+
+/// Arguments of `gmux daemon`.
+#[derive(Debug, clap::Args)]
+pub struct DaemonArgs {
+    /// GPU-memory budget shared by all tenants, e.g. 16G (below the card's size to
+    /// emulate a smaller GPU; default: each process's free device memory).
+    #[arg(long, value_name = "SIZE")]
+    pub hbm: Option<String>,
+    /// Host-tier budget for evicted chunks, e.g. 64G (reported by `gmux ps`).
+    #[arg(long, value_name = "SIZE")]
+    pub host: Option<String>,
+    /// Scheduling policy: rr (round robin), priority (strict), share (weighted).
+    #[arg(long, default_value = "rr", value_parser = Policy::parse)]
+    pub policy: Policy,
+    /// How a time-sliced switch moves memory: msched (proactive, OPT across tenants)
+    /// or whole (the whole-tenant swap baseline).
+    #[arg(long, value_enum, default_value = "msched")]
+    pub switch: state::Switch,
+    /// Socket path (default: $GMUX_SOCKET, else $XDG_RUNTIME_DIR/gmux/gpu0.sock, or
+    /// /run/gmux/gpu0.sock as root).
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Exit after this many seconds without tenants (0: never).
+    #[arg(long, default_value_t = 0, value_name = "SECONDS")]
+    pub idle_exit: u64,
+}
+
+/// The socket the daemon listens on and clients connect to.
+pub fn socket_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("GMUX_SOCKET").filter(|p| !p.is_empty()) {
+        return p.into();
+    }
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let dir = if uid == 0 {
+        PathBuf::from("/run/gmux")
+    } else if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").filter(|p| !p.is_empty()) {
+        PathBuf::from(x).join("gmux")
+    } else {
+        std::env::temp_dir().join(format!("gmux-{uid}"))
+    };
+    dir.join("gpu0.sock")
+}
+
+fn size(flag: &str, v: &Option<String>) -> Result<Option<u64>, Failure> {
+    v.as_deref().map(|s| parse_size(s).map_err(|e| Failure::Usage(format!("--{flag} {s}: {e}")))).transpose()
+}
+
+/// Runs the daemon until `gmux stop` (or idle exit).
+pub fn daemon(args: &DaemonArgs) -> Result<(), Failure> {
+    let hbm = size("hbm", &args.hbm)?;
+    if hbm.is_some_and(|h| h < gmux_core::CHUNK_BYTES) {
+        return Err(Failure::Usage("--hbm is below one 2 MiB chunk; give at least 2M".into()));
+    }
+    let host = size("host", &args.host)?;
+    let path = args.socket.clone().unwrap_or_else(socket_path);
+    let d = state::Daemon::new(hbm, host, args.policy, args.switch);
+    server::serve(&path, d, args.idle_exit)
+}

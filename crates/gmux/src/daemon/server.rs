@@ -1,0 +1,236 @@
+//! The daemon's sockets and threads: one thread per connection, one per process that
+//! watches its pidfd, and the scheduler thread that sends the grants.
+
+use super::ctl::{self, Request};
+use super::state::Daemon;
+use crate::Failure;
+use gmux_core::protocol::{FromShim, Grant};
+use gmux_core::size::format_size;
+use gmux_core::Nanos;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Who is on the other end of a connection (`SO_PEERCRED`).
+#[derive(Debug, Clone, Copy)]
+pub struct Peer {
+    /// Its pid.
+    pub pid: u32,
+    /// Its uid.
+    pub uid: u32,
+}
+
+fn peer(s: &UnixStream) -> std::io::Result<Peer> {
+    let mut c = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `c` and `len` are valid for getsockopt to write.
+    let r = unsafe { libc::getsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, &mut c as *mut _ as *mut libc::c_void, &mut len) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(Peer { pid: c.pid as u32, uid: c.uid })
+}
+
+struct Shared {
+    d: Mutex<Daemon>,
+    wake: Condvar,
+    out: Mutex<HashMap<u64, UnixStream>>,
+    owner: u32,
+    start: Instant,
+    next_conn: AtomicU64,
+    last_tenant: Mutex<Instant>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Daemon> {
+        self.d.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now(&self) -> Nanos {
+        self.start.elapsed().as_nanos() as Nanos
+    }
+
+    /// Decides and sends the grants that changed (with the state locked, so that grants
+    /// reach each process in the order they were decided).
+    fn decide(&self, d: &mut Daemon) {
+        let grants = d.decide(self.now());
+        self.send(&grants);
+    }
+
+    fn send(&self, grants: &[(u64, Grant)]) {
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        for (conn, g) in grants {
+            if let Some(s) = out.get_mut(conn) {
+                let mut line = serde_json::to_string(g).expect("serializable");
+                line.push('\n');
+                let _ = s.write_all(line.as_bytes());
+            }
+        }
+    }
+
+    /// Forgets connection `conn` (its process exited or hung up) and hands its memory on.
+    fn leave(&self, conn: u64, why: &str) {
+        let t0 = Instant::now();
+        let mut d = self.lock();
+        let held = d.usage_of_conn(conn);
+        let Some((pid, tenant)) = d.leave(conn) else { return };
+        self.out.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn);
+        self.decide(&mut d);
+        if d.live().is_empty() {
+            *self.last_tenant.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        }
+        drop(d);
+        self.wake.notify_all();
+        eprintln!("gmuxd: tenant {tenant:?} pid {pid} {why}; its {} of GPU memory went to the others in {:.2} ms", format_size(held), t0.elapsed().as_secs_f64() * 1e3);
+    }
+}
+
+/// Listens on `path` until stopped.
+pub fn serve(path: &Path, d: Daemon, idle_exit: u64) -> Result<(), Failure> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| Failure::Runtime(format!("cannot create {}: {e}", dir.display())))?;
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    }
+    if UnixStream::connect(path).is_ok() {
+        return Err(Failure::Runtime(format!("a gmuxd already serves {}; stop it with `gmux stop` or pick another --socket", path.display())));
+    }
+    let _ = std::fs::remove_file(path);
+    let listener = UnixListener::bind(path).map_err(|e| Failure::Runtime(format!("cannot listen on {}: {e}", path.display())))?;
+    eprintln!(
+        "gmuxd: serving {} (pid {}): budget {}, host {}, policy {}, switch {:?}",
+        path.display(),
+        std::process::id(),
+        d.hbm.map_or("device".into(), format_size),
+        d.host.map_or("unlimited".into(), format_size),
+        d.policy_name(),
+        d.switch
+    );
+    let shared = Arc::new(Shared {
+        d: Mutex::new(d),
+        wake: Condvar::new(),
+        out: Mutex::new(HashMap::new()),
+        // SAFETY: geteuid has no preconditions.
+        owner: unsafe { libc::geteuid() },
+        start: Instant::now(),
+        next_conn: AtomicU64::new(1),
+        last_tenant: Mutex::new(Instant::now()),
+    });
+    let s = shared.clone();
+    std::thread::Builder::new().name("gmuxd-sched".into()).spawn(move || schedule(&s)).expect("thread");
+    if idle_exit > 0 {
+        let s = shared.clone();
+        let path = path.to_path_buf();
+        std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(200));
+            let idle = s.lock().live().is_empty() && s.last_tenant.lock().unwrap_or_else(|p| p.into_inner()).elapsed().as_secs() >= idle_exit;
+            if idle {
+                eprintln!("gmuxd: no tenants for {idle_exit} s; exiting");
+                let _ = std::fs::remove_file(&path);
+                std::process::exit(0);
+            }
+        });
+    }
+    for conn in listener.incoming() {
+        let Ok(stream) = conn else { continue };
+        let s = shared.clone();
+        let p = path.to_path_buf();
+        std::thread::spawn(move || serve_conn(&s, stream, &p));
+    }
+    Ok(())
+}
+
+/// Sends grants whenever something changed, and at slice ends.
+fn schedule(s: &Shared) {
+    let mut d = s.lock();
+    loop {
+        s.decide(&mut d);
+        let wait = d.slice_end().map_or(Duration::from_millis(50), |end| Duration::from_nanos(end.saturating_sub(s.now()).max(100_000)));
+        d = s.wake.wait_timeout(d, wait).unwrap_or_else(|p| p.into_inner()).0;
+    }
+}
+
+fn serve_conn(s: &Arc<Shared>, stream: UnixStream, path: &Path) {
+    let Ok(who) = peer(&stream) else { return };
+    let Ok(read) = stream.try_clone() else { return };
+    let mut reader = BufReader::new(read);
+    let mut line = String::new();
+    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+        return;
+    }
+    match serde_json::from_str::<FromShim>(line.trim()) {
+        Ok(FromShim::Hello { tenant, priority, high }) => serve_tenant(s, stream, reader, who, &tenant, priority, high),
+        _ => {
+            let reply = match serde_json::from_str::<Request>(line.trim()) {
+                Ok(Request::Stop) if who.uid == s.owner || who.uid == 0 => {
+                    let _ = (&stream).write_all(b"{\"ok\":true,\"text\":\"gmuxd stopped\"}\n");
+                    let _ = std::fs::remove_file(path);
+                    eprintln!("gmuxd: stopped by pid {}", who.pid);
+                    std::process::exit(0);
+                }
+                Ok(req) => ctl::answer(&mut s.lock(), &req, who, s.owner),
+                Err(e) => ctl::Reply::error(format!("bad request ({e}); use the gmux CLI of the same version as the daemon")),
+            };
+            s.wake.notify_all();
+            let mut text = serde_json::to_string(&reply).expect("serializable");
+            text.push('\n');
+            let _ = (&stream).write_all(text.as_bytes());
+        }
+    }
+}
+
+fn serve_tenant(s: &Arc<Shared>, stream: UnixStream, mut reader: BufReader<UnixStream>, who: Peer, tenant: &str, priority: i32, high: Option<u64>) {
+    let conn = s.next_conn.fetch_add(1, Ordering::Relaxed);
+    let Ok(out) = stream.try_clone() else { return };
+    s.out.lock().unwrap_or_else(|p| p.into_inner()).insert(conn, out);
+    {
+        let mut d = s.lock();
+        let t = d.join(conn, who.pid, tenant, priority);
+        if high.is_some() {
+            d.tenants.get_mut(t).limits.high = high;
+        }
+        s.decide(&mut d);
+    }
+    eprintln!("gmuxd: pid {} joined tenant {tenant:?} (priority {priority})", who.pid);
+    watch_pid(s.clone(), conn, who.pid);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match reader.read_line(&mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        match serde_json::from_str::<FromShim>(line.trim()) {
+            Ok(FromShim::Report(r)) => {
+                s.lock().report(conn, r);
+                s.wake.notify_all();
+            }
+            _ => eprintln!("gmuxd: pid {}: ignoring a bad message: {}", who.pid, line.trim()),
+        }
+    }
+    s.leave(conn, "disconnected");
+}
+
+/// Reclaims a process's memory as soon as it dies (its pidfd becomes readable), even
+/// before its socket is closed.
+fn watch_pid(s: Arc<Shared>, conn: u64, pid: u32) {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) } as i32;
+    if fd < 0 {
+        eprintln!("gmuxd: pidfd_open({pid}) failed ({}); its death is noticed when its socket closes", std::io::Error::last_os_error());
+        return;
+    }
+    // SAFETY: `fd` is a new descriptor that this owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    std::thread::spawn(move || {
+        let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        while unsafe { libc::poll(&mut p, 1, -1) } < 0 {}
+        s.leave(conn, "exited");
+    });
+}

@@ -1,0 +1,317 @@
+//! The daemon's decisions, free of sockets and clocks: which tenants run, and how much
+//! GPU memory each process may hold. [`Daemon::decide`] is called on every event (a
+//! report, a process joining or dying, a knob set, a slice ending) and returns the
+//! grants that changed.
+
+use gmux_core::hbm::{all_fit, divide, Claim};
+use gmux_core::knobs::GroupStat;
+use gmux_core::protocol::{Fill, Grant, ShimReport};
+use gmux_core::sched::{Policy, Scheduler, TenantView};
+use gmux_core::{Nanos, TenantId, Tenants, CHUNK_BYTES};
+use std::collections::{BTreeMap, HashMap};
+
+/// How a time-sliced switch moves memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Switch {
+    /// MSched: the next tenant starts at once and brings in its forecast working set
+    /// while the others evict in the background, in OPT order across tenants.
+    Msched,
+    /// Baseline (TGS / PipeSwitch style): every other tenant evicts all it holds, then
+    /// the next one brings in all of its memory before it runs.
+    Whole,
+}
+
+/// Unfinished commands per stream allowed to a tenant gated by a higher priority, so
+/// that its in-flight work drains fast when the higher class wakes.
+pub const GATED_INFLIGHT: u32 = 2;
+
+/// One registered process.
+#[derive(Debug)]
+pub struct Proc {
+    /// Its pid (from `SO_PEERCRED`).
+    pub pid: u32,
+    /// Its tenant.
+    pub tenant: TenantId,
+    /// Its last report.
+    pub report: ShimReport,
+    /// The last grant sent to it.
+    pub sent: Option<Grant>,
+}
+
+/// Counters of a tenant's processes that have exited.
+#[derive(Debug, Default, Clone, Copy)]
+struct Past {
+    commands: u64,
+    bytes_h2d: u64,
+    bytes_d2h: u64,
+}
+
+/// The slot running now in time-sliced mode.
+#[derive(Debug, Clone, Copy)]
+struct Running {
+    tenant: TenantId,
+    since: Nanos,
+    slice: Nanos,
+}
+
+/// The daemon's state.
+pub struct Daemon {
+    /// GPU-memory budget (`--hbm`); `None`: what the device has.
+    pub hbm: Option<u64>,
+    /// Host-tier budget (`--host`), reported; the shims keep evicted chunks in host memory.
+    pub host: Option<u64>,
+    /// Scheduling policy.
+    pub policy: Policy,
+    /// How a switch moves memory.
+    pub switch: Switch,
+    /// Tenants and their knobs.
+    pub tenants: Tenants,
+    sched: Box<dyn Scheduler>,
+    procs: BTreeMap<u64, Proc>,
+    past: HashMap<TenantId, Past>,
+    running: Option<Running>,
+}
+
+impl Daemon {
+    /// A daemon with no tenants.
+    pub fn new(hbm: Option<u64>, host: Option<u64>, policy: Policy, switch: Switch) -> Self {
+        Daemon { hbm, host, policy, switch, tenants: Tenants::default(), sched: policy.build(), procs: BTreeMap::new(), past: HashMap::new(), running: None }
+    }
+
+    /// Registers process `pid` of tenant `name` (created on first use) as connection `conn`.
+    pub fn join(&mut self, conn: u64, pid: u32, name: &str, priority: i32) -> TenantId {
+        let id = self.tenants.find(name).unwrap_or_else(|_| self.tenants.add(name).expect("name is new"));
+        if !self.procs.values().any(|p| p.tenant == id) {
+            self.tenants.get_mut(id).priority = priority;
+        }
+        self.procs.insert(conn, Proc { pid, tenant: id, report: ShimReport::default(), sent: None });
+        id
+    }
+
+    /// Takes a process's report.
+    pub fn report(&mut self, conn: u64, r: ShimReport) {
+        if let Some(p) = self.procs.get_mut(&conn) {
+            p.report = r;
+        }
+    }
+
+    /// Bytes of GPU memory the process on `conn` last reported holding.
+    pub fn usage_of_conn(&self, conn: u64) -> u64 {
+        self.procs.get(&conn).map_or(0, |p| p.report.held)
+    }
+
+    /// The policy's name.
+    pub fn policy_name(&self) -> &'static str {
+        self.sched.name()
+    }
+
+    /// Forgets a process that exited or disconnected; its memory no longer counts.
+    /// Returns its pid and tenant name.
+    pub fn leave(&mut self, conn: u64) -> Option<(u32, String)> {
+        let p = self.procs.remove(&conn)?;
+        let past = self.past.entry(p.tenant).or_default();
+        past.commands += p.report.commands;
+        past.bytes_h2d += p.report.bytes_h2d;
+        past.bytes_d2h += p.report.bytes_d2h;
+        if self.running.is_some_and(|r| r.tenant == p.tenant) && !self.procs.values().any(|q| q.tenant == p.tenant) {
+            self.running = None;
+        }
+        Some((p.pid, self.tenants.get(p.tenant).name.clone()))
+    }
+
+    /// Tenants with at least one process, in id order.
+    pub fn live(&self) -> Vec<TenantId> {
+        let mut v: Vec<TenantId> = self.procs.values().map(|p| p.tenant).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Pids of a tenant's processes.
+    pub fn pids(&self, t: TenantId) -> Vec<u32> {
+        self.procs.values().filter(|p| p.tenant == t).map(|p| p.pid).collect()
+    }
+
+    /// Sum of a tenant's processes' reports (counters include exited processes).
+    pub fn usage(&self, t: TenantId) -> ShimReport {
+        let past = self.past.get(&t).copied().unwrap_or_default();
+        let mut u = ShimReport { commands: past.commands, bytes_h2d: past.bytes_h2d, bytes_d2h: past.bytes_d2h, ..Default::default() };
+        for p in self.procs.values().filter(|p| p.tenant == t) {
+            let r = &p.report;
+            u.held += r.held;
+            u.resident += r.resident;
+            u.allocated += r.allocated;
+            u.swapped += r.swapped;
+            u.want += r.want.max(r.blocked);
+            u.blocked += r.blocked;
+            u.commands += r.commands;
+            u.bytes_h2d += r.bytes_h2d;
+            u.bytes_d2h += r.bytes_d2h;
+            u.busy |= r.busy;
+            u.waiting |= r.waiting;
+        }
+        u
+    }
+
+    /// `ggroup.stat` of a tenant.
+    pub fn stat(&self, t: TenantId) -> GroupStat {
+        let u = self.usage(t);
+        GroupStat { submitted: u.commands, finished: u.commands, bytes_h2d: u.bytes_h2d, bytes_d2h: u.bytes_d2h, switches: self.tenants.get(t).stat.switches }
+    }
+
+    /// Whether tenant `t`'s processes were last granted to run.
+    pub fn running_now(&self, t: TenantId) -> bool {
+        self.procs.values().any(|p| p.tenant == t && p.sent.is_some_and(|g| g.run))
+    }
+
+    /// When the running tenant's slice ends (time-sliced mode).
+    pub fn slice_end(&self) -> Option<Nanos> {
+        self.running.map(|r| r.since + r.slice)
+    }
+
+    /// Decides at time `now` and returns the grants that changed, by connection.
+    pub fn decide(&mut self, now: Nanos) -> Vec<(u64, Grant)> {
+        let live = self.live();
+        let usage: HashMap<TenantId, ShimReport> = live.iter().map(|t| (*t, self.usage(*t))).collect();
+        let claim = |tenants: &Tenants, t: TenantId, next_run: u64| {
+            let k = &tenants.get(t).limits;
+            let u = &usage[&t];
+            Claim { id: t, held: u.held, want: u.want, low: k.low, high: k.high, next_run }
+        };
+        let flat: Vec<Claim> = live.iter().map(|t| claim(&self.tenants, *t, 0)).collect();
+        let concurrent = self.policy == Policy::Priority || all_fit(self.hbm, &flat);
+        let (runs, order) = if concurrent { self.concurrent(&live, &usage) } else { self.sliced(&live, &usage, now) };
+        let claims: Vec<Claim> = live.iter().map(|t| claim(&self.tenants, *t, order[t])).collect();
+        let mut caps = divide(self.hbm, &claims);
+        if let Some(h) = self.hbm {
+            // What nobody wants goes to the tenants that run (up to their high limit).
+            let mut left = h.saturating_sub(caps.iter().sum());
+            for (i, t) in live.iter().enumerate() {
+                if runs[t] {
+                    let room = self.tenants.get(*t).limits.high.unwrap_or(u64::MAX).saturating_sub(caps[i]);
+                    let more = room.min(left) / CHUNK_BYTES * CHUNK_BYTES;
+                    caps[i] += more;
+                    left -= more;
+                }
+            }
+        }
+        let most: Vec<u64> = live.iter().map(|t| self.hbm.unwrap_or(u64::MAX).min(self.tenants.get(*t).limits.high.unwrap_or(u64::MAX))).collect();
+        // Memory is free once its holder has reported releasing it; the free part goes to
+        // the tenants that grow, in order of their next run.
+        let mut free = self.hbm.map(|h| h.saturating_sub(live.iter().map(|t| usage[t].held).sum()));
+        let mut now_caps = caps.clone();
+        let mut by_run: Vec<usize> = (0..live.len()).collect();
+        by_run.sort_by_key(|&i| (order[&live[i]], live[i]));
+        for i in by_run {
+            let held = usage[&live[i]].held;
+            if let Some(f) = free.as_mut().filter(|_| caps[i] > held) {
+                let more = (caps[i] - held).min(*f) / CHUNK_BYTES * CHUNK_BYTES;
+                now_caps[i] = held + more;
+                *f -= more;
+            }
+        }
+        let mut out = Vec::new();
+        for (i, t) in live.iter().enumerate() {
+            let now_cap = now_caps[i];
+            let evicting = live.iter().enumerate().any(|(j, u)| u != t && usage[u].held > caps[j]);
+            let (run, fill) = match self.switch {
+                _ if concurrent => (runs[t], Fill::None),
+                Switch::Msched => (runs[t], Fill::Forecast),
+                Switch::Whole => (runs[t] && !evicting && now_cap >= caps[i], Fill::Whole),
+            };
+            let gated = concurrent && self.policy == Policy::Priority && !runs[t];
+            let inflight = if gated || (self.policy == Policy::Priority && !self.top_class(&live, *t)) { GATED_INFLIGHT } else { 0 };
+            out.extend(self.split(*t, Grant { cap: now_cap, most: most[i], run, fill, inflight }));
+        }
+        out.retain(|(conn, g)| {
+            let p = self.procs.get_mut(conn).expect("live process");
+            let changed = p.sent != Some(*g);
+            p.sent = Some(*g);
+            changed
+        });
+        out
+    }
+
+    /// Whether `t` is in the highest priority class among live tenants.
+    fn top_class(&self, live: &[TenantId], t: TenantId) -> bool {
+        let top = live.iter().map(|u| self.tenants.get(*u).priority).max().unwrap_or(0);
+        self.tenants.get(t).priority >= top
+    }
+
+    /// Everything fits (or strict priority): every unfrozen tenant runs, except below the
+    /// highest class that has work. Memory goes by priority class.
+    fn concurrent(&mut self, live: &[TenantId], usage: &HashMap<TenantId, ShimReport>) -> (HashMap<TenantId, bool>, HashMap<TenantId, u64>) {
+        self.running = None;
+        let ready = |t: &TenantId| usage[t].busy || usage[t].waiting || usage[t].blocked > 0;
+        let top = live.iter().filter(|t| ready(t) && !self.tenants.get(**t).limits.frozen).map(|t| self.tenants.get(*t).priority).max();
+        let mut runs = HashMap::new();
+        let mut order = HashMap::new();
+        for t in live {
+            let k = self.tenants.get(*t);
+            let gated = self.policy == Policy::Priority && top.is_some_and(|p| k.priority < p);
+            runs.insert(*t, !k.limits.frozen && !gated);
+            let max = live.iter().map(|u| self.tenants.get(*u).priority).max().unwrap_or(0);
+            order.insert(*t, if k.limits.frozen { u64::MAX } else { (max - k.priority) as u64 });
+        }
+        (runs, order)
+    }
+
+    /// Time slicing: the head of the scheduler's timeline runs; the timeline gives every
+    /// tenant's next run, for the division of memory.
+    fn sliced(&mut self, live: &[TenantId], usage: &HashMap<TenantId, ShimReport>, now: Nanos) -> (HashMap<TenantId, bool>, HashMap<TenantId, u64>) {
+        let views: Vec<TenantView> = live
+            .iter()
+            .map(|t| {
+                let k = self.tenants.get(*t);
+                let u = &usage[t];
+                let ready = u.busy || u.waiting || u.blocked > 0 || self.running.is_some_and(|r| r.tenant == *t);
+                TenantView { id: *t, ready, frozen: k.limits.frozen, priority: k.priority, weight: k.weight, timeslice: k.limits.timeslice }
+            })
+            .collect();
+        let keep = self.running.filter(|r| now < r.since + r.slice && views.iter().any(|v| v.id == r.tenant && !v.frozen));
+        if keep.is_none() {
+            if let Some(r) = self.running.take() {
+                self.sched.charge(r.tenant, now.saturating_sub(r.since));
+            }
+            if let Some(head) = self.sched.timeline(&views, 1).head() {
+                self.running = Some(Running { tenant: head.tenant, since: now, slice: head.slice });
+                self.tenants.get_mut(head.tenant).stat.switches += 1;
+            }
+        }
+        let timeline = self.sched.timeline(&views, 2 * live.len().max(1));
+        let mut order: HashMap<TenantId, u64> = live.iter().map(|t| (*t, u64::MAX)).collect();
+        let cur = self.running.map(|r| r.tenant);
+        for (pos, slot) in cur.into_iter().chain(timeline.slots.iter().map(|s| s.tenant)).enumerate() {
+            let o = order.get_mut(&slot).expect("live tenant");
+            *o = (*o).min(pos as u64);
+        }
+        let runs = live.iter().map(|t| (*t, Some(*t) == cur)).collect();
+        (runs, order)
+    }
+
+    /// A tenant's grant split among its processes in proportion to what they want.
+    fn split(&self, t: TenantId, g: Grant) -> Vec<(u64, Grant)> {
+        let procs: Vec<(u64, u64)> = self.procs.iter().filter(|(_, p)| p.tenant == t).map(|(c, p)| (*c, p.report.want.max(p.report.blocked))).collect();
+        let total: u64 = procs.iter().map(|(_, w)| *w).sum();
+        let n = procs.len() as u64;
+        let mut left = g.cap;
+        procs
+            .iter()
+            .enumerate()
+            .map(|(i, (c, w))| {
+                let share = if i as u64 + 1 == n {
+                    left
+                } else if total == 0 {
+                    g.cap / n / CHUNK_BYTES * CHUNK_BYTES
+                } else {
+                    ((g.cap as u128 * *w as u128 / total as u128) as u64) / CHUNK_BYTES * CHUNK_BYTES
+                };
+                left -= share.min(left);
+                (*c, Grant { cap: share, ..g })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,262 @@
+"""MSched micro-benchmark tenant (section 7.1): a streaming vector add or a matmul with a
+fixed footprint of device memory, measured over a shared wall-clock window.
+
+    tenant.py --kind vecadd --gib 8 --duration 30 [--start-at T] [--out F] [--verify]
+    tenant.py --kind matmul --gib 8 --n 4096 --duration 30 [--start-at T] [--out F] [--verify]
+    tenant.py --kind matmul --gib 0.05 --n 256 --duration 2 --verify --device cpu   # dry run
+
+vecadd: three float32 vectors a, b, c of gib/3 each; one unit = torch.add(a, b, out=c).
+matmul: 3m float32 n x n matrices (m = footprint / (4 n^2) / 3, at least 1 triple); one unit =
+torch.mm(A_k, B_k, out=C_k), k cycling over the triples, so m units sweep the whole footprint.
+TF32 is off. The script synchronises every --sync-every units (default 1 vecadd, 8 matmul) and
+counts the units of each sync point whose completion time falls in [start_at, start_at +
+duration]. Without --start-at the window opens --warmup seconds after setup (allocation and
+first unit). Units run before the window are the warm-up; the script exits at the window's end.
+
+Inputs hold small integers in [-2, 2], so every result is exact whatever the summation order,
+and --verify checks every tensor against values regenerated from the fill pattern
+(verify=ok|mismatch|skipped; exit 3 on mismatch).
+
+This file also holds what rt_infer.py and be_train.py share: the measurement window, SIGTERM
+handling (stop, report what was measured, exit 0) and the key=value / JSON report.
+"""
+
+import argparse
+import json
+import math
+import signal
+import sys
+import time
+
+import torch
+
+import torch_check as tc
+
+# ---------------------------------------------------------------- shared plumbing
+
+
+class Window:
+    """The measurement window [start, end] on the monotonic clock, and the stop flag.
+
+    SIGTERM (and SIGINT) only set the flag: the work loops look at it between units, so a
+    process suspended for a long time at a kernel launch still stops cleanly and reports.
+    """
+
+    def __init__(self, args):
+        self.duration = args.duration
+        self.warmup = args.warmup
+        self.start_at = args.start_at  # UNIX time, or None: warmup seconds after begin()
+        self.start = self.end = math.inf
+        self.late_start_s = 0.0
+        self.stopped = False
+        self.stop_t = math.inf
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum, frame):
+        if not self.stopped:
+            self.stopped, self.stop_t = True, time.monotonic()
+
+    def begin(self):
+        """Setup is done: fix the window on the monotonic clock."""
+        now = time.monotonic()
+        if self.start_at is None:
+            self.start_at = time.time() + self.warmup
+        self.start = self.start_at - time.time() + now
+        self.end = self.start + self.duration
+        self.late_start_s = max(0.0, now - self.start)
+
+    def inside(self, t):
+        return self.start <= t <= self.end
+
+    def over(self, t):
+        return self.stopped or t > self.end
+
+    def seconds(self):
+        """The part of the window that was measured (less than duration if stopped early)."""
+        if self.start == math.inf:
+            return 0.0
+        return max(0.0, min(self.end, self.stop_t) - self.start)
+
+    def fields(self, report):
+        report["start_at"] = self.start_at
+        report["duration"] = self.duration
+        report["seconds"] = self.seconds()
+        report["late_start_s"] = self.late_start_s
+        report["interrupted"] = int(self.stopped)
+
+
+class Report(dict):
+    """Fields printed as key=value lines and, with --out, written as one JSON object."""
+
+    def emit(self, out):
+        fields = {k: round(v, 6) if isinstance(v, float) else v for k, v in self.items()}
+        for key, value in fields.items():
+            tc.kv(key, "nan" if value is None else value)
+        if out:
+            with open(out, "w") as f:
+                json.dump(fields, f)
+                f.write("\n")
+
+
+def window_args(p):
+    p.add_argument("--start-at", type=float, help="UNIX time the window opens (default: warm-up)")
+    p.add_argument("--duration", type=float, default=10.0, help="window length in seconds")
+    p.add_argument("--warmup", type=float, default=3.0, help="seconds of warm-up without --start-at")
+    p.add_argument("--out", help="also write the results as one JSON object to this file")
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help=argparse.SUPPRESS)
+
+
+def open_device(args, report):
+    """Point torch_check (and so tc.sync, tc.resnet50) at the device; False if there is none."""
+    tc.DEVICE = args.device
+    if tc.DEVICE == "cuda" and not torch.cuda.is_available():
+        tc.kv("error", "no CUDA device")
+        return False
+    name = torch.cuda.get_device_name(0) if tc.DEVICE == "cuda" else "cpu"
+    report["device"] = name.replace(" ", "_")
+    return True
+
+
+def footprint(report):
+    """footprint_bytes: the most device memory PyTorch's allocator held (0 on the CPU)."""
+    report["footprint_bytes"] = torch.cuda.max_memory_reserved() if tc.DEVICE == "cuda" else 0
+
+
+def percentile(sorted_values, p):
+    """Nearest-rank percentile of an ascending list; None if it is empty."""
+    if not sorted_values:
+        return None
+    return sorted_values[max(0, math.ceil(p / 100 * len(sorted_values)) - 1)]
+
+
+# ---------------------------------------------------------------- the tenant
+
+CHUNK = 1 << 24  # elements per fill/verify step, to bound temporaries
+
+
+def pattern(lo, hi, salt):
+    """float32 small integers in [-2, 2] for flat indices [lo, hi) of tensor number `salt`."""
+    idx = torch.arange(lo, hi, device=tc.DEVICE, dtype=torch.int64)
+    return ((idx * 37 + salt * 1009) % 251 % 5 - 2).to(torch.float32)
+
+
+def chunks(t):
+    flat = t.view(-1)
+    for lo in range(0, flat.numel(), CHUNK):
+        hi = min(lo + CHUNK, flat.numel())
+        yield lo, hi, flat[lo:hi]
+
+
+def filled(shape, salt):
+    t = torch.empty(shape, dtype=torch.float32, device=tc.DEVICE)
+    for lo, hi, part in chunks(t):
+        part.copy_(pattern(lo, hi, salt))
+    return t
+
+
+def holds_pattern(t, salt):
+    return all(torch.equal(part, pattern(lo, hi, salt)) for lo, hi, part in chunks(t))
+
+
+class VecAdd:
+    def __init__(self, footprint):
+        numel = footprint // 3 // 4
+        self.a, self.b = filled(numel, 0), filled(numel, 1)
+        self.c = torch.zeros(numel, dtype=torch.float32, device=tc.DEVICE)
+        self.tensors = [self.a, self.b, self.c]
+
+    def unit(self, i):
+        torch.add(self.a, self.b, out=self.c)
+
+    def verify(self, launched):
+        if launched == 0:
+            return None
+        sums = all(
+            torch.equal(part, pattern(lo, hi, 0) + pattern(lo, hi, 1))
+            for lo, hi, part in chunks(self.c)
+        )
+        return holds_pattern(self.a, 0) and holds_pattern(self.b, 1) and sums
+
+
+class MatMul:
+    def __init__(self, footprint, n):
+        count = max(3, footprint // (4 * n * n)) // 3 * 3
+        self.triples = []
+        for k in range(count // 3):
+            a, b = filled((n, n), 3 * k), filled((n, n), 3 * k + 1)
+            self.triples.append((a, b, torch.zeros_like(a)))
+        self.tensors = [t for triple in self.triples for t in triple]
+
+    def unit(self, i):
+        a, b, c = self.triples[i % len(self.triples)]
+        torch.mm(a, b, out=c)
+
+    def verify(self, launched):
+        if launched == 0:
+            return None
+        ok = True
+        for k, (a, b, c) in enumerate(self.triples):
+            ok = ok and holds_pattern(a, 3 * k) and holds_pattern(b, 3 * k + 1)
+            if k < launched:  # C_k was computed at least once; |sums| <= 4n, exact in fp32
+                ok = ok and torch.equal(c, torch.mm(a, b))
+        return ok
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--kind", choices=["vecadd", "matmul"], required=True)
+    p.add_argument("--gib", type=float, required=True, help="footprint of device memory, GiB")
+    p.add_argument("--n", type=int, default=4096, help="matrix size (matmul)")
+    p.add_argument("--sync-every", type=int, help="units between synchronisations (1 / 8)")
+    p.add_argument("--verify", action="store_true", help="check all tensors at exit")
+    window_args(p)
+    a = p.parse_args()
+    sync_every = a.sync_every or (1 if a.kind == "vecadd" else 8)
+    window = Window(a)
+    report = Report(kind=a.kind, gib=a.gib)
+    if not open_device(a, report):
+        return 1
+    torch.manual_seed(tc.SEED)
+    tc.fp32_ieee()
+
+    t0 = time.monotonic()
+    footprint = int(a.gib * 2**30)
+    work = VecAdd(footprint) if a.kind == "vecadd" else MatMul(footprint, a.n)
+    work.unit(0)
+    tc.sync()
+    launched = 1
+    report["first_unit_s"] = time.monotonic() - t0
+    report["footprint_bytes"] = sum(t.numel() * t.element_size() for t in work.tensors)
+    if a.kind == "matmul":
+        report["n"], report["matrices"] = a.n, len(work.tensors)
+    report["sync_every"] = sync_every
+
+    window.begin()
+    units = 0
+    while not window.stopped:
+        for _ in range(sync_every):
+            work.unit(launched)
+            launched += 1
+        tc.sync()
+        t = time.monotonic()
+        if window.inside(t):
+            units += sync_every
+        if window.over(t):
+            break
+
+    report["units"] = units
+    window.fields(report)
+    seconds = report["seconds"]
+    report["units_per_s"] = units / seconds if seconds > 0 else 0.0
+    status = 0
+    if a.verify:
+        ok = work.verify(launched)
+        report["verify"] = "skipped" if ok is None else "ok" if ok else "mismatch"
+        status = 3 if ok is False else 0
+    report.emit(a.out)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
