@@ -16,11 +16,13 @@ import argparse
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
-
-import torch_check as tc
+# tenant first: it installs the SIGTERM handler before the slow `import torch`.
 from tenant import Report, Window, footprint, open_device, window_args
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import torch_check as tc  # noqa: E402
 
 
 def main():
@@ -37,27 +39,31 @@ def main():
     torch.backends.cudnn.benchmark = False
     tc.fp32_ieee()
 
-    t0 = time.monotonic()
-    model = tc.resnet50().train()  # seeded; tc.resnet50 returns it in eval mode
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(a.batch, 3, 224, 224, device=tc.DEVICE)
-    y = torch.randint(0, 1000, (a.batch,), device=tc.DEVICE)
     extra_numel = int(a.extra_gib * 2**30) // 4
-    extra = torch.zeros(extra_numel, device=tc.DEVICE) if extra_numel else None
-    report["extra_bytes"] = extra_numel * 4
+    report.update(extra_bytes=extra_numel * 4, first_iter_s=None)
+    loss, done, iters, touches = None, 0, 0, 0
+    with window.setup():
+        window.check()
+        t0 = time.monotonic()
+        model = tc.resnet50().train()  # seeded; tc.resnet50 returns it in eval mode
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        x = torch.randn(a.batch, 3, 224, 224, device=tc.DEVICE)
+        y = torch.randint(0, 1000, (a.batch,), device=tc.DEVICE)
+        extra = torch.zeros(extra_numel, device=tc.DEVICE) if extra_numel else None
 
-    def step():
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss
+        def step():
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            return loss
 
-    loss = step()
-    tc.sync()
-    report["first_iter_s"] = time.monotonic() - t0
-    window.begin()
-    done, iters, touches = 1, 0, 0
+        loss = step()
+        tc.sync()
+        done = 1
+        report["first_iter_s"] = time.monotonic() - t0
+        window.begin()
+
     while not window.stopped:
         loss = step()
         done += 1
@@ -76,7 +82,7 @@ def main():
     seconds = report["seconds"]
     report["iters_per_s"] = iters / seconds if seconds > 0 else 0.0
     report["touches"] = touches
-    report["last_loss"] = loss.item()
+    report["last_loss"] = loss.item() if loss is not None else None
     footprint(report)
     report.emit(a.out)
     return 0

@@ -28,18 +28,49 @@ import signal
 import sys
 import time
 
-import torch
 
-import torch_check as tc
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT during setup: skip the rest of it and report."""
+
+
+# Installed before the slow `import torch`, so that a SIGTERM at any point ends in a report.
+# It records the time of the first signal; it raises Interrupted only inside Window.setup().
+_signal = {"t": None, "raise": False}
+
+
+def _on_signal(signum, frame):
+    if _signal["t"] is None:
+        _signal["t"] = time.monotonic()
+    if _signal["raise"]:
+        _signal["raise"] = False
+        raise Interrupted
+
+
+signal.signal(signal.SIGTERM, _on_signal)
+signal.signal(signal.SIGINT, _on_signal)
+
+import torch  # noqa: E402
+
+import torch_check as tc  # noqa: E402
 
 # ---------------------------------------------------------------- shared plumbing
+
+
+class _Setup:
+    def __enter__(self):
+        _signal["raise"] = True
+
+    def __exit__(self, kind, value, tb):
+        _signal["raise"] = False
+        return kind is Interrupted
 
 
 class Window:
     """The measurement window [start, end] on the monotonic clock, and the stop flag.
 
-    SIGTERM (and SIGINT) only set the flag: the work loops look at it between units, so a
-    process suspended for a long time at a kernel launch still stops cleanly and reports.
+    During setup a SIGTERM (or SIGINT) interrupts it; afterwards it only sets the flag,
+    which the work loops look at between units, so a process suspended for a long time at
+    a kernel launch still stops cleanly and reports what it measured.
     """
 
     def __init__(self, args):
@@ -48,14 +79,24 @@ class Window:
         self.start_at = args.start_at  # UNIX time, or None: warmup seconds after begin()
         self.start = self.end = math.inf
         self.late_start_s = 0.0
-        self.stopped = False
-        self.stop_t = math.inf
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
 
-    def _on_signal(self, signum, frame):
-        if not self.stopped:
-            self.stopped, self.stop_t = True, time.monotonic()
+    @property
+    def stopped(self):
+        return _signal["t"] is not None
+
+    @property
+    def stop_t(self):
+        return math.inf if _signal["t"] is None else _signal["t"]
+
+    def setup(self):
+        """`with window.setup():` a SIGTERM inside the body ends it early, and execution goes
+        on after it (the loop then sees the flag). The body starts with window.check()."""
+        return _Setup()
+
+    def check(self):
+        """Inside setup: skip the rest of it if a signal came already (during the imports)."""
+        if self.stopped:
+            raise Interrupted
 
     def begin(self):
         """Setup is done: fix the window on the monotonic clock."""
@@ -214,26 +255,27 @@ def main():
     a = p.parse_args()
     sync_every = a.sync_every or (1 if a.kind == "vecadd" else 8)
     window = Window(a)
-    report = Report(kind=a.kind, gib=a.gib)
+    report = Report(kind=a.kind, gib=a.gib, n=a.n, sync_every=sync_every)
     if not open_device(a, report):
         return 1
+    report.update(footprint_bytes=0, matrices=0, first_unit_s=None)
     torch.manual_seed(tc.SEED)
     tc.fp32_ieee()
 
-    t0 = time.monotonic()
-    footprint = int(a.gib * 2**30)
-    work = VecAdd(footprint) if a.kind == "vecadd" else MatMul(footprint, a.n)
-    work.unit(0)
-    tc.sync()
-    launched = 1
-    report["first_unit_s"] = time.monotonic() - t0
-    report["footprint_bytes"] = sum(t.numel() * t.element_size() for t in work.tensors)
-    if a.kind == "matmul":
-        report["n"], report["matrices"] = a.n, len(work.tensors)
-    report["sync_every"] = sync_every
+    work, launched, units = None, 0, 0
+    with window.setup():
+        window.check()
+        t0 = time.monotonic()
+        footprint = int(a.gib * 2**30)
+        work = VecAdd(footprint) if a.kind == "vecadd" else MatMul(footprint, a.n)
+        report["footprint_bytes"] = sum(t.numel() * t.element_size() for t in work.tensors)
+        report["matrices"] = len(work.tensors) if a.kind == "matmul" else 0
+        work.unit(0)
+        tc.sync()
+        launched = 1
+        report["first_unit_s"] = time.monotonic() - t0
+        window.begin()
 
-    window.begin()
-    units = 0
     while not window.stopped:
         for _ in range(sync_every):
             work.unit(launched)
@@ -251,7 +293,8 @@ def main():
     report["units_per_s"] = units / seconds if seconds > 0 else 0.0
     status = 0
     if a.verify:
-        ok = work.verify(launched)
+        tc.sync()
+        ok = work.verify(launched) if work is not None else None
         report["verify"] = "skipped" if ok is None else "ok" if ok else "mismatch"
         status = 3 if ok is False else 0
     report.emit(a.out)

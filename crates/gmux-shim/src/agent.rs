@@ -96,7 +96,7 @@ pub fn attach() -> Option<Grant> {
     }
     std::thread::Builder::new().name("gmux-agent-rx".into()).spawn(move || read_grants(reader)).expect("thread");
     std::thread::Builder::new().name("gmux-agent".into()).spawn(work).expect("thread");
-    crate::log!(Info, "registered with gmuxd as tenant {:?}: grant {}", config().tenant, gmux_core::size::format_size(grant.cap));
+    crate::log!(Debug, "registered with gmuxd as tenant {:?}: grant {}", config().tenant, gmux_core::size::format_size(grant.cap));
     Some(grant)
 }
 

@@ -122,7 +122,8 @@ pub fn timed(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool) -> (
 
 /// Records a released command: `kind` is a kernel's handle for kernels, `ws` its working set.
 pub fn command(t: Option<Timing>, kind: u64, ws: &WorkingSet) {
-    if let (Some(t), Some(rec)) = (t, recorder()) {
+    let Some(t) = t else { return };
+    if let Some(rec) = recorder() {
         lock(rec).command(t, kind, ws);
     }
 }
@@ -151,8 +152,9 @@ pub fn finish() {
     }
     r.drain(0);
     r.write_out();
-    if r.untimed > 0 {
-        crate::log!(Warn, "{} of {} commands recorded in {} have no measured duration (dur_us 0): their timing events failed", r.untimed, r.commands, r.path);
+    let untimed = std::mem::take(&mut r.untimed);
+    if untimed > 0 {
+        crate::log!(Warn, "{untimed} of {} commands recorded in {} have no measured duration (dur_us 0): their timing events failed", r.commands, r.path);
     }
 }
 

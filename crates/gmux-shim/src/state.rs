@@ -186,7 +186,8 @@ impl Shim {
         let mut tenants = Tenants::default();
         let tenant = tenants.add("self").expect("first tenant");
         let caps = Capacities { gpu: Some(limit), host: None, disk: Some(0) };
-        crate::log!(Info, "virtualizing device memory: limit {}, device {} of {} free", format_size(limit), ordinal, format_size(free as u64));
+        let by = if grant.is_some() { format!(" (gmuxd's grant to tenant {:?})", cfg.tenant) } else { String::new() };
+        crate::log!(Info, "virtualizing device memory: limit {}{by}, device {} of {} free", format_size(limit), ordinal, format_size(free as u64));
         let mut mem = Memory::new(caps);
         mem.set_extent(cfg.extent_chunks);
         Ok(Shim {
@@ -554,6 +555,14 @@ impl Shim {
 }
 
 /// The state without blocking (for the exit summary).
+/// The state without blocking for long (for the exit summary): another thread may hold
+/// it briefly (the daemon agent), or forever (a thread killed inside a call).
 pub fn try_existing() -> Option<MutexGuard<'static, Option<Shim>>> {
-    SHIM.try_lock().ok()
+    for _ in 0..200 {
+        if let Ok(g) = SHIM.try_lock() {
+            return Some(g);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    None
 }

@@ -1,5 +1,6 @@
 //! gmux: share one GPU among many CUDA processes. Command-line entry point.
 
+mod bench;
 mod daemon;
 mod plot;
 mod record;
@@ -43,6 +44,9 @@ enum Command {
     Set { tenant: String, knob: String, value: String },
     /// Stop the daemon.
     Stop,
+    /// GPU benchmarks of gmuxd with real tenant processes.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
 }
 
 /// Why a command failed; decides the exit status.
@@ -100,6 +104,7 @@ fn main() -> ExitCode {
         Command::Get { tenant, knob } => control(daemon::ctl::Request::Get { tenant, knob }),
         Command::Set { tenant, knob, value } => control(daemon::ctl::Request::Set { tenant, knob, value }),
         Command::Stop => control(daemon::ctl::Request::Stop),
+        Command::Bench(cmd) => bench::bench(&cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -20,7 +20,8 @@ pub struct RecordArgs {
 }
 
 /// Creates the trace (header only) and replaces this process with the program, the
-/// shim preloaded with `GMUX_RECORD` set. Returns only on failure.
+/// shim preloaded with `GMUX_RECORD` set (and `GMUX_TENANT`, the trace's tenant, from
+/// `--tenant`, standalone too). Returns only on failure.
 pub fn record(args: &RecordArgs) -> Result<(), Failure> {
     let mut cmd = run::command(&args.run)?;
     let path = std::path::absolute(&args.output).map_err(|e| Failure::Usage(format!("-o {}: {e}; give a valid path", args.output.display())))?;
@@ -38,6 +39,9 @@ pub fn record(args: &RecordArgs) -> Result<(), Failure> {
     gmux_sim::trace::write(&mut file, &[]).map_err(|e| Failure::Runtime(format!("cannot write the trace {}: {e}; give a writable path with -o", path.display())))?;
     drop(file);
     cmd.env("GMUX_RECORD", &path);
+    if let Some(t) = &args.run.tenant {
+        cmd.env("GMUX_TENANT", t);
+    }
     let failed = run::exec(cmd);
     let _ = std::fs::remove_file(&path);
     failed

@@ -3,9 +3,9 @@
 
 mod common;
 
-use common::{run_within, Ran, Sandbox};
+use common::{number, run_within, Ran, Sandbox};
 use gmux_sim::trace::{load_tenant, Range, Record};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
 
@@ -26,7 +26,7 @@ fn loop_args() -> Vec<String> {
 /// `gmux record -o TRACE [--mem-limit LIMIT] -- standin_app loop ...`, required to succeed.
 fn record(sb: &Sandbox, trace: &Path, limit: Option<&str>) -> Ran {
     let o = trace.to_str().expect("utf-8 path");
-    let r = run_within(&mut sb.gmux_sub(&["record", "-o", o], limit, loop_args()), PATIENCE);
+    let r = run_within(&mut sb.gmux_sub(&["record", "--standalone", "-o", o], limit, loop_args()), PATIENCE);
     assert!(r.status.success(), "expected success:\n{}", r.describe());
     assert!(r.stdout.contains(&format!("loop: {BUFFERS} buffers, {ROUNDS} rounds, mismatches: 0")), "{}", r.describe());
     r
@@ -47,7 +47,16 @@ fn record_writes_every_alloc_command_and_free() {
     assert!(!recs[1..].iter().any(|r| matches!(r, Record::Header { .. })), "one header");
 
     // Allocations: as many as the app made, of the bytes it asked for, distinct ids.
-    let allocs: Vec<(u32, u64)> = recs.iter().filter_map(|r| match r { Record::Alloc { tenant, id, bytes, on_disk } => { assert_eq!((tenant.as_str(), *on_disk), ("app", false)); Some((*id, *bytes)) } _ => None }).collect();
+    let allocs: Vec<(u32, u64)> = recs
+        .iter()
+        .filter_map(|r| match r {
+            Record::Alloc { tenant, id, bytes, on_disk } => {
+                assert_eq!((tenant.as_str(), *on_disk), ("app", false));
+                Some((*id, *bytes))
+            }
+            _ => None,
+        })
+        .collect();
     assert_eq!(allocs.len(), BUFFERS);
     assert!(allocs.iter().all(|&(_, b)| b == BYTES), "{allocs:?}");
     let bytes: HashMap<u32, u64> = allocs.iter().copied().collect();
@@ -91,6 +100,7 @@ fn record_writes_every_alloc_command_and_free() {
     }
     let busy: f64 = cmds[..kernels].iter().map(|c| c.dur_us).sum();
     assert!(busy > 0.0, "the stand-in's kernels take host time: {busy} µs in all");
+    assert!(!ran.stderr.contains("no measured duration"), "every command was timed, the last ones at exit:\n{}", ran.describe());
 
     // Frees: every allocation, after the last command.
     let frees: Vec<(usize, u32)> = recs.iter().enumerate().filter_map(|(n, r)| match r { Record::Free { id, .. } => Some((n, *id)), _ => None }).collect();
@@ -111,19 +121,68 @@ fn record_writes_every_alloc_command_and_free() {
     assert!(t.cmds.iter().all(|c| c.ws.len() == 1 && c.ws[0].len == BYTES));
 }
 
+/// `oversub` over three times the limit, on 4 streams and the legacy default stream,
+/// with copies, memsets, kernels and frees: one `cmd` line per command the shim released
+/// (its exit summary's count), one per stream it saw, every range inside an allocation
+/// live at that point (so lines are in release order although durations arrive later).
+#[test]
+fn record_keeps_release_order_over_many_streams() {
+    let sb = Sandbox::new("record-oversub", DEVICE);
+    let trace = sb.dir.path().join("oversub.jsonl");
+    let o = trace.to_str().unwrap();
+    let args: Vec<String> = format!("oversub --total {} --buffers 40 --ops 800 --seed 1 --streams 4", 48 * MIB).split(' ').map(str::to_owned).collect();
+    let r = run_within(&mut sb.gmux_sub(&["record", "--standalone", "-o", o], Some("16M"), args), PATIENCE);
+    assert!(r.status.success(), "{}", r.describe());
+    assert_eq!(number(&r.stdout, "checksum mismatches: "), 0, "{}", r.describe());
+    let summary = r.stderr.lines().find(|l| l.starts_with("gmux: limit ")).unwrap_or_else(|| panic!("no summary:\n{}", r.describe()));
+    let recs = records(&trace);
+    let (mut live, mut ever) = (HashMap::new(), HashSet::new());
+    let (mut cmds, mut frees, mut streams, mut kinds) = (0, 0, HashSet::new(), HashSet::new());
+    for (n, rec) in recs.iter().enumerate().skip(1) {
+        match rec {
+            Record::Alloc { id, bytes, .. } => {
+                assert!(ever.insert(*id), "line {n}: id {id} reused");
+                live.insert(*id, *bytes);
+            }
+            Record::Free { id, .. } => {
+                assert!(live.remove(id).is_some(), "line {n}: free of {id}, not live");
+                frees += 1;
+            }
+            Record::Cmd { stream, kind, dur_us, ws, .. } => {
+                cmds += 1;
+                streams.insert(*stream);
+                kinds.insert(kind.clone());
+                assert!(dur_us.is_finite() && *dur_us >= 0.0, "line {n}: {dur_us}");
+                for w in ws {
+                    assert_eq!((w.off, Some(w.len)), (0, live.get(&w.alloc).copied()), "line {n}: {w:?} is not a live allocation, whole");
+                }
+            }
+            Record::Header { .. } => panic!("line {n}: a second header"),
+        }
+    }
+    assert_eq!(cmds, number(summary, "commands "), "{summary}");
+    assert_eq!(streams.len() as u64, number(summary, "streams "), "{summary}");
+    assert!(cmds >= 800, "{cmds}");
+    assert_eq!((frees, live.len()), (ever.len(), 0), "every allocation is freed by the end");
+    assert_eq!(kinds, ["kernel", "memcpy", "memset"].map(String::from).into_iter().collect());
+    assert!(!r.stderr.contains("no measured duration"), "{}", r.describe());
+    let t = load_tenant(&trace, Some("app")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((t.allocs.len(), t.cmds.len() as u64), (ever.len(), cmds));
+}
+
 #[test]
 fn record_refuses_an_existing_file_unless_forced() {
     let sb = Sandbox::new("record-exists", DEVICE);
     let trace = sb.dir.path().join("old.jsonl");
     std::fs::write(&trace, "keep me\n").unwrap();
     let o = trace.to_str().unwrap();
-    let r = run_within(&mut sb.gmux_sub(&["record", "-o", o], None, loop_args()), PATIENCE);
+    let r = run_within(&mut sb.gmux_sub(&["record", "--standalone", "-o", o], None, loop_args()), PATIENCE);
     assert_eq!(r.status.code(), Some(2), "{}", r.describe());
     assert_eq!(r.stderr, format!("gmux: {o} already exists; pass --force to overwrite it or give another -o FILE\n"), "{}", r.describe());
     assert!(r.stdout.is_empty(), "the program did not run: {}", r.describe());
     assert_eq!(std::fs::read_to_string(&trace).unwrap(), "keep me\n");
 
-    let r = run_within(&mut sb.gmux_sub(&["record", "--force", "-o", o], None, loop_args()), PATIENCE);
+    let r = run_within(&mut sb.gmux_sub(&["record", "--standalone", "--force", "-o", o], None, loop_args()), PATIENCE);
     assert!(r.status.success(), "{}", r.describe());
     let recs = records(&trace);
     assert_eq!(recs[0], Record::Header { version: 1, chunk_bytes: 2 * MIB });

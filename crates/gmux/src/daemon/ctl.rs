@@ -52,7 +52,8 @@ impl Reply {
 pub fn answer(d: &mut Daemon, req: &Request, who: Peer, owner: u32) -> Reply {
     let admin = who.uid == owner || who.uid == 0;
     let may_read = |d: &Daemon, t: TenantId| admin || d.pids(t).contains(&who.pid);
-    let find = |d: &Daemon, name: &str| d.tenants.find(name).ok().filter(|t| !d.pids(*t).is_empty());
+    // Exited tenants stay readable by the owner (their counters), hidden from others.
+    let find = |d: &Daemon, name: &str| d.tenants.find(name).ok().filter(|t| admin || !d.pids(*t).is_empty());
     match req {
         Request::Ps => Reply::ok(ps(d, &|t| may_read(d, t))),
         Request::Get { tenant, knob } => {

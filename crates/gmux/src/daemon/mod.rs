@@ -28,6 +28,9 @@ pub struct DaemonArgs {
     /// or whole (the whole-tenant swap baseline).
     #[arg(long, value_enum, default_value = "msched")]
     pub switch: state::Switch,
+    /// `compute.timeslice` of new tenants, e.g. 50ms.
+    #[arg(long, default_value = "20ms", value_name = "DURATION")]
+    pub timeslice: String,
     /// Socket path (default: $GMUX_SOCKET, else $XDG_RUNTIME_DIR/gmux/gpu0.sock, or
     /// /run/gmux/gpu0.sock as root).
     #[arg(long, value_name = "PATH")]
@@ -66,6 +69,8 @@ pub fn daemon(args: &DaemonArgs) -> Result<(), Failure> {
     }
     let host = size("host", &args.host)?;
     let path = args.socket.clone().unwrap_or_else(socket_path);
-    let d = state::Daemon::new(hbm, host, args.policy, args.switch);
+    let slice = gmux_core::knobs::parse_duration(&args.timeslice).ok_or_else(|| Failure::Usage(format!("--timeslice {}: write a duration between 1us and 10s, e.g. 20ms", args.timeslice)))?;
+    let mut d = state::Daemon::new(hbm, host, args.policy, args.switch);
+    d.timeslice = slice;
     server::serve(&path, d, args.idle_exit)
 }

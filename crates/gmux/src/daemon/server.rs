@@ -17,6 +17,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+/// Logs one line with the wall-clock time (seconds since the epoch), so that events
+/// can be lined up with other programs' clocks.
+fn say(msg: &str) {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    eprintln!("gmuxd {:.3}: {msg}", t.as_secs_f64());
+}
+
 /// Who is on the other end of a connection (`SO_PEERCRED`).
 #[derive(Debug, Clone, Copy)]
 pub struct Peer {
@@ -87,7 +94,7 @@ impl Shared {
         }
         drop(d);
         self.wake.notify_all();
-        eprintln!("gmuxd: tenant {tenant:?} pid {pid} {why}; its {} of GPU memory went to the others in {:.2} ms", format_size(held), t0.elapsed().as_secs_f64() * 1e3);
+        say(&format!("tenant {tenant:?} pid {pid} {why}; its {} of GPU memory went to the others in {:.2} ms", format_size(held), t0.elapsed().as_secs_f64() * 1e3));
     }
 }
 
@@ -130,7 +137,7 @@ pub fn serve(path: &Path, d: Daemon, idle_exit: u64) -> Result<(), Failure> {
             std::thread::sleep(Duration::from_millis(200));
             let idle = s.lock().live().is_empty() && s.last_tenant.lock().unwrap_or_else(|p| p.into_inner()).elapsed().as_secs() >= idle_exit;
             if idle {
-                eprintln!("gmuxd: no tenants for {idle_exit} s; exiting");
+                say(&format!("no tenants for {idle_exit} s; exiting"));
                 let _ = std::fs::remove_file(&path);
                 std::process::exit(0);
             }
@@ -170,7 +177,7 @@ fn serve_conn(s: &Arc<Shared>, stream: UnixStream, path: &Path) {
                 Ok(Request::Stop) if who.uid == s.owner || who.uid == 0 => {
                     let _ = (&stream).write_all(b"{\"ok\":true,\"text\":\"gmuxd stopped\"}\n");
                     let _ = std::fs::remove_file(path);
-                    eprintln!("gmuxd: stopped by pid {}", who.pid);
+                    say(&format!("stopped by pid {}", who.pid));
                     std::process::exit(0);
                 }
                 Ok(req) => ctl::answer(&mut s.lock(), &req, who, s.owner),
@@ -196,7 +203,7 @@ fn serve_tenant(s: &Arc<Shared>, stream: UnixStream, mut reader: BufReader<UnixS
         }
         s.decide(&mut d);
     }
-    eprintln!("gmuxd: pid {} joined tenant {tenant:?} (priority {priority})", who.pid);
+    say(&format!("pid {} joined tenant {tenant:?} (priority {priority})", who.pid));
     watch_pid(s.clone(), conn, who.pid);
     let mut line = String::new();
     loop {
@@ -210,7 +217,7 @@ fn serve_tenant(s: &Arc<Shared>, stream: UnixStream, mut reader: BufReader<UnixS
                 s.lock().report(conn, r);
                 s.wake.notify_all();
             }
-            _ => eprintln!("gmuxd: pid {}: ignoring a bad message: {}", who.pid, line.trim()),
+            _ => say(&format!("pid {}: ignoring a bad message: {}", who.pid, line.trim())),
         }
     }
     s.leave(conn, "disconnected");
@@ -222,7 +229,7 @@ fn watch_pid(s: Arc<Shared>, conn: u64, pid: u32) {
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) } as i32;
     if fd < 0 {
-        eprintln!("gmuxd: pidfd_open({pid}) failed ({}); its death is noticed when its socket closes", std::io::Error::last_os_error());
+        say(&format!("pidfd_open({pid}) failed ({}); its death is noticed when its socket closes", std::io::Error::last_os_error()));
         return;
     }
     // SAFETY: `fd` is a new descriptor that this owns.

@@ -66,6 +66,8 @@ pub struct Daemon {
     pub switch: Switch,
     /// Tenants and their knobs.
     pub tenants: Tenants,
+    /// `compute.timeslice` given to new tenants.
+    pub timeslice: Nanos,
     sched: Box<dyn Scheduler>,
     procs: BTreeMap<u64, Proc>,
     past: HashMap<TenantId, Past>,
@@ -75,12 +77,16 @@ pub struct Daemon {
 impl Daemon {
     /// A daemon with no tenants.
     pub fn new(hbm: Option<u64>, host: Option<u64>, policy: Policy, switch: Switch) -> Self {
-        Daemon { hbm, host, policy, switch, tenants: Tenants::default(), sched: policy.build(), procs: BTreeMap::new(), past: HashMap::new(), running: None }
+        Daemon { hbm, host, policy, switch, tenants: Tenants::default(), timeslice: gmux_core::knobs::DEFAULT_TIMESLICE, sched: policy.build(), procs: BTreeMap::new(), past: HashMap::new(), running: None }
     }
 
     /// Registers process `pid` of tenant `name` (created on first use) as connection `conn`.
     pub fn join(&mut self, conn: u64, pid: u32, name: &str, priority: i32) -> TenantId {
-        let id = self.tenants.find(name).unwrap_or_else(|_| self.tenants.add(name).expect("name is new"));
+        let id = self.tenants.find(name).unwrap_or_else(|_| {
+            let id = self.tenants.add(name).expect("name is new");
+            self.tenants.get_mut(id).limits.timeslice = self.timeslice;
+            id
+        });
         if !self.procs.values().any(|p| p.tenant == id) {
             self.tenants.get_mut(id).priority = priority;
         }
@@ -183,33 +189,47 @@ impl Daemon {
         let (runs, order) = if concurrent { self.concurrent(&live, &usage) } else { self.sliced(&live, &usage, now) };
         let claims: Vec<Claim> = live.iter().map(|t| claim(&self.tenants, *t, order[t])).collect();
         let mut caps = divide(self.hbm, &claims);
-        if let Some(h) = self.hbm {
-            // What nobody wants goes to the tenants that run (up to their high limit).
-            let mut left = h.saturating_sub(caps.iter().sum());
-            for (i, t) in live.iter().enumerate() {
-                if runs[t] {
-                    let room = self.tenants.get(*t).limits.high.unwrap_or(u64::MAX).saturating_sub(caps[i]);
-                    let more = room.min(left) / CHUNK_BYTES * CHUNK_BYTES;
-                    caps[i] += more;
-                    left -= more;
-                }
-            }
+        let high = |t: &TenantId| self.tenants.get(*t).limits.high.unwrap_or(u64::MAX);
+        let Some(hbm) = self.hbm else {
+            // No budget: each process is bounded by its high limit and its device.
+            caps = live.iter().map(high).collect();
+            return self.grants(&live, &caps, &caps, &caps, &runs, concurrent, &usage);
+        };
+        // What nobody wants is shared by the tenants that run (up to their high limits).
+        let left = hbm.saturating_sub(caps.iter().sum());
+        let takers: Vec<usize> = (0..live.len()).filter(|&i| runs[&live[i]] && high(&live[i]) > caps[i]).collect();
+        for &i in &takers {
+            caps[i] = (caps[i] + left / takers.len() as u64 / CHUNK_BYTES * CHUNK_BYTES).min(high(&live[i]));
         }
-        let most: Vec<u64> = live.iter().map(|t| self.hbm.unwrap_or(u64::MAX).min(self.tenants.get(*t).limits.high.unwrap_or(u64::MAX))).collect();
-        // Memory is free once its holder has reported releasing it; the free part goes to
-        // the tenants that grow, in order of their next run.
-        let mut free = self.hbm.map(|h| h.saturating_sub(live.iter().map(|t| usage[t].held).sum()));
+        let most: Vec<u64> = live.iter().map(|t| hbm.min(high(t))).collect();
+        // A paused process holds what it reported; a running one may grow to its last
+        // grant. What is left is free, and goes to the tenants that grow in order of
+        // their next run; a shrinking tenant's memory is free once it reports so.
+        let reserved: Vec<u64> = live.iter().map(|t| self.reserved(*t, usage[t].held)).collect();
+        let mut free = hbm.saturating_sub(reserved.iter().sum());
         let mut now_caps = caps.clone();
         let mut by_run: Vec<usize> = (0..live.len()).collect();
         by_run.sort_by_key(|&i| (order[&live[i]], live[i]));
         for i in by_run {
-            let held = usage[&live[i]].held;
-            if let Some(f) = free.as_mut().filter(|_| caps[i] > held) {
-                let more = (caps[i] - held).min(*f) / CHUNK_BYTES * CHUNK_BYTES;
-                now_caps[i] = held + more;
-                *f -= more;
+            if caps[i] > reserved[i] {
+                let more = (caps[i] - reserved[i]).min(free) / CHUNK_BYTES * CHUNK_BYTES;
+                now_caps[i] = reserved[i] + more;
+                free -= more;
             }
         }
+        self.grants(&live, &caps, &now_caps, &most, &runs, concurrent, &usage)
+    }
+
+    /// What tenant `t`, holding `held`, may be holding by now: a running tenant may have
+    /// grown to its last grant.
+    fn reserved(&self, t: TenantId, held: u64) -> u64 {
+        let sent: u64 = self.procs.values().filter(|p| p.tenant == t).filter_map(|p| p.sent.filter(|g| g.run)).map(|g| g.cap).sum();
+        held.max(sent)
+    }
+
+    /// The grants of every process, keeping those that changed.
+    #[allow(clippy::too_many_arguments)]
+    fn grants(&mut self, live: &[TenantId], caps: &[u64], now_caps: &[u64], most: &[u64], runs: &HashMap<TenantId, bool>, concurrent: bool, usage: &HashMap<TenantId, ShimReport>) -> Vec<(u64, Grant)> {
         let mut out = Vec::new();
         for (i, t) in live.iter().enumerate() {
             let now_cap = now_caps[i];
@@ -220,7 +240,7 @@ impl Daemon {
                 Switch::Whole => (runs[t] && !evicting && now_cap >= caps[i], Fill::Whole),
             };
             let gated = concurrent && self.policy == Policy::Priority && !runs[t];
-            let inflight = if gated || (self.policy == Policy::Priority && !self.top_class(&live, *t)) { GATED_INFLIGHT } else { 0 };
+            let inflight = if gated || (self.policy == Policy::Priority && !self.top_class(live, *t)) { GATED_INFLIGHT } else { 0 };
             out.extend(self.split(*t, Grant { cap: now_cap, most: most[i], run, fill, inflight }));
         }
         out.retain(|(conn, g)| {

@@ -94,7 +94,9 @@ pub fn gmux_bin() -> PathBuf {
 }
 
 /// Variables of the shim and the stand-in that a test must not inherit from its caller.
-const GMUX_VARS: [&str; 14] = [
+const GMUX_VARS: [&str; 16] = [
+    "GMUX_DAEMON",
+    "GMUX_PRIORITY",
     "GMUX_RECORD",
     "GMUX_TENANT",
     "GMUX_EXTENT",
@@ -142,8 +144,14 @@ impl Sandbox {
             .env("GMUX_CUDA_LIB", self.dir.path().join("libcuda.so.1"))
             .env("LD_LIBRARY_PATH", self.dir.path())
             .env("GMUX_STANDIN_MEM", self.mem.to_string())
+            .env("GMUX_SOCKET", self.socket())
             .env("GMUX_LOG", "info");
         c
+    }
+
+    /// The socket of this sandbox's daemon (`gmux run` starts one there on demand).
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("gmux.sock")
     }
 }
 

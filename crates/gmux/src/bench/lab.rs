@@ -1,0 +1,188 @@
+//! What the benchmarks share: where things are, starting a daemon and tenant processes,
+//! reading their reports and the daemon's counters.
+
+use crate::daemon::ctl::{self, Request};
+use crate::Failure;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Options every benchmark takes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LabArgs {
+    /// Folder for logs, traces and the JSON results.
+    #[arg(long, default_value = "bench-out", value_name = "DIR")]
+    pub out: PathBuf,
+    /// Folder of the tenant programs (tenant.py, rt_infer.py, be_train.py).
+    #[arg(long, default_value = "gpu", value_name = "DIR")]
+    pub workloads: PathBuf,
+    /// Python interpreter with PyTorch.
+    #[arg(long, default_value = "python3")]
+    pub python: String,
+    /// Seconds of measurement per run (after warm-up).
+    #[arg(long, default_value_t = 15.0)]
+    pub duration: f64,
+    /// Seconds from the start of a run to the opening of its measurement window
+    /// (process start-up, allocation, first switches).
+    #[arg(long, default_value_t = 15.0)]
+    pub warmup: f64,
+}
+
+/// One benchmark's processes and files.
+pub struct Lab {
+    /// The options.
+    pub args: LabArgs,
+    gmux: PathBuf,
+}
+
+/// A started daemon.
+pub struct Daemon {
+    child: Child,
+    /// Its socket.
+    pub socket: PathBuf,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = ctl::request(&self.socket, &Request::Stop);
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Seconds since the epoch.
+pub fn unix_now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64()
+}
+
+/// Sleeps until UNIX time `t`.
+pub fn sleep_until(t: f64) {
+    let d = t - unix_now();
+    if d > 0.0 {
+        std::thread::sleep(Duration::from_secs_f64(d));
+    }
+}
+
+impl Lab {
+    /// Checks the folders and creates `--out`.
+    pub fn new(args: &LabArgs, needs: &[&str]) -> Result<Lab, Failure> {
+        for n in needs {
+            let p = args.workloads.join(n);
+            if !p.is_file() {
+                return Err(Failure::Usage(format!("{} not found; run from the repository root or give --workloads DIR", p.display())));
+            }
+        }
+        std::fs::create_dir_all(&args.out).map_err(|e| Failure::Runtime(format!("cannot create {}: {e}", args.out.display())))?;
+        let gmux = std::env::current_exe().map_err(|e| Failure::Runtime(format!("cannot locate the gmux executable: {e}")))?;
+        Ok(Lab { args: args.clone(), gmux })
+    }
+
+    fn log(&self, name: &str) -> Result<std::fs::File, Failure> {
+        let p = self.args.out.join(format!("{name}.log"));
+        std::fs::File::create(&p).map_err(|e| Failure::Runtime(format!("cannot create {}: {e}", p.display())))
+    }
+
+    /// Starts `gmux daemon` with `flags` on a socket of its own.
+    pub fn daemon(&self, name: &str, flags: &[String]) -> Result<Daemon, Failure> {
+        let socket = std::env::temp_dir().join(format!("gmux-bench-{}-{name}.sock", std::process::id()));
+        let log = self.log(&format!("{name}.daemon"))?;
+        let child = Command::new(&self.gmux)
+            .arg("daemon")
+            .args(flags)
+            .arg("--socket")
+            .arg(&socket)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| Failure::Runtime(e.to_string()))?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| Failure::Runtime(format!("cannot start gmux daemon: {e}")))?;
+        let t0 = Instant::now();
+        while !socket.exists() {
+            if t0.elapsed() > Duration::from_secs(5) {
+                return Err(Failure::Runtime(format!("gmux daemon did not start; see {}", self.args.out.join(format!("{name}.daemon.log")).display())));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(Daemon { child, socket })
+    }
+
+    /// Starts workload `script` with `args` as tenant `name`: under the daemon at
+    /// `socket` (recording its trace to `record` if given) in priority class `priority`,
+    /// or natively without one.
+    #[allow(clippy::too_many_arguments)]
+    pub fn tenant(&self, name: &str, run: &str, socket: Option<&Path>, record: Option<&Path>, priority: i32, script: &str, args: &[String]) -> Result<Child, Failure> {
+        let mut cmd = match socket {
+            Some(s) => {
+                let mut c = Command::new(&self.gmux);
+                c.args(["run", "--tenant", name, "--priority", &priority.to_string(), "--"]).env("GMUX_SOCKET", s);
+                if let Some(r) = record {
+                    c.env("GMUX_RECORD", r);
+                }
+                c.arg(&self.args.python);
+                c
+            }
+            None => Command::new(&self.args.python),
+        };
+        cmd.arg(self.args.workloads.join(script)).args(args).env("PYTHONUNBUFFERED", "1").stdin(Stdio::null());
+        let log = self.log(&format!("{run}.{name}"))?;
+        cmd.stdout(log.try_clone().map_err(|e| Failure::Runtime(e.to_string()))?).stderr(log);
+        cmd.spawn().map_err(|e| Failure::Runtime(format!("cannot start {name}: {e}")))
+    }
+
+    /// Path of a result file.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.args.out.join(name)
+    }
+
+    /// Waits for `children` up to `limit`, killing the rest after it; returns the
+    /// names of those that failed.
+    pub fn wait_all(&self, children: Vec<(String, Child)>, limit: Duration) -> Vec<String> {
+        let t0 = Instant::now();
+        let mut failed = Vec::new();
+        for (name, mut c) in children {
+            loop {
+                match c.try_wait() {
+                    Ok(Some(st)) => {
+                        if !st.success() {
+                            failed.push(format!("{name} ({st})"));
+                        }
+                        break;
+                    }
+                    Ok(None) if t0.elapsed() < limit => std::thread::sleep(Duration::from_millis(50)),
+                    _ => {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                        failed.push(format!("{name} (killed after {} s)", limit.as_secs()));
+                        break;
+                    }
+                }
+            }
+        }
+        failed
+    }
+}
+
+/// A tenant's `ggroup.stat` from the daemon: bytes in each direction.
+pub fn stat(socket: &Path, tenant: &str) -> (u64, u64) {
+    let Ok(r) = ctl::request(socket, &Request::Get { tenant: tenant.into(), knob: Some("ggroup.stat".into()) }) else { return (0, 0) };
+    let field = |k: &str| r.text.lines().find_map(|l| l.strip_prefix(k).and_then(|v| v.trim().parse().ok())).unwrap_or(0);
+    (field("bytes_h2d "), field("bytes_d2h "))
+}
+
+/// A workload's JSON report.
+pub fn report(path: &Path) -> Result<serde_json::Value, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| Failure::Runtime(format!("no report at {} ({e}); see the log next to it", path.display())))?;
+    serde_json::from_str(&text).map_err(|e| Failure::Runtime(format!("bad report {}: {e}", path.display())))
+}
+
+/// A number field of a report.
+pub fn num(v: &serde_json::Value, key: &str) -> f64 {
+    v.get(key).and_then(|x| x.as_f64()).unwrap_or(f64::NAN)
+}
