@@ -266,8 +266,8 @@ def main():
     with window.setup():
         window.check()
         t0 = time.monotonic()
-        footprint = int(a.gib * 2**30)
-        work = VecAdd(footprint) if a.kind == "vecadd" else MatMul(footprint, a.n)
+        nbytes = int(a.gib * 2**30)
+        work = VecAdd(nbytes) if a.kind == "vecadd" else MatMul(nbytes, a.n)
         report["footprint_bytes"] = sum(t.numel() * t.element_size() for t in work.tensors)
         report["matrices"] = len(work.tensors) if a.kind == "matmul" else 0
         work.unit(0)

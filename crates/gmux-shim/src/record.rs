@@ -41,7 +41,16 @@ pub const VERSION: u32 = 1;
 enum Line<'a> {
     Header { version: u32, chunk_bytes: u64 },
     Alloc { tenant: &'a str, id: u32, bytes: u64 },
-    Cmd { tenant: &'a str, stream: u32, kind: &'static str, name: &'a str, dur_us: f64, ws: &'a [Range] },
+    Cmd {
+        tenant: &'a str,
+        stream: u32,
+        kind: &'static str,
+        name: &'a str,
+        dur_us: f64,
+        ws: &'a [Range],
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        task_end: bool,
+    },
     Free { tenant: &'a str, id: u32 },
 }
 
@@ -64,7 +73,7 @@ pub struct Timing {
 enum Queued {
     Alloc { id: u32, bytes: u64 },
     Free { id: u32 },
-    Cmd { events: Option<(CUevent, CUevent)>, stream: u32, kind: &'static str, name: Arc<str>, ws: Vec<Range> },
+    Cmd { events: Option<(CUevent, CUevent)>, stream: u32, kind: &'static str, name: Arc<str>, ws: Vec<Range>, task_end: bool },
 }
 
 /// The recorder's state.
@@ -125,6 +134,16 @@ pub fn command(t: Option<Timing>, kind: u64, ws: &WorkingSet) {
     let Some(t) = t else { return };
     if let Some(rec) = recorder() {
         lock(rec).command(t, kind, ws);
+    }
+}
+
+/// The application waited for its work on the host (a stream or context synchronize):
+/// the newest command ends a task, which is what the simulator counts as throughput.
+pub fn synced() {
+    let Some(rec) = recorder() else { return };
+    let mut r = lock(rec);
+    if let Some(Queued::Cmd { task_end, .. }) = r.queue.iter_mut().rev().find(|q| matches!(q, Queued::Cmd { .. })) {
+        *task_end = true;
     }
 }
 
@@ -264,7 +283,7 @@ impl Recorder {
         };
         self.commands += 1;
         self.timed += 1;
-        self.queue.push_back(Queued::Cmd { events: t.events, stream, kind: k, name, ws });
+        self.queue.push_back(Queued::Cmd { events: t.events, stream, kind: k, name, ws, task_end: false });
         if self.timed >= MAX_PENDING {
             self.drain(MAX_PENDING / 2);
         } else if self.timed >= POLL {
@@ -284,6 +303,9 @@ impl Recorder {
     /// the oldest commands while more than `keep` are timed.
     fn drain(&mut self, keep: usize) {
         while let Some(front) = self.queue.front() {
+            if keep > 0 && self.timed == 1 && matches!(front, Queued::Cmd { .. }) {
+                break;
+            }
             if let Queued::Cmd { events: Some((_, end)), .. } = front {
                 if self.timed <= keep && crate::real!(cuEventQuery(*end)) == CUDA_ERROR_NOT_READY {
                     break;
@@ -300,7 +322,7 @@ impl Recorder {
         match q {
             Queued::Alloc { id, bytes } => self.emit(&Line::Alloc { tenant: &tenant, id, bytes }),
             Queued::Free { id } => self.emit(&Line::Free { tenant: &tenant, id }),
-            Queued::Cmd { events, stream, kind, name, ws } => {
+            Queued::Cmd { events, stream, kind, name, ws, task_end } => {
                 self.timed -= 1;
                 let dur_us = events.and_then(|(start, end)| {
                     let ms = elapsed_ms(start, end);
@@ -311,7 +333,7 @@ impl Recorder {
                     self.untimed += 1;
                 }
                 let dur_us = dur_us.map_or(0.0, |ms| (ms as f64 * 1e3).max(0.0));
-                self.emit(&Line::Cmd { tenant: &tenant, stream, kind, name: &name, dur_us, ws: &ws });
+                self.emit(&Line::Cmd { tenant: &tenant, stream, kind, name: &name, dur_us, ws: &ws, task_end });
             }
         }
         self.tenant = tenant;

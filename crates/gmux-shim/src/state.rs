@@ -331,8 +331,7 @@ impl Shim {
         let allocs = self.allocs_in(ws);
         let allocs = allocs.as_ref();
         if let Some(cap) = crate::agent::granted().filter(|c| *c > self.limit) {
-            self.limit = cap;
-            self.mem.set_gpu_capacity(Some(cap));
+            self.set_limit(cap);
         }
         let mut waits = self.landing_waits(allocs, on);
         if allocs.iter().all(|a| self.missing.get(a).copied().unwrap_or(0) == 0) {

@@ -17,8 +17,7 @@ impl Shim {
     /// it, waiting until their memory is released. Returns whether more must go.
     pub fn shrink_to(&mut self, cap: u64) -> Result<bool, CudaError> {
         let cap = cap / CHUNK_BYTES * CHUNK_BYTES;
-        self.limit = cap;
-        self.mem.set_gpu_capacity(Some(cap));
+        self.set_limit(cap);
         let resident = self.mem.usage(self.tenant).chunks[0];
         let most = (cap / CHUNK_BYTES).max(resident.saturating_sub(STEP_BYTES / CHUNK_BYTES));
         if resident > most {
@@ -31,7 +30,17 @@ impl Shim {
             self.run_plan(&Plan::default())?;
         }
         self.dev.synchronize()?;
+        self.set_limit(cap);
         Ok(self.mem.usage(self.tenant).chunks[0] > cap / CHUNK_BYTES)
+    }
+
+    /// Sets the memory limit to `cap`. The chunk table's GPU capacity never drops below
+    /// what is resident (plans must stay consistent with it); until the worker has evicted
+    /// down to `cap`, commands evict one for one.
+    pub(crate) fn set_limit(&mut self, cap: u64) {
+        self.limit = cap;
+        let used = self.mem.usage(self.tenant).bytes(Tier::Gpu);
+        self.mem.set_gpu_capacity(Some(cap.max(used)));
     }
 
     /// Brings in one step of the allocations the next slice uses (`whole`: all of them),

@@ -70,19 +70,23 @@ fn record_writes_every_alloc_command_and_free() {
         name: &'a str,
         dur_us: f64,
         ws: &'a [Range],
+        task_end: bool,
     }
     let cmds: Vec<Cmd> = recs
         .iter()
         .filter_map(|r| match r {
             Record::Cmd { tenant, stream, kind, name, dur_us, ws, task_end, arrival_us } => {
-                assert_eq!((tenant.as_str(), *task_end, *arrival_us), ("app", false, None));
-                Some(Cmd { stream: *stream, kind, name, dur_us: *dur_us, ws })
+                assert_eq!((tenant.as_str(), *arrival_us), ("app", None));
+                Some(Cmd { stream: *stream, kind, name, dur_us: *dur_us, ws, task_end: *task_end })
             }
             _ => None,
         })
         .collect();
     let kernels = BUFFERS + BUFFERS * ROUNDS;
     assert_eq!(cmds.len(), kernels + BUFFERS);
+    // The app synchronizes its stream once, after the last kernel: that ends a task.
+    let ends: Vec<usize> = cmds.iter().enumerate().filter(|(_, c)| c.task_end).map(|(i, _)| i).collect();
+    assert_eq!(ends, vec![kernels - 1]);
     let names: Vec<(&str, &str)> = cmds.iter().map(|c| (c.kind, c.name)).collect();
     let mut want = vec![("kernel", "fill"); BUFFERS];
     want.extend(vec![("kernel", "add"); BUFFERS * ROUNDS]);

@@ -111,6 +111,7 @@ pub fn synced(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool) -> 
             let _ = st.inflight.synced(stream, ptsz);
         }
         crate::agent::poke();
+        crate::record::synced();
     }
     r
 }
@@ -123,6 +124,7 @@ pub fn synced_all(real: impl FnOnce() -> CUresult) -> CUresult {
             let _ = st.inflight.synced_all();
         }
         crate::agent::poke();
+        crate::record::synced();
     }
     r
 }
