@@ -171,8 +171,11 @@ fn work() {
         let mut report = st.report(blocked.0);
         report.waiting = blocked.1;
         drop(guard);
-        if let Err(e) = &step {
-            crate::log!(Error, "evicting or filling for the daemon failed: {e}");
+        match &step {
+            // The process is exiting: the driver is shutting down under the worker.
+            Err(e) if e.code == crate::cuda::CUDA_ERROR_DEINITIALIZED => return,
+            Err(e) => crate::log!(Error, "evicting or filling for the daemon failed: {e}"),
+            Ok(_) => {}
         }
         a.send(&FromShim::Report(report));
         if matches!(step, Ok(true)) {

@@ -10,7 +10,7 @@ use gmux_core::{AllocId, ChunkId, Tier, CHUNK_BYTES};
 
 /// Most bytes one step of a shrink or a fill moves, so that the application's launches
 /// (which need the same lock) and the daemon's reports interleave with it.
-pub const STEP_BYTES: u64 = 1 << 30;
+pub const STEP_BYTES: u64 = 512 << 20;
 
 impl Shim {
     /// Sets the memory limit to `cap` and evicts at most one step of own chunks towards

@@ -25,6 +25,10 @@ pub enum Switch {
 /// that its in-flight work drains fast when the higher class wakes.
 pub const GATED_INFLIGHT: u32 = 2;
 
+fn round_up(bytes: u64) -> u64 {
+    bytes.div_ceil(CHUNK_BYTES) * CHUNK_BYTES
+}
+
 /// One registered process.
 #[derive(Debug)]
 pub struct Proc {
@@ -46,12 +50,30 @@ struct Past {
     bytes_d2h: u64,
 }
 
-/// The slot running now in time-sliced mode.
+/// The slot running now in time-sliced mode. Its slice starts when its first command
+/// is released after the switch, so that the switch's migration is not charged to it
+/// (MSched: suspend, migrate, resume, then the slice).
 #[derive(Debug, Clone, Copy)]
 struct Running {
     tenant: TenantId,
-    since: Nanos,
+    switched: Nanos,
+    /// Commands the tenant had released at the switch.
+    commands: u64,
+    since: Option<Nanos>,
     slice: Nanos,
+}
+
+/// Longest a switched-in tenant may take to release its first command before its slice
+/// starts anyway, in slices.
+const MAX_SWITCH_SLICES: u64 = 20;
+
+impl Running {
+    fn ends(&self) -> Nanos {
+        match self.since {
+            Some(s) => s + self.slice,
+            None => self.switched + MAX_SWITCH_SLICES * self.slice,
+        }
+    }
 }
 
 /// The daemon's state.
@@ -172,7 +194,7 @@ impl Daemon {
 
     /// When the running tenant's slice ends (time-sliced mode).
     pub fn slice_end(&self) -> Option<Nanos> {
-        self.running.map(|r| r.since + r.slice)
+        self.running.map(|r| r.ends())
     }
 
     /// Decides at time `now` and returns the grants that changed, by connection.
@@ -189,6 +211,12 @@ impl Daemon {
         let (runs, order) = if concurrent { self.concurrent(&live, &usage) } else { self.sliced(&live, &usage, now) };
         let claims: Vec<Claim> = live.iter().map(|t| claim(&self.tenants, *t, order[t])).collect();
         let mut caps = divide(self.hbm, &claims);
+        if self.switch == Switch::Whole && !concurrent {
+            // The baseline keeps nothing of the tenants that do not run.
+            for (i, t) in live.iter().enumerate() {
+                caps[i] = if runs[t] { round_up(usage[t].allocated.max(usage[t].want)).min(self.hbm.unwrap_or(u64::MAX)) } else { 0 };
+            }
+        }
         let high = |t: &TenantId| self.tenants.get(*t).limits.high.unwrap_or(u64::MAX);
         let Some(hbm) = self.hbm else {
             // No budget: each process is bounded by its high limit and its device.
@@ -288,13 +316,19 @@ impl Daemon {
                 TenantView { id: *t, ready, frozen: k.limits.frozen, priority: k.priority, weight: k.weight, timeslice: k.limits.timeslice }
             })
             .collect();
-        let keep = self.running.filter(|r| now < r.since + r.slice && views.iter().any(|v| v.id == r.tenant && !v.frozen));
+        if let Some(r) = self.running.as_mut().filter(|r| r.since.is_none()) {
+            if usage.get(&r.tenant).is_some_and(|u| u.commands > r.commands) {
+                r.since = Some(now);
+            }
+        }
+        let keep = self.running.filter(|r| now < r.ends() && views.iter().any(|v| v.id == r.tenant && !v.frozen));
         if keep.is_none() {
             if let Some(r) = self.running.take() {
-                self.sched.charge(r.tenant, now.saturating_sub(r.since));
+                self.sched.charge(r.tenant, now.saturating_sub(r.since.unwrap_or(now)));
             }
             if let Some(head) = self.sched.timeline(&views, 1).head() {
-                self.running = Some(Running { tenant: head.tenant, since: now, slice: head.slice });
+                let commands = usage[&head.tenant].commands;
+                self.running = Some(Running { tenant: head.tenant, switched: now, commands, since: None, slice: head.slice });
                 self.tenants.get_mut(head.tenant).stat.switches += 1;
             }
         }

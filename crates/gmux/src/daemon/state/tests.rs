@@ -7,6 +7,12 @@ fn busy(held: u64, want: u64) -> ShimReport {
     ShimReport { held, resident: held, want, allocated: want, busy: true, ..Default::default() }
 }
 
+/// Process `conn` reports it released its first command; the daemon sees it at `now`.
+fn started(d: &mut Daemon, conn: u64, held: u64, now: Nanos) {
+    d.report(conn, ShimReport { commands: 1, ..busy(held, 8 * G) });
+    d.decide(now);
+}
+
 fn grants(d: &mut Daemon, now: Nanos) -> HashMap<u64, Grant> {
     d.decide(now);
     d.procs.iter().map(|(c, p)| (*c, p.sent.expect("decided"))).collect()
@@ -29,24 +35,25 @@ fn round_robin_runs_one_tenant_and_hands_memory_in_belady_order() {
     assert!(g[&0].run && g[&0].cap == 8 * G && g[&0].fill == Fill::Forecast);
     // The next in the timeline may hold 8 GiB too; the two after it nothing.
     assert_eq!((g[&1].cap, g[&2].cap, g[&3].cap), (8 * G, 0, 0));
-    d.report(0, busy(8 * G, 8 * G));
     d.report(1, busy(8 * G, 8 * G));
-    // After the 20 ms slice, t1 runs; t0 runs last now, so it gives its memory to t2.
-    let g = grants(&mut d, 21 * MS);
+    // The slice starts when t0 releases its first command (the switch is not charged).
+    started(&mut d, 0, 8 * G, 5 * MS);
+    assert!(grants(&mut d, 21 * MS)[&0].run, "t0's 20 ms slice began at 5 ms");
+    // After it, t1 runs; t0 runs last now, so it gives its memory to t2.
+    let g = grants(&mut d, 26 * MS);
     assert!(g[&1].run && !g[&0].run);
     assert_eq!((g[&0].cap, g[&1].cap, g[&2].cap, g[&3].cap), (0, 8 * G, 0, 0), "t2 waits until t0 has evicted");
     d.report(0, busy(2 * G, 8 * G));
-    assert_eq!(grants(&mut d, 22 * MS)[&2].cap, 6 * G, "t2's grant grows as t0's memory is released");
+    assert_eq!(grants(&mut d, 27 * MS)[&2].cap, 6 * G, "t2's grant grows as t0's memory is released");
     assert_eq!(d.tenants.get(TenantId(1)).stat.switches, 1);
 }
 
 #[test]
 fn whole_swap_waits_for_the_others_to_leave() {
     let mut d = four_of_8g(Switch::Whole);
-    d.report(0, busy(8 * G, 8 * G));
     d.report(1, busy(8 * G, 8 * G));
     grants(&mut d, 0);
-    d.report(3, busy(0, 8 * G));
+    started(&mut d, 0, 8 * G, 0);
     let g = grants(&mut d, 21 * MS);
     assert!(!g[&1].run, "t1 may not run while t0 still holds more than its cap");
     assert_eq!(g[&1].fill, Fill::Whole);
