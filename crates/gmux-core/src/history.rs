@@ -22,12 +22,15 @@ pub struct History {
     seen: HashMap<u64, u64>,
     keep: usize,
     window: usize,
+    /// Where the context of the newest command last ended before it (see
+    /// [`History::after_last`]).
+    last_match: Option<u64>,
 }
 
 impl History {
     /// Remembers the last `keep` commands and predicts at most `window` ahead.
     pub fn new(keep: usize, window: usize) -> Self {
-        History { sigs: VecDeque::new(), sets: VecDeque::new(), first: 0, seen: HashMap::new(), keep: keep.max(1), window }
+        History { sigs: VecDeque::new(), sets: VecDeque::new(), first: 0, seen: HashMap::new(), keep: keep.max(1), window, last_match: None }
     }
 
     /// Records a released command: its signature (what it runs and on which allocations)
@@ -35,7 +38,7 @@ impl History {
     pub fn record(&mut self, sig: u64, allocs: &[AllocId]) {
         let ctx = self.context(sig);
         let index = self.first + self.sigs.len() as u64;
-        self.seen.insert(ctx, index);
+        self.last_match = self.seen.insert(ctx, index);
         self.sigs.push_back(sig);
         self.sets.push_back(allocs.into());
         if self.sigs.len() > self.keep {
@@ -55,7 +58,16 @@ impl History {
     /// before. The prediction stops where the past reaches the present (one period) or
     /// after `window` commands.
     pub fn predict(&self, next: u64) -> Option<Vec<(AllocId, usize)>> {
-        let at = *self.seen.get(&self.context(next))?;
+        self.following(*self.seen.get(&self.context(next))?)
+    }
+
+    /// As [`History::predict`], for the commands after the newest one recorded (what a
+    /// tenant runs next when it resumes).
+    pub fn after_last(&self) -> Option<Vec<(AllocId, usize)>> {
+        self.following(self.last_match?)
+    }
+
+    fn following(&self, at: u64) -> Option<Vec<(AllocId, usize)>> {
         let start = at.checked_sub(self.first)? as usize + 1;
         let end = (start + self.window).min(self.sigs.len());
         let mut seen = HashSet::new();
@@ -120,6 +132,16 @@ mod tests {
         assert_eq!(predicted(&h, 2), Some(ids(&[3, 4, 0, 1])));
         assert_eq!(h.predict(signature(7, &[AllocId(2)])).unwrap().iter().map(|p| p.1).collect::<Vec<_>>(), vec![0, 1, 2, 3], "commands ahead");
         assert_eq!(predicted(&h, 9), None, "a context never seen");
+    }
+
+    #[test]
+    fn after_the_newest_command_comes_what_followed_it_last_time() {
+        let mut h = History::new(1000, 1000);
+        run(&mut h, &[0, 1, 2, 3, 4]);
+        assert_eq!(h.after_last(), None, "no repeat yet");
+        run(&mut h, &[0, 1, 2]);
+        let next: Vec<(AllocId, usize)> = h.after_last().unwrap();
+        assert_eq!(next, vec![(AllocId(3), 0), (AllocId(4), 1), (AllocId(0), 2), (AllocId(1), 3), (AllocId(2), 4)]);
     }
 
     #[test]

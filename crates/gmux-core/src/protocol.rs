@@ -47,6 +47,8 @@ pub struct ShimReport {
     pub busy: bool,
     /// A launch waits at the gate (the process has work but is paused).
     pub waiting: bool,
+    /// Commands seen finished.
+    pub finished: u64,
 }
 
 /// Daemon → shim: the whole grant.

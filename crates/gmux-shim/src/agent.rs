@@ -152,9 +152,14 @@ fn work() {
                 st.stats.slice_commands = st.stats.commands - st.stats.slice_start;
             }
         }
-        let step = if st.limit() != g.cap || st.resident() > g.cap {
+        if g.cap > st.limit() && st.resident() <= g.cap {
+            st.set_limit(g.cap);
+        }
+        let step = if st.limit() > g.cap || st.resident() > g.cap {
             st.shrink_to(g.cap).map(|more| more || st.limit() != g.cap)
-        } else if running && g.fill != Fill::None && filled_gen != generation {
+        } else if (running || g.fill == Fill::Forecast) && g.fill != Fill::None && filled_gen != generation {
+            // A paused tenant brings in its next slice ahead of its turn as far as its
+            // grant allows (the daemon grants in the order of the timeline).
             let more = st.fill(g.fill == Fill::Whole);
             if !matches!(more, Ok(true)) {
                 filled_gen = generation;

@@ -109,6 +109,15 @@ impl Inflight {
         self.tracks.values().filter_map(|t| t.events.back().map(|(_, e)| *e)).collect()
     }
 
+    /// Commands seen finished so far, all streams (polls without waiting).
+    pub fn finished(&mut self) -> Result<u64, CudaError> {
+        let keys: Vec<StreamKey> = self.tracks.keys().copied().collect();
+        for k in keys {
+            self.retire(k, usize::MAX)?;
+        }
+        Ok(self.tracks.values().map(|t| t.done).sum())
+    }
+
     /// Whether no released command is known to be unfinished.
     pub fn idle(&self) -> bool {
         self.tracks.values().all(|t| t.events.is_empty())

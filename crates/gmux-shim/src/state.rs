@@ -113,8 +113,6 @@ pub struct Shim {
     ordinal: CUdevice,
     /// Populations that may still be under way, oldest first.
     landing: VecDeque<Landing>,
-    /// Signature of the last released command (where forecasts start).
-    pub(crate) last_sig: u64,
     /// Released commands, the forecast for OPT eviction.
     pub(crate) history: History,
     /// Totals.
@@ -208,7 +206,6 @@ impl Shim {
             ctx,
             ordinal,
             landing: VecDeque::new(),
-            last_sig: 0,
             history: History::new(HISTORY_KEEP, HISTORY_WINDOW),
             stats: Stats::default(),
         })
@@ -345,7 +342,7 @@ impl Shim {
         }
         let t_plan = std::time::Instant::now();
         self.sync_ticks();
-        let (forecast, prefetch) = self.forecast(sig, allocs);
+        let (forecast, prefetch) = self.forecast(Some(sig), allocs);
         need.extend(prefetch.iter().flat_map(|a| self.mem.alloc(*a).expect("live allocation").chunks()));
         let pinned = |_: ChunkId| false;
         let req = Request { tenant: self.tenant, need: &need, required, pinned: &pinned };
@@ -418,6 +415,18 @@ impl Shim {
         (filled, fetched)
     }
 
+    /// Forgets populations that have landed; returns whether any is still under way.
+    pub(crate) fn settle(&mut self) -> bool {
+        while let Some(l) = self.landing.front() {
+            if crate::real!(cuEventQuery(l.ready)) != CUDA_SUCCESS {
+                break;
+            }
+            let l = self.landing.pop_front().expect("front exists");
+            self.dev.drop_event(l.id);
+        }
+        !self.landing.is_empty()
+    }
+
     /// Records populations under way into `allocs`, ready after `ev`, that stream `by`
     /// already waits for.
     pub(crate) fn land(&mut self, id: gmux_core::device::Event, ev: CUevent, mut allocs: Vec<AllocId>, by: Option<StreamKey>) {
@@ -431,13 +440,7 @@ impl Shim {
     /// population waits for it, but a command on another stream using the same memory
     /// (weights read from several streams, say) must wait too.
     fn landing_waits(&mut self, allocs: &[AllocId], on: Option<StreamKey>) -> Vec<CUevent> {
-        while let Some(l) = self.landing.front() {
-            if crate::real!(cuEventQuery(l.ready)) != CUDA_SUCCESS {
-                break;
-            }
-            let l = self.landing.pop_front().expect("front exists");
-            self.dev.drop_event(l.id);
-        }
+        self.settle();
         let mut out = Vec::new();
         for l in &mut self.landing {
             if on.is_some_and(|k| l.waited.contains(&k)) || !l.allocs.iter().any(|a| allocs.contains(a)) {
@@ -450,13 +453,18 @@ impl Shim {
         out
     }
 
-    /// The forecast after the command with signature `sig` that uses `own`, with the
+    /// The forecast after the command with signature `sig` that uses `own` (`None`: after
+    /// the newest command released), with the
     /// planner's evictor set to match (OPT over the history's prediction, or LRU with no
     /// forecast), and the allocations worth prefetching: not resident, not `own`, first
     /// used within `GMUX_PREFETCH` commands.
-    pub(crate) fn forecast(&mut self, sig: u64, own: &[AllocId]) -> (Forecast, Vec<AllocId>) {
+    pub(crate) fn forecast(&mut self, sig: Option<u64>, own: &[AllocId]) -> (Forecast, Vec<AllocId>) {
         self.stats.plans += 1;
-        let predicted = if config().history_opt { self.history.predict(sig) } else { None };
+        let predicted = match sig {
+            _ if !config().history_opt => None,
+            Some(sig) => self.history.predict(sig),
+            None => self.history.after_last(),
+        };
         let Some(order) = predicted else {
             self.planner.evictor = Evictor::new(Eviction::Lru);
             return (Forecast::default(), Vec::new());
@@ -484,7 +492,6 @@ impl Shim {
         for a in allocs {
             self.alloc_tick.insert(*a, self.tick);
         }
-        self.last_sig = sig;
         if self.inflight.idle() {
             crate::agent::poke();
         }

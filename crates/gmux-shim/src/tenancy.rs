@@ -22,7 +22,7 @@ impl Shim {
         let most = (cap / CHUNK_BYTES).max(resident.saturating_sub(STEP_BYTES / CHUNK_BYTES));
         if resident > most {
             self.sync_ticks();
-            let (forecast, _) = self.forecast(self.last_sig, &[]);
+            let (forecast, _) = self.forecast(None, &[]);
             let plan = self.planner.shrink(&self.mem, &self.tenants, self.tenant, most, &[], &forecast);
             self.run_plan(&plan)?;
         } else {
@@ -37,7 +37,7 @@ impl Shim {
     /// Sets the memory limit to `cap`. The chunk table's GPU capacity never drops below
     /// what is resident (plans must stay consistent with it); until the worker has evicted
     /// down to `cap`, commands evict one for one.
-    pub(crate) fn set_limit(&mut self, cap: u64) {
+    pub fn set_limit(&mut self, cap: u64) {
         self.limit = cap;
         let used = self.mem.usage(self.tenant).bytes(Tier::Gpu);
         self.mem.set_gpu_capacity(Some(cap.max(used)));
@@ -61,7 +61,7 @@ impl Shim {
             return Ok(false);
         }
         self.sync_ticks();
-        let (forecast, _) = self.forecast(self.last_sig, &[]);
+        let (forecast, _) = self.forecast(None, &[]);
         let pinned = |_: ChunkId| false;
         let req = Request { tenant: self.tenant, need: &need, required: 0, pinned: &pinned };
         let plan = self.planner.plan(&self.mem, &self.tenants, &req, &forecast);
@@ -95,14 +95,16 @@ impl Shim {
     /// as many commands as the last slice released, or every allocation without one.
     fn next_slice(&self) -> Vec<AllocId> {
         let horizon = self.stats.slice_commands.max(1) as usize;
-        match self.history.predict(self.last_sig) {
+        match self.history.after_last() {
             Some(order) => order.into_iter().filter(|(a, ahead)| *ahead < horizon && self.mem.alloc(*a).is_ok()).map(|(a, _)| a).collect(),
             None => self.vmem.regions().map(|r| r.alloc).collect(),
         }
     }
 
     /// The state the daemon divides memory by.
-    pub fn report(&self, blocked: u64) -> ShimReport {
+    pub fn report(&mut self, blocked: u64) -> ShimReport {
+        self.settle();
+        let finished = self.inflight.finished().unwrap_or(0);
         let want: u64 = self.next_slice().iter().map(|a| self.mem.alloc(*a).expect("live").count as u64 * CHUNK_BYTES).sum();
         let usage = self.mem.usage(self.tenant);
         let m = self.stats.moved;
@@ -118,6 +120,7 @@ impl Shim {
             bytes_d2h: m.evicted * CHUNK_BYTES,
             busy: !self.inflight.idle(),
             waiting: false,
+            finished,
         }
     }
 }

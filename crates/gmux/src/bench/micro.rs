@@ -96,7 +96,7 @@ pub fn run(a: &MicroArgs) -> Result<(), Failure> {
 fn one_run(lab: &Lab, a: &MicroArgs, level: u32, gib: f64, system: &str) -> Result<Row, Failure> {
     let daemon = match system {
         "in-hbm" => None,
-        s => Some(lab.daemon(&format!("L{level}-{s}"), &["--hbm".into(), a.budget.clone(), "--policy".into(), "rr".into(), "--timeslice".into(), a.timeslice.clone(), "--switch".into(), if s == "gmux" { "msched".into() } else { "whole".into() }])?),
+        s => Some(lab.daemon(&format!("L{level}-{s}"), &["--hbm".into(), a.budget.clone(), "--policy".into(), "rr".into(), "--timeslice".into(), a.timeslice.clone(), "--switch".into(), if s == "gmux" { "msched".into() } else { "whole".into() }, "--verbose".into()])?),
     };
     let start = lab::unix_now() + a.lab.warmup;
     let mut children = Vec::new();

@@ -35,6 +35,9 @@ pub struct DaemonArgs {
     /// /run/gmux/gpu0.sock as root).
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
+    /// Log every switch and slice start.
+    #[arg(long)]
+    pub verbose: bool,
     /// Exit after this many seconds without tenants (0: never).
     #[arg(long, default_value_t = 0, value_name = "SECONDS")]
     pub idle_exit: u64,
@@ -72,5 +75,5 @@ pub fn daemon(args: &DaemonArgs) -> Result<(), Failure> {
     let slice = gmux_core::knobs::parse_duration(&args.timeslice).ok_or_else(|| Failure::Usage(format!("--timeslice {}: write a duration between 1us and 10s, e.g. 20ms", args.timeslice)))?;
     let mut d = state::Daemon::new(hbm, host, args.policy, args.switch);
     d.timeslice = slice;
-    server::serve(&path, d, args.idle_exit)
+    server::serve(&path, d, args.idle_exit, args.verbose)
 }

@@ -52,6 +52,7 @@ struct Shared {
     start: Instant,
     next_conn: AtomicU64,
     last_tenant: Mutex<Instant>,
+    verbose: bool,
 }
 
 impl Shared {
@@ -68,6 +69,11 @@ impl Shared {
     fn decide(&self, d: &mut Daemon) {
         let grants = d.decide(self.now());
         self.send(&grants);
+        for e in d.events.drain(..) {
+            if self.verbose {
+                say(&e);
+            }
+        }
     }
 
     fn send(&self, grants: &[(u64, Grant)]) {
@@ -99,7 +105,7 @@ impl Shared {
 }
 
 /// Listens on `path` until stopped.
-pub fn serve(path: &Path, d: Daemon, idle_exit: u64) -> Result<(), Failure> {
+pub fn serve(path: &Path, d: Daemon, idle_exit: u64, verbose: bool) -> Result<(), Failure> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| Failure::Runtime(format!("cannot create {}: {e}", dir.display())))?;
         let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
@@ -127,6 +133,7 @@ pub fn serve(path: &Path, d: Daemon, idle_exit: u64) -> Result<(), Failure> {
         start: Instant::now(),
         next_conn: AtomicU64::new(1),
         last_tenant: Mutex::new(Instant::now()),
+        verbose,
     });
     let s = shared.clone();
     std::thread::Builder::new().name("gmuxd-sched".into()).spawn(move || schedule(&s)).expect("thread");

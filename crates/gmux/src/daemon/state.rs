@@ -7,6 +7,7 @@ use gmux_core::hbm::{all_fit, divide, Claim};
 use gmux_core::knobs::GroupStat;
 use gmux_core::protocol::{Fill, Grant, ShimReport};
 use gmux_core::sched::{Policy, Scheduler, TenantView};
+use gmux_core::size::format_size;
 use gmux_core::{Nanos, TenantId, Tenants, CHUNK_BYTES};
 use std::collections::{BTreeMap, HashMap};
 
@@ -51,7 +52,7 @@ struct Past {
 }
 
 /// The slot running now in time-sliced mode. Its slice starts when its first command
-/// is released after the switch, so that the switch's migration is not charged to it
+/// after the switch has finished, so that the switch's migration is not charged to it
 /// (MSched: suspend, migrate, resume, then the slice).
 #[derive(Debug, Clone, Copy)]
 struct Running {
@@ -59,6 +60,8 @@ struct Running {
     switched: Nanos,
     /// Commands the tenant had released at the switch.
     commands: u64,
+    /// Commands it had seen finished at the switch; the slice starts at the next.
+    finished: u64,
     since: Option<Nanos>,
     slice: Nanos,
 }
@@ -92,6 +95,8 @@ pub struct Daemon {
     pub timeslice: Nanos,
     sched: Box<dyn Scheduler>,
     procs: BTreeMap<u64, Proc>,
+    /// Switches and slice starts since the server last took them (`--verbose`).
+    pub events: Vec<String>,
     past: HashMap<TenantId, Past>,
     running: Option<Running>,
 }
@@ -99,7 +104,7 @@ pub struct Daemon {
 impl Daemon {
     /// A daemon with no tenants.
     pub fn new(hbm: Option<u64>, host: Option<u64>, policy: Policy, switch: Switch) -> Self {
-        Daemon { hbm, host, policy, switch, tenants: Tenants::default(), timeslice: gmux_core::knobs::DEFAULT_TIMESLICE, sched: policy.build(), procs: BTreeMap::new(), past: HashMap::new(), running: None }
+        Daemon { hbm, host, policy, switch, tenants: Tenants::default(), timeslice: gmux_core::knobs::DEFAULT_TIMESLICE, sched: policy.build(), procs: BTreeMap::new(), events: Vec::new(), past: HashMap::new(), running: None }
     }
 
     /// Registers process `pid` of tenant `name` (created on first use) as connection `conn`.
@@ -177,6 +182,7 @@ impl Daemon {
             u.bytes_d2h += r.bytes_d2h;
             u.busy |= r.busy;
             u.waiting |= r.waiting;
+            u.finished += r.finished;
         }
         u
     }
@@ -184,7 +190,7 @@ impl Daemon {
     /// `ggroup.stat` of a tenant.
     pub fn stat(&self, t: TenantId) -> GroupStat {
         let u = self.usage(t);
-        GroupStat { submitted: u.commands, finished: u.commands, bytes_h2d: u.bytes_h2d, bytes_d2h: u.bytes_d2h, switches: self.tenants.get(t).stat.switches }
+        GroupStat { submitted: u.commands, finished: u.finished, bytes_h2d: u.bytes_h2d, bytes_d2h: u.bytes_d2h, switches: self.tenants.get(t).stat.switches }
     }
 
     /// Whether tenant `t`'s processes were last granted to run.
@@ -317,18 +323,22 @@ impl Daemon {
             })
             .collect();
         if let Some(r) = self.running.as_mut().filter(|r| r.since.is_none()) {
-            if usage.get(&r.tenant).is_some_and(|u| u.commands > r.commands) {
+            if usage.get(&r.tenant).is_some_and(|u| u.finished > r.finished) {
                 r.since = Some(now);
+                let u = &usage[&r.tenant];
+                self.events.push(format!("{} started {:.1} ms after its switch (holds {}, wants {})", self.tenants.get(r.tenant).name, (now - r.switched) as f64 / 1e6, format_size(u.held), format_size(u.want)));
             }
         }
         let keep = self.running.filter(|r| now < r.ends() && views.iter().any(|v| v.id == r.tenant && !v.frozen));
         if keep.is_none() {
             if let Some(r) = self.running.take() {
                 self.sched.charge(r.tenant, now.saturating_sub(r.since.unwrap_or(now)));
+                let ran = usage.get(&r.tenant).map_or(0, |u| u.commands - r.commands);
+                self.events.push(format!("{} ran {ran} commands in {:.1} ms", self.tenants.get(r.tenant).name, (now - r.switched) as f64 / 1e6));
             }
             if let Some(head) = self.sched.timeline(&views, 1).head() {
-                let commands = usage[&head.tenant].commands;
-                self.running = Some(Running { tenant: head.tenant, switched: now, commands, since: None, slice: head.slice });
+                let u = &usage[&head.tenant];
+                self.running = Some(Running { tenant: head.tenant, switched: now, commands: u.commands, finished: u.finished, since: None, slice: head.slice });
                 self.tenants.get_mut(head.tenant).stat.switches += 1;
             }
         }

@@ -7,9 +7,9 @@ fn busy(held: u64, want: u64) -> ShimReport {
     ShimReport { held, resident: held, want, allocated: want, busy: true, ..Default::default() }
 }
 
-/// Process `conn` reports it released its first command; the daemon sees it at `now`.
+/// Process `conn` reports its first command finished; the daemon sees it at `now`.
 fn started(d: &mut Daemon, conn: u64, held: u64, now: Nanos) {
-    d.report(conn, ShimReport { commands: 1, ..busy(held, 8 * G) });
+    d.report(conn, ShimReport { commands: 1, finished: 1, ..busy(held, 8 * G) });
     d.decide(now);
 }
 
@@ -36,7 +36,7 @@ fn round_robin_runs_one_tenant_and_hands_memory_in_belady_order() {
     // The next in the timeline may hold 8 GiB too; the two after it nothing.
     assert_eq!((g[&1].cap, g[&2].cap, g[&3].cap), (8 * G, 0, 0));
     d.report(1, busy(8 * G, 8 * G));
-    // The slice starts when t0 releases its first command (the switch is not charged).
+    // The slice starts when t0's first command finishes (the switch is not charged).
     started(&mut d, 0, 8 * G, 5 * MS);
     assert!(grants(&mut d, 21 * MS)[&0].run, "t0's 20 ms slice began at 5 ms");
     // After it, t1 runs; t0 runs last now, so it gives its memory to t2.
