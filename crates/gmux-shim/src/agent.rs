@@ -155,8 +155,20 @@ fn work() {
         if g.cap > st.limit() && st.resident() <= g.cap {
             st.set_limit(g.cap);
         }
-        let step = if st.limit() > g.cap || st.resident() > g.cap {
-            st.shrink_to(g.cap).map(|more| more || st.limit() != g.cap)
+        let shrink = st.limit() > g.cap || st.resident() > g.cap;
+        let step = if shrink {
+            match st.shrink_to(g.cap) {
+                Ok((more, done)) => {
+                    // Wait for the copies without the lock, then free their memory.
+                    drop(guard);
+                    crate::real!(cuEventSynchronize(done));
+                    crate::real!(cuEventDestroy_v2(done));
+                    guard = crate::state::existing();
+                    let st = guard.as_mut().expect("created");
+                    st.released_memory().map(|()| more || st.limit() != g.cap)
+                }
+                Err(e) => Err(e),
+            }
         } else if (running || g.fill == Fill::Forecast) && g.fill != Fill::None && filled_gen != generation {
             // A paused tenant brings in its next slice ahead of its turn as far as its
             // grant allows (the daemon grants in the order of the timeline).
@@ -173,6 +185,7 @@ fn work() {
         } else {
             Ok(false)
         };
+        let st = guard.as_mut().expect("created");
         let mut report = st.report(blocked.0);
         report.waiting = blocked.1;
         drop(guard);

@@ -245,6 +245,11 @@ impl CudaDevice {
         self.host.pinned_bytes()
     }
 
+    /// A new event after every eviction copy issued so far (the caller destroys it).
+    pub fn evictions_done(&mut self) -> Result<CUevent, CudaError> {
+        self.new_event(CopyStream::Evict)
+    }
+
     /// Waits for every copy issued so far and unmaps what waits for them.
     pub fn synchronize(&mut self) -> Result<(), CudaError> {
         for s in self.streams {

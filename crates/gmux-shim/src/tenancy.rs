@@ -2,6 +2,7 @@
 //! chunks, OPT order over its forecast), bring in its next slice's working set when it
 //! is switched in, and report its state and forecast.
 
+use crate::cuda::CUevent;
 use crate::driver::CudaError;
 use crate::state::Shim;
 use gmux_core::planner::{Plan, Request};
@@ -13,9 +14,11 @@ use gmux_core::{AllocId, ChunkId, Tier, CHUNK_BYTES};
 pub const STEP_BYTES: u64 = 512 << 20;
 
 impl Shim {
-    /// Sets the memory limit to `cap` and evicts at most one step of own chunks towards
-    /// it, waiting until their memory is released. Returns whether more must go.
-    pub fn shrink_to(&mut self, cap: u64) -> Result<bool, CudaError> {
+    /// Sets the memory limit to `cap` and issues the eviction of at most one step of own
+    /// chunks towards it. Returns whether more must go, and an event after the step's
+    /// copies: the caller waits for it without the state lock (the application keeps
+    /// launching meanwhile), then calls [`Shim::released_memory`].
+    pub fn shrink_to(&mut self, cap: u64) -> Result<(bool, CUevent), CudaError> {
         let cap = cap / CHUNK_BYTES * CHUNK_BYTES;
         self.set_limit(cap);
         let resident = self.mem.usage(self.tenant).chunks[0];
@@ -29,9 +32,14 @@ impl Shim {
             // Spare physical memory over the new cap goes too.
             self.run_plan(&Plan::default())?;
         }
-        self.dev.synchronize()?;
         self.set_limit(cap);
-        Ok(self.mem.usage(self.tenant).chunks[0] > cap / CHUNK_BYTES)
+        let done = self.dev.evictions_done()?;
+        Ok((self.mem.usage(self.tenant).chunks[0] > cap / CHUNK_BYTES, done))
+    }
+
+    /// After a shrink step's copies: unmaps what they evicted, which frees its memory.
+    pub fn released_memory(&mut self) -> Result<(), CudaError> {
+        self.dev.reap(false)
     }
 
     /// Sets the memory limit to `cap`. The chunk table's GPU capacity never drops below
