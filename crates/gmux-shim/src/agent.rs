@@ -127,6 +127,7 @@ fn work() {
     let mut seen = u64::MAX;
     let mut running = false;
     let mut filled_gen = u64::MAX;
+    let mut switch_finished = 0;
     let mut ctx_set = false;
     loop {
         let (g, generation, blocked) = {
@@ -147,9 +148,17 @@ fn work() {
         if g.run != running {
             running = g.run;
             if running {
-                st.stats.slice_start = st.stats.commands;
-            } else {
-                st.stats.slice_commands = st.stats.commands - st.stats.slice_start;
+                st.stats.slice_start = u64::MAX;
+                switch_finished = st.inflight.finished().unwrap_or(0);
+            } else if st.stats.slice_start != u64::MAX {
+                // The slice's horizon: commands that finished from its first finish on.
+                st.stats.slice_commands = st.inflight.finished().unwrap_or(0).saturating_sub(st.stats.slice_start).max(1);
+            }
+        }
+        if running && st.stats.slice_start == u64::MAX {
+            let f = st.inflight.finished().unwrap_or(0);
+            if f > switch_finished {
+                st.stats.slice_start = f;
             }
         }
         if g.cap > st.limit() && st.resident() <= g.cap {
@@ -172,7 +181,19 @@ fn work() {
         } else if (running || g.fill == Fill::Forecast) && g.fill != Fill::None && filled_gen != generation {
             // A paused tenant brings in its next slice ahead of its turn as far as its
             // grant allows (the daemon grants in the order of the timeline).
-            let more = st.fill(g.fill == Fill::Whole);
+            let more = match st.fill(g.fill == Fill::Whole) {
+                Ok((more, Some(done))) => {
+                    if !running {
+                        drop(guard);
+                        crate::real!(cuEventSynchronize(done));
+                        guard = crate::state::existing();
+                    }
+                    crate::real!(cuEventDestroy_v2(done));
+                    Ok(more)
+                }
+                Ok((more, None)) => Ok(more),
+                Err(e) => Err(e),
+            };
             if !matches!(more, Ok(true)) {
                 filled_gen = generation;
                 if g.fill == Fill::Whole {

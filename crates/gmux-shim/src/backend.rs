@@ -250,6 +250,11 @@ impl CudaDevice {
         self.new_event(CopyStream::Evict)
     }
 
+    /// A new event after every population copy issued so far (the caller destroys it).
+    pub fn populations_done(&mut self) -> Result<CUevent, CudaError> {
+        self.new_event(CopyStream::Populate)
+    }
+
     /// Waits for every copy issued so far and unmaps what waits for them.
     pub fn synchronize(&mut self) -> Result<(), CudaError> {
         for s in self.streams {

@@ -72,10 +72,10 @@ pub struct Stats {
     pub plans: u64,
     /// Plans that evicted in OPT order over a forecast.
     pub forecast_plans: u64,
-    /// Commands released in the last slice the daemon gave (the horizon of the next
+    /// Commands that finished in the last slice the daemon gave (the horizon of the next
     /// slice's forecast).
     pub slice_commands: u64,
-    /// `commands` when the current slice began.
+    /// Commands seen finished when the current slice began (`u64::MAX` until one has).
     pub slice_start: u64,
 }
 

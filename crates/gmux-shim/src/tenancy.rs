@@ -54,8 +54,10 @@ impl Shim {
     /// Brings in one step of the allocations the next slice uses (`whole`: all of them),
     /// in first-use order, within the limit and without evicting anything the forecast
     /// needs sooner. Every stream waits for what it brings in. Returns whether anything
-    /// is left that fits.
-    pub fn fill(&mut self, whole: bool) -> Result<bool, CudaError> {
+    /// is left that fits, and an event after the step's copies (a paused tenant waits
+    /// for it before its next step, so that its copies never queue far ahead of the
+    /// running tenant's).
+    pub fn fill(&mut self, whole: bool) -> Result<(bool, Option<CUevent>), CudaError> {
         let allocs = if whole { self.vmem.regions().map(|r| r.alloc).collect() } else { self.next_slice() };
         let room = (self.limit / CHUNK_BYTES).saturating_sub(self.mem.usage(self.tenant).chunks[0]);
         let step = (STEP_BYTES / CHUNK_BYTES).min(room) as usize;
@@ -66,7 +68,7 @@ impl Shim {
             .take(step)
             .collect();
         if need.is_empty() {
-            return Ok(false);
+            return Ok((false, None));
         }
         self.sync_ticks();
         let (forecast, _) = self.forecast(None, &[]);
@@ -75,7 +77,7 @@ impl Shim {
         let plan = self.planner.plan(&self.mem, &self.tenants, &req, &forecast);
         let more = plan.covered == need.len() && !plan.moves.is_empty();
         self.run_plan(&plan)?;
-        Ok(more)
+        Ok((more, Some(self.dev.populations_done()?)))
     }
 
     /// Issues and applies `plan` (evictions after every released command), then records
