@@ -164,7 +164,7 @@ fn work() {
         if g.cap > st.limit() && st.resident() <= g.cap {
             st.set_limit(g.cap);
         }
-        let shrink = st.limit() > g.cap || st.resident() > g.cap;
+        let shrink = st.limit() > g.cap || st.resident() > g.cap || st.held() > g.cap.max(st.resident());
         let step = if shrink {
             match st.shrink_to(g.cap) {
                 Ok((more, done)) => {

@@ -33,8 +33,17 @@ impl Shim {
             self.run_plan(&Plan::default())?;
         }
         self.set_limit(cap);
+        if self.mover.held() * CHUNK_BYTES > cap.max(self.resident()) {
+            // The step's victims left spare physical memory; release it within the cap.
+            self.run_plan(&Plan::default())?;
+        }
         let done = self.dev.evictions_done()?;
         Ok((self.mem.usage(self.tenant).chunks[0] > cap / CHUNK_BYTES, done))
+    }
+
+    /// Physical GPU memory held, mapped or spare.
+    pub fn held(&self) -> u64 {
+        self.mover.held() * CHUNK_BYTES
     }
 
     /// After a shrink step's copies: unmaps what they evicted, which frees its memory.
