@@ -149,7 +149,7 @@ fn work() {
             running = g.run;
             if running {
                 st.stats.slice_start = u64::MAX;
-                switch_finished = st.inflight.finished().unwrap_or(0);
+                switch_finished = st.stats.commands;
             } else if st.stats.slice_start != u64::MAX {
                 // The slice's horizon: commands that finished from its first finish on.
                 st.stats.slice_commands = st.inflight.finished().unwrap_or(0).saturating_sub(st.stats.slice_start).max(1);

@@ -60,10 +60,10 @@ struct Running {
     switched: Nanos,
     /// Commands the tenant had released at the switch.
     commands: u64,
-    /// Commands it had seen finished at the switch; the slice starts at the next.
-    finished: u64,
     since: Option<Nanos>,
     slice: Nanos,
+    /// Why it waits has been logged.
+    waited_logged: bool,
 }
 
 /// Longest a switched-in tenant may take to release its first command before its slice
@@ -99,12 +99,14 @@ pub struct Daemon {
     pub events: Vec<String>,
     past: HashMap<TenantId, Past>,
     running: Option<Running>,
+    /// Time of the decision being made.
+    now: Nanos,
 }
 
 impl Daemon {
     /// A daemon with no tenants.
     pub fn new(hbm: Option<u64>, host: Option<u64>, policy: Policy, switch: Switch) -> Self {
-        Daemon { hbm, host, policy, switch, tenants: Tenants::default(), timeslice: gmux_core::knobs::DEFAULT_TIMESLICE, sched: policy.build(), procs: BTreeMap::new(), events: Vec::new(), past: HashMap::new(), running: None }
+        Daemon { hbm, host, policy, switch, tenants: Tenants::default(), timeslice: gmux_core::knobs::DEFAULT_TIMESLICE, sched: policy.build(), procs: BTreeMap::new(), events: Vec::new(), now: 0, past: HashMap::new(), running: None }
     }
 
     /// Registers process `pid` of tenant `name` (created on first use) as connection `conn`.
@@ -205,6 +207,7 @@ impl Daemon {
 
     /// Decides at time `now` and returns the grants that changed, by connection.
     pub fn decide(&mut self, now: Nanos) -> Vec<(u64, Grant)> {
+        self.now = now;
         let live = self.live();
         let usage: HashMap<TenantId, ShimReport> = live.iter().map(|t| (*t, self.usage(*t))).collect();
         let claim = |tenants: &Tenants, t: TenantId, next_run: u64| {
@@ -273,6 +276,13 @@ impl Daemon {
                 Switch::Msched => (runs[t], Fill::Forecast),
                 Switch::Whole => (runs[t] && !evicting && now_cap >= caps[i], Fill::Whole),
             };
+            if runs[t] && !run && !concurrent && self.running.is_some_and(|r| r.since.is_none() && !r.waited_logged && self.now > r.switched + 10 * r.slice) {
+                let holders: Vec<String> = live.iter().enumerate().filter(|(j, u)| *u != t && usage[*u].held > caps[*j]).map(|(j, u)| format!("{} holds {} > {}", self.tenants.get(*u).name, format_size(usage[u].held), format_size(caps[j]))).collect();
+                self.events.push(format!("{} waits: {}", self.tenants.get(*t).name, holders.join(", ")));
+                if let Some(r) = self.running.as_mut() {
+                    r.waited_logged = true;
+                }
+            }
             let gated = concurrent && self.policy == Policy::Priority && !runs[t];
             let inflight = if gated || (self.policy == Policy::Priority && !self.top_class(live, *t)) { GATED_INFLIGHT } else { 0 };
             out.extend(self.split(*t, Grant { cap: now_cap, most: most[i], run, fill, inflight }));
@@ -323,7 +333,9 @@ impl Daemon {
             })
             .collect();
         if let Some(r) = self.running.as_mut().filter(|r| r.since.is_none()) {
-            if usage.get(&r.tenant).is_some_and(|u| u.finished > r.finished) {
+            // Finished counts every command released before the switch once they are done,
+            // so more than were released then means one released after it has finished.
+            if usage.get(&r.tenant).is_some_and(|u| u.finished > r.commands) {
                 r.since = Some(now);
                 let u = &usage[&r.tenant];
                 self.events.push(format!("{} started {:.1} ms after its switch (holds {}, wants {})", self.tenants.get(r.tenant).name, (now - r.switched) as f64 / 1e6, format_size(u.held), format_size(u.want)));
@@ -338,7 +350,7 @@ impl Daemon {
             }
             if let Some(head) = self.sched.timeline(&views, 1).head() {
                 let u = &usage[&head.tenant];
-                self.running = Some(Running { tenant: head.tenant, switched: now, commands: u.commands, finished: u.finished, since: None, slice: head.slice });
+                self.running = Some(Running { tenant: head.tenant, switched: now, commands: u.commands, since: None, slice: head.slice, waited_logged: false });
                 self.tenants.get_mut(head.tenant).stat.switches += 1;
             }
         }
