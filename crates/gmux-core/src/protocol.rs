@@ -49,6 +49,8 @@ pub struct ShimReport {
     pub waiting: bool,
     /// Commands seen finished.
     pub finished: u64,
+    /// Sequence number of the newest grant applied before this report.
+    pub grant: u64,
 }
 
 /// Daemon → shim: the whole grant.
@@ -67,6 +69,8 @@ pub struct Grant {
     pub fill: Fill,
     /// Most released, unfinished commands per stream (0: the shim's own setting).
     pub inflight: u32,
+    /// Increases with every grant sent to the process; reports echo it.
+    pub seq: u64,
 }
 
 /// What a shim brings in when it is switched in.
@@ -93,8 +97,8 @@ mod tests {
         assert!(!line.contains('\n'));
         assert!(line.contains("\"op\":\"report\""), "{line}");
         assert_eq!(serde_json::from_str::<FromShim>(&line).unwrap(), m);
-        let g = Grant { cap: 2 << 30, most: 4 << 30, run: false, fill: Fill::Forecast, inflight: 4 };
-        assert_eq!(serde_json_line(&g), r#"{"cap":2147483648,"most":4294967296,"run":false,"fill":"forecast","inflight":4}"#);
+        let g = Grant { cap: 2 << 30, most: 4 << 30, run: false, fill: Fill::Forecast, inflight: 4, seq: 7 };
+        assert_eq!(serde_json_line(&g), r#"{"cap":2147483648,"most":4294967296,"run":false,"fill":"forecast","inflight":4,"seq":7}"#);
     }
 
     fn serde_json_line<T: Serialize>(v: &T) -> String {

@@ -209,6 +209,7 @@ fn work() {
         let st = guard.as_mut().expect("created");
         let mut report = st.report(blocked.0);
         report.waiting = blocked.1;
+        report.grant = g.seq;
         drop(guard);
         match &step {
             // The process is exiting: the driver is shutting down under the worker.

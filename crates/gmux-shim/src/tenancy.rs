@@ -111,9 +111,10 @@ impl Shim {
     }
 
     /// Allocations the next slice uses, in first-use order: the history's forecast over
-    /// as many commands as the last slice released, or every allocation without one.
+    /// as many commands as finished in the last slice, or every allocation without one.
     fn next_slice(&self) -> Vec<AllocId> {
-        let horizon = self.stats.slice_commands.max(1) as usize;
+        // Before its first slice (or never sliced: all tenants fit), everything predicted.
+        let horizon = if self.stats.slice_commands == 0 { usize::MAX } else { self.stats.slice_commands as usize };
         match self.history.after_last() {
             Some(order) => order.into_iter().filter(|(a, ahead)| *ahead < horizon && self.mem.alloc(*a).is_ok()).map(|(a, _)| a).collect(),
             None => self.vmem.regions().map(|r| r.alloc).collect(),
@@ -140,6 +141,7 @@ impl Shim {
             busy: !self.inflight.idle(),
             waiting: false,
             finished,
+            grant: 0,
         }
     }
 }

@@ -127,7 +127,8 @@ fn ps(d: &Daemon, visible: &dyn Fn(TenantId) -> bool) -> String {
         ]);
     }
     let widths: Vec<usize> = (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
-    let budget = format!("budget {}, policy {}", d.hbm.map_or("device".into(), format_size), d.policy_name());
+    let held: u64 = d.live().iter().map(|t| d.usage(*t).held).sum();
+    let budget = format!("budget {}, policy {}, held {} (peak {})", d.hbm.map_or("device".into(), format_size), d.policy_name(), format_size(held), format_size(d.peak_held));
     let lines: Vec<String> = rows.iter().map(|r| r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string()).collect();
     format!("{budget}\n{}", lines.join("\n"))
 }
@@ -174,4 +175,53 @@ pub fn ensure_daemon(path: &Path) -> Result<(), Failure> {
         std::thread::sleep(Duration::from_millis(20));
     }
     Err(Failure::Runtime(format!("started gmuxd but it does not answer at {}; see {}", path.display(), log_path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::state::Switch;
+    use gmux_core::sched::Policy;
+
+    const OWNER: u32 = 1000;
+
+    fn daemon() -> Daemon {
+        let mut d = Daemon::new(Some(16 << 30), None, Policy::RoundRobin, Switch::Msched);
+        d.join(1, 4242, "mine", 0);
+        d.join(2, 5151, "theirs", 0);
+        d
+    }
+
+    fn ask(d: &mut Daemon, req: Request, uid: u32, pid: u32) -> Reply {
+        answer(d, &req, Peer { pid, uid }, OWNER)
+    }
+
+    #[test]
+    fn a_tenant_reads_its_own_knobs_and_only_the_owner_writes() {
+        let mut d = daemon();
+        let get = |t: &str| Request::Get { tenant: t.into(), knob: Some("gmem.limit.high".into()) };
+        assert_eq!(ask(&mut d, get("mine"), 2000, 4242), Reply { ok: true, text: "max".into() });
+        let r = ask(&mut d, get("theirs"), 2000, 4242);
+        assert!(!r.ok && r.text.contains("permission denied"), "{r:?}");
+        let set = Request::Set { tenant: "mine".into(), knob: "gmem.limit.high".into(), value: "4G".into() };
+        let r = ask(&mut d, set.clone(), 2000, 4242);
+        assert!(!r.ok && r.text.contains("owner"), "{r:?}");
+        assert!(ask(&mut d, set, OWNER, 1).ok);
+        assert_eq!(ask(&mut d, get("mine"), 0, 1).text, (4u64 << 30).to_string(), "root reads everything");
+        let ps = ask(&mut d, Request::Ps, 2000, 4242).text;
+        assert!(ps.contains("mine") && !ps.contains("theirs"), "{ps}");
+    }
+
+    #[test]
+    fn errors_name_the_cause_and_the_fix() {
+        let mut d = daemon();
+        let r = ask(&mut d, Request::Get { tenant: "nobody".into(), knob: None }, OWNER, 1);
+        assert!(!r.ok && r.text.contains("gmux ps"), "{r:?}");
+        let r = ask(&mut d, Request::Set { tenant: "mine".into(), knob: "gmem.limit".into(), value: "1G".into() }, OWNER, 1);
+        assert!(!r.ok && r.text.contains("gmem.limit.high"), "{r:?}");
+        let r = ask(&mut d, Request::Set { tenant: "mine".into(), knob: "gmem.current".into(), value: "1G".into() }, OWNER, 1);
+        assert!(!r.ok && r.text.contains("read-only"), "{r:?}");
+        let all = ask(&mut d, Request::Get { tenant: "mine".into(), knob: None }, OWNER, 1).text;
+        assert_eq!(all.lines().filter(|l| l.starts_with("gmem.") || l.starts_with("compute.") || l.starts_with("ggroup.")).count(), 7, "{all}");
+    }
 }

@@ -41,6 +41,9 @@ pub struct Proc {
     pub report: ShimReport,
     /// The last grant sent to it.
     pub sent: Option<Grant>,
+    /// Largest cap among the grants sent since the newest one it has applied (its own
+    /// included): what it may be holding before its next report.
+    pub exposure: u64,
 }
 
 /// Counters of a tenant's processes that have exited.
@@ -101,12 +104,14 @@ pub struct Daemon {
     running: Option<Running>,
     /// Time of the decision being made.
     now: Nanos,
+    /// Most GPU memory all processes together reported holding at once.
+    pub peak_held: u64,
 }
 
 impl Daemon {
     /// A daemon with no tenants.
     pub fn new(hbm: Option<u64>, host: Option<u64>, policy: Policy, switch: Switch) -> Self {
-        Daemon { hbm, host, policy, switch, tenants: Tenants::default(), timeslice: gmux_core::knobs::DEFAULT_TIMESLICE, sched: policy.build(), procs: BTreeMap::new(), events: Vec::new(), now: 0, past: HashMap::new(), running: None }
+        Daemon { hbm, host, policy, switch, tenants: Tenants::default(), timeslice: gmux_core::knobs::DEFAULT_TIMESLICE, sched: policy.build(), procs: BTreeMap::new(), events: Vec::new(), now: 0, peak_held: 0, past: HashMap::new(), running: None }
     }
 
     /// Registers process `pid` of tenant `name` (created on first use) as connection `conn`.
@@ -119,7 +124,7 @@ impl Daemon {
         if !self.procs.values().any(|p| p.tenant == id) {
             self.tenants.get_mut(id).priority = priority;
         }
-        self.procs.insert(conn, Proc { pid, tenant: id, report: ShimReport::default(), sent: None });
+        self.procs.insert(conn, Proc { pid, tenant: id, report: ShimReport::default(), sent: None, exposure: 0 });
         id
     }
 
@@ -127,7 +132,12 @@ impl Daemon {
     pub fn report(&mut self, conn: u64, r: ShimReport) {
         if let Some(p) = self.procs.get_mut(&conn) {
             p.report = r;
+            if p.sent.is_some_and(|g| g.seq == r.grant) {
+                p.exposure = p.sent.map_or(0, |g| g.cap);
+            }
         }
+        let held = self.procs.values().map(|p| p.report.held).sum();
+        self.peak_held = self.peak_held.max(held);
     }
 
     /// Bytes of GPU memory the process on `conn` last reported holding.
@@ -257,11 +267,11 @@ impl Daemon {
         self.grants(&live, &caps, &now_caps, &most, &runs, concurrent, &usage)
     }
 
-    /// What tenant `t`, holding `held`, may be holding by now: a running tenant may have
-    /// grown to its last grant.
+    /// What tenant `t`, holding `held`, may be holding by now: up to the largest cap it
+    /// was sent and has not yet reported back on.
     fn reserved(&self, t: TenantId, held: u64) -> u64 {
-        let sent: u64 = self.procs.values().filter(|p| p.tenant == t).filter_map(|p| p.sent.filter(|g| g.run)).map(|g| g.cap).sum();
-        held.max(sent)
+        let exposure: u64 = self.procs.values().filter(|p| p.tenant == t).map(|p| p.exposure).sum();
+        held.max(exposure)
     }
 
     /// The grants of every process, keeping those that changed.
@@ -285,13 +295,18 @@ impl Daemon {
             }
             let gated = concurrent && self.policy == Policy::Priority && !runs[t];
             let inflight = if gated || (self.policy == Policy::Priority && !self.top_class(live, *t)) { GATED_INFLIGHT } else { 0 };
-            out.extend(self.split(*t, Grant { cap: now_cap, most: most[i], run, fill, inflight }));
+            out.extend(self.split(*t, Grant { cap: now_cap, most: most[i], run, fill, inflight, seq: 0 }));
         }
-        out.retain(|(conn, g)| {
+        out.retain_mut(|(conn, g)| {
             let p = self.procs.get_mut(conn).expect("live process");
-            let changed = p.sent != Some(*g);
+            let prev = p.sent.map(|s| Grant { seq: g.seq, ..s });
+            if prev == Some(*g) {
+                return false;
+            }
+            g.seq = p.sent.map_or(1, |s| s.seq + 1);
+            p.exposure = p.exposure.max(g.cap);
             p.sent = Some(*g);
-            changed
+            true
         });
         out
     }

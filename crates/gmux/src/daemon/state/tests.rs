@@ -9,8 +9,14 @@ fn busy(held: u64, want: u64) -> ShimReport {
 
 /// Process `conn` reports its first command finished; the daemon sees it at `now`.
 fn started(d: &mut Daemon, conn: u64, held: u64, now: Nanos) {
-    d.report(conn, ShimReport { commands: 1, finished: 1, ..busy(held, 8 * G) });
+    rep(d, conn, ShimReport { commands: 1, finished: 1, ..busy(held, 8 * G) });
     d.decide(now);
+}
+
+/// Takes a report that has applied the newest grant.
+fn rep(d: &mut Daemon, conn: u64, mut r: ShimReport) {
+    r.grant = d.procs.get(&conn).and_then(|p| p.sent).map_or(0, |g| g.seq);
+    d.report(conn, r);
 }
 
 fn grants(d: &mut Daemon, now: Nanos) -> HashMap<u64, Grant> {
@@ -22,7 +28,7 @@ fn four_of_8g(switch: Switch) -> Daemon {
     let mut d = Daemon::new(Some(16 * G), None, Policy::RoundRobin, switch);
     for c in 0..4 {
         d.join(c, 100 + c as u32, &format!("t{c}"), 0);
-        d.report(c, busy(0, 8 * G));
+        rep(&mut d, c, busy(0, 8 * G));
     }
     d
 }
@@ -35,7 +41,7 @@ fn round_robin_runs_one_tenant_and_hands_memory_in_belady_order() {
     assert!(g[&0].run && g[&0].cap == 8 * G && g[&0].fill == Fill::Forecast);
     // The next in the timeline may hold 8 GiB too; the two after it nothing.
     assert_eq!((g[&1].cap, g[&2].cap, g[&3].cap), (8 * G, 0, 0));
-    d.report(1, busy(8 * G, 8 * G));
+    rep(&mut d, 1, busy(8 * G, 8 * G));
     // The slice starts when t0's first command finishes (the switch is not charged).
     started(&mut d, 0, 8 * G, 5 * MS);
     assert!(grants(&mut d, 21 * MS)[&0].run, "t0's 20 ms slice began at 5 ms");
@@ -43,7 +49,7 @@ fn round_robin_runs_one_tenant_and_hands_memory_in_belady_order() {
     let g = grants(&mut d, 26 * MS);
     assert!(g[&1].run && !g[&0].run);
     assert_eq!((g[&0].cap, g[&1].cap, g[&2].cap, g[&3].cap), (0, 8 * G, 0, 0), "t2 waits until t0 has evicted");
-    d.report(0, busy(2 * G, 8 * G));
+    rep(&mut d, 0, busy(2 * G, 8 * G));
     assert_eq!(grants(&mut d, 27 * MS)[&2].cap, 6 * G, "t2's grant grows as t0's memory is released");
     assert_eq!(d.tenants.get(TenantId(1)).stat.switches, 1);
 }
@@ -51,13 +57,13 @@ fn round_robin_runs_one_tenant_and_hands_memory_in_belady_order() {
 #[test]
 fn whole_swap_waits_for_the_others_to_leave() {
     let mut d = four_of_8g(Switch::Whole);
-    d.report(1, busy(8 * G, 8 * G));
+    rep(&mut d, 1, busy(8 * G, 8 * G));
     grants(&mut d, 0);
     started(&mut d, 0, 8 * G, 0);
     let g = grants(&mut d, 21 * MS);
     assert!(!g[&1].run, "t1 may not run while t0 still holds more than its cap");
     assert_eq!(g[&1].fill, Fill::Whole);
-    d.report(0, busy(0, 8 * G));
+    rep(&mut d, 0, busy(0, 8 * G));
     assert!(grants(&mut d, 22 * MS)[&1].run);
 }
 
@@ -66,7 +72,7 @@ fn everything_fits_so_everyone_runs_at_once() {
     let mut d = Daemon::new(Some(16 * G), None, Policy::RoundRobin, Switch::Msched);
     for c in 0..4 {
         d.join(c, 100 + c as u32, &format!("t{c}"), 0);
-        d.report(c, busy(0, 4 * G));
+        rep(&mut d, c, busy(0, 4 * G));
     }
     let g = grants(&mut d, 0);
     assert!(g.values().all(|g| g.run && g.cap >= 4 * G && g.fill == Fill::None));
@@ -78,13 +84,13 @@ fn priority_gates_best_effort_while_real_time_is_busy() {
     let mut d = Daemon::new(Some(16 * G), None, Policy::Priority, Switch::Msched);
     d.join(0, 100, "rt", 1);
     d.join(1, 101, "be", 0);
-    d.report(0, busy(4 * G, 4 * G));
-    d.report(1, busy(12 * G, 20 * G));
+    rep(&mut d, 0, busy(4 * G, 4 * G));
+    rep(&mut d, 1, busy(12 * G, 20 * G));
     let g = grants(&mut d, 0);
     assert!(g[&0].run && !g[&1].run);
     assert_eq!((g[&0].cap, g[&1].cap), (4 * G, 12 * G), "real time keeps its working set, best effort gets the rest");
     assert_eq!(g[&1].inflight, GATED_INFLIGHT);
-    d.report(0, ShimReport { busy: false, ..busy(4 * G, 4 * G) });
+    rep(&mut d, 0, ShimReport { busy: false, ..busy(4 * G, 4 * G) });
     let g = grants(&mut d, MS);
     assert!(g[&0].run && g[&1].run, "best effort runs while real time is idle");
 }
@@ -94,8 +100,8 @@ fn a_dead_tenant_no_longer_counts() {
     let mut d = Daemon::new(Some(16 * G), None, Policy::RoundRobin, Switch::Msched);
     d.join(0, 100, "a", 0);
     d.join(1, 101, "b", 0);
-    d.report(0, busy(12 * G, 12 * G));
-    d.report(1, ShimReport { blocked: 8 * G, ..busy(0, 8 * G) });
+    rep(&mut d, 0, busy(12 * G, 12 * G));
+    rep(&mut d, 1, ShimReport { blocked: 8 * G, ..busy(0, 8 * G) });
     let g = grants(&mut d, 0);
     let b_before = if g[&1].run { g[&1].cap } else { 0 };
     assert!(b_before <= 4 * G);
@@ -110,8 +116,8 @@ fn a_tenant_of_two_processes_splits_its_grant_by_want() {
     let mut d = Daemon::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
     d.join(0, 100, "a", 0);
     d.join(1, 101, "a", 0);
-    d.report(0, busy(0, 2 * G));
-    d.report(1, busy(0, 6 * G));
+    rep(&mut d, 0, busy(0, 2 * G));
+    rep(&mut d, 1, busy(0, 6 * G));
     let g = grants(&mut d, 0);
     assert_eq!((g[&0].cap, g[&1].cap), (2 * G, 6 * G));
     assert_eq!(d.pids(TenantId(0)), vec![100, 101]);

@@ -1,0 +1,180 @@
+//! gmuxd on the CPU stand-in: tenants sharing one budget, knobs, death.
+
+mod common;
+
+use common::*;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+/// A sandbox with a daemon of its own, stopped when dropped.
+struct Daemon {
+    sb: Sandbox,
+    child: Child,
+}
+
+impl Daemon {
+    fn start(name: &str, flags: &[&str]) -> Daemon {
+        let sb = Sandbox::new(name, 1 << 30);
+        let log = std::fs::File::create(sb.dir.path().join("daemon.log")).unwrap();
+        let child = Command::new(gmux_bin()).arg("daemon").args(flags).arg("--socket").arg(sb.socket()).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
+        let t0 = Instant::now();
+        while !sb.socket().exists() {
+            assert!(t0.elapsed() < Duration::from_secs(5), "daemon did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Daemon { sb, child }
+    }
+
+    /// `gmux ARGS` against this daemon.
+    fn ctl(&self, args: &[&str]) -> Ran {
+        run(Command::new(gmux_bin()).args(args).env("GMUX_SOCKET", self.sb.socket()))
+    }
+
+    /// A tenant running `standin_app ARGS`, started in the background.
+    fn tenant(&self, name: &str, args: &[&str]) -> Child {
+        let mut c = self.sb.gmux(None, args);
+        c.env_remove("GMUX_SOCKET").env("GMUX_SOCKET", self.sb.socket()).env("GMUX_TENANT", name).stdout(Stdio::piped()).stderr(Stdio::piped());
+        c.spawn().unwrap()
+    }
+
+    /// The number after `label` in `gmux get TENANT ggroup.stat`.
+    fn stat(&self, tenant: &str, label: &str) -> u64 {
+        self.try_stat(tenant, label).unwrap_or_else(|| panic!("no {label} of tenant {tenant}"))
+    }
+
+    /// As [`Daemon::stat`]; `None` before the tenant has joined.
+    fn try_stat(&self, tenant: &str, label: &str) -> Option<u64> {
+        let r = self.ctl(&["get", tenant, "ggroup.stat"]);
+        r.stdout.lines().find_map(|l| l.strip_prefix(label).map(|v| v.trim().parse().unwrap()))
+    }
+
+    fn peak_held(&self) -> u64 {
+        let ps = self.ctl(&["ps"]).stdout;
+        let peak = ps.split("peak ").nth(1).and_then(|s| s.split(')').next()).unwrap_or_else(|| panic!("no peak in {ps}"));
+        gmux_core::size::parse_size(&peak.replace(" MiB", "M").replace(" GiB", "G").replace(" KiB", "K").replace(" B", "").replace(".0", "")).unwrap()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.ctl(&["stop"]);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn finish(c: Child, what: &str) -> String {
+    let out = c.wait_with_output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{what} failed:\n{text}");
+    text
+}
+
+#[test]
+fn tenants_over_the_budget_take_turns_and_keep_every_byte() {
+    let d = Daemon::start("daemon-turns", &["--hbm", "48M", "--timeslice", "5ms"]);
+    let loop_args = ["loop", "--buffers", "8", "--bytes", "4M", "--rounds", "30"];
+    let a = d.tenant("a", &loop_args);
+    let b = d.tenant("b", &loop_args);
+    for (c, n) in [(a, "a"), (b, "b")] {
+        let out = finish(c, n);
+        assert!(out.contains("mismatches: 0"), "{out}");
+    }
+    // 2 x 32 MiB over 48 MiB: each switched in several times, moved bytes, and the
+    // processes together never held more than the budget.
+    for t in ["a", "b"] {
+        assert!(d.stat(t, "switches ") >= 2, "{t} switched in fewer than twice");
+        assert!(d.stat(t, "bytes_d2h ") >= 4 * MIB, "{t} evicted nothing");
+        assert_eq!(d.stat(t, "commands "), 8 + 8 * 30 + 8, "{t}: fills, adds and read-backs");
+    }
+    let peak = d.peak_held();
+    assert!(peak <= 48 * MIB && peak >= 16 * MIB, "peak held {peak} bytes against a 48M budget");
+}
+
+#[test]
+fn a_killed_tenant_leaves_at_once_and_the_other_finishes() {
+    let d = Daemon::start("daemon-kill", &["--hbm", "32M"]);
+    let mut a = d.tenant("a", &["loop", "--buffers", "6", "--bytes", "4M", "--rounds", "1000000"]);
+    let b = d.tenant("b", &["loop", "--buffers", "6", "--bytes", "4M", "--rounds", "40"]);
+    let t0 = Instant::now();
+    while d.try_stat("a", "commands ").unwrap_or(0) < 20 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "tenant a never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    a.kill().unwrap();
+    let killed = Instant::now();
+    let _ = a.wait();
+    loop {
+        let ps = d.ctl(&["ps"]).stdout;
+        if !ps.lines().any(|l| l.starts_with("a ")) {
+            break;
+        }
+        assert!(killed.elapsed() < Duration::from_secs(1), "a still listed 1 s after SIGKILL:\n{ps}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(finish(b, "b").contains("mismatches: 0"));
+    let log = std::fs::read_to_string(d.sb.dir.path().join("daemon.log")).unwrap();
+    assert!(log.contains("tenant \"a\" pid") && (log.contains("exited") || log.contains("disconnected")), "{log}");
+}
+
+#[test]
+fn knobs_cap_freeze_and_explain_errors() {
+    let d = Daemon::start("daemon-knobs", &["--hbm", "64M"]);
+    let mut a = d.tenant("a", &["loop", "--buffers", "8", "--bytes", "4M", "--rounds", "1000000"]);
+    let t0 = Instant::now();
+    while d.try_stat("a", "commands ").unwrap_or(0) < 20 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "tenant a never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // gmem.limit.high: the tenant evicts its own chunks down to 8 MiB.
+    assert!(d.ctl(&["set", "a", "gmem.limit.high", "8M"]).status.success());
+    assert_eq!(d.ctl(&["get", "a", "gmem.limit.high"]).stdout.trim(), (8 * MIB).to_string());
+    let t0 = Instant::now();
+    loop {
+        let cur: u64 = d.ctl(&["get", "a", "gmem.current"]).stdout.trim().parse().unwrap();
+        if cur <= 8 * MIB {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "gmem.current still {cur} over an 8M limit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // compute.freeze: no command is released while frozen; they resume after.
+    assert!(d.ctl(&["set", "a", "compute.freeze", "1"]).status.success());
+    std::thread::sleep(Duration::from_millis(200));
+    let frozen = d.stat("a", "commands ");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(d.stat("a", "commands ") <= frozen + 1, "commands released while frozen");
+    assert!(d.ctl(&["set", "a", "compute.freeze", "0"]).status.success());
+    let t0 = Instant::now();
+    while d.stat("a", "commands ") < frozen + 10 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "no progress after thawing");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = d.ctl(&["get", "nobody", "gmem.current"]);
+    assert!(!r.status.success() && r.stderr.contains("unknown tenant") && r.stderr.contains("gmux ps"), "{}", r.describe());
+    let r = d.ctl(&["set", "a", "gmem.limit.high", "lots"]);
+    assert!(!r.status.success() && r.stderr.contains("8G"), "{}", r.describe());
+    a.kill().unwrap();
+    let _ = a.wait();
+}
+
+#[test]
+fn control_commands_without_a_daemon_say_how_to_start_one() {
+    let sb = Sandbox::new("daemon-none", 1 << 30);
+    let r = run(Command::new(gmux_bin()).arg("ps").env("GMUX_SOCKET", sb.socket()));
+    assert_eq!(r.status.code(), Some(1), "{}", r.describe());
+    assert!(r.stderr.contains("gmuxd is not running") && r.stderr.contains("gmux daemon"), "{}", r.describe());
+}
+
+#[test]
+fn gmux_run_starts_a_daemon_on_demand() {
+    let sb = Sandbox::new("daemon-on-demand", 1 << 30);
+    let r = run_ok(&mut sb.gmux(Some("16M"), ["loop", "--buffers", "4", "--bytes", "4M", "--rounds", "3"]));
+    assert!(r.stdout.contains("mismatches: 0"), "{}", r.describe());
+    assert!(r.stderr.contains("gmuxd's grant"), "{}", r.describe());
+    let log = std::fs::read_to_string(sb.socket().with_extension("log")).unwrap();
+    assert!(log.contains("serving") && log.contains("joined tenant"), "{log}");
+    let _ = run(Command::new(gmux_bin()).arg("stop").env("GMUX_SOCKET", sb.socket()));
+}
