@@ -406,7 +406,7 @@ mod tests {
     #[test]
     fn lines_have_the_trace_format() {
         let ws = [Range { alloc: 3, off: 0, len: 4096 }];
-        let cmd = Line::Cmd { tenant: "app", stream: 1, kind: "kernel", name: "add", dur_us: 12.5, ws: &ws };
+        let cmd = Line::Cmd { tenant: "app", stream: 1, kind: "kernel", name: "add", dur_us: 12.5, ws: &ws, task_end: false };
         assert_eq!(
             serde_json::to_string(&cmd).unwrap(),
             r#"{"t":"cmd","tenant":"app","stream":1,"kind":"kernel","name":"add","dur_us":12.5,"ws":[{"alloc":3,"off":0,"len":4096}]}"#
