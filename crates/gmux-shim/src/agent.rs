@@ -280,6 +280,16 @@ pub fn inflight_bound() -> usize {
     }
 }
 
+/// At exit: a last report, so that the daemon's counters include every command.
+pub fn farewell() {
+    let Some(a) = agent() else { return };
+    let Some(mut g) = crate::state::try_existing() else { return };
+    let Some(st) = g.as_mut() else { return };
+    let report = FromShim::Report(st.report(0));
+    drop(g);
+    a.send(&report);
+}
+
 /// Asks the worker to report now (the process went busy or idle).
 pub fn poke() {
     if let Some(a) = agent() {

@@ -53,9 +53,11 @@ pub struct Inflight {
 unsafe impl Send for Inflight {}
 
 impl Inflight {
-    /// Records that a command touching `allocs` was just released on `stream`, then
-    /// blocks while more than `bound` commands of that stream are unfinished.
-    pub fn released(&mut self, stream: CUstream, ptsz: bool, allocs: &[AllocId], bound: usize) -> Result<(), CudaError> {
+    /// Records that a command touching `allocs` was just released on `stream`. Returns,
+    /// when more than `bound` commands of that stream are unfinished, the event to wait
+    /// for before the next launch; the caller waits without the state lock (the daemon
+    /// agent may need it meanwhile).
+    pub fn released(&mut self, stream: CUstream, ptsz: bool, allocs: &[AllocId], bound: usize) -> Result<Option<CUevent>, CudaError> {
         let key = StreamKey::of(stream, ptsz);
         let ev = match self.pool.pop() {
             Some(e) => e,
@@ -74,7 +76,9 @@ impl Inflight {
         for a in allocs {
             self.last_use.insert(*a, (key, seq));
         }
-        self.retire(key, bound)
+        self.retire(key, usize::MAX)?;
+        let t = &self.tracks[&key];
+        Ok(t.events.len().checked_sub(bound + 1).map(|over| t.events[over].1))
     }
 
     fn retire(&mut self, key: StreamKey, bound: usize) -> Result<(), CudaError> {

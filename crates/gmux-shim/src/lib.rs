@@ -34,6 +34,7 @@ pub(crate) use driver::real;
 
 extern "C" fn summary_at_exit() {
     record::finish();
+    agent::farewell();
     if log::level() < log::Level::Info {
         return;
     }

@@ -480,8 +480,9 @@ impl Shim {
     }
 
     /// Records a released command: in-flight tracking, recency of its allocations and
-    /// the history.
-    pub fn released(&mut self, stream: CUstream, ptsz: bool, ws: &WorkingSet, sig: u64) -> Result<(), ShimError> {
+    /// the history. Returns the event to wait for, without the lock, when its stream has
+    /// more commands in flight than allowed.
+    pub fn released(&mut self, stream: CUstream, ptsz: bool, ws: &WorkingSet, sig: u64) -> Result<Option<CUevent>, ShimError> {
         self.tick += 1;
         self.stats.commands += 1;
         let allocs = self.allocs_in(ws);
@@ -495,9 +496,9 @@ impl Shim {
         if self.inflight.idle() {
             crate::agent::poke();
         }
-        self.inflight.released(stream, ptsz, allocs, crate::agent::inflight_bound())?;
+        let wait = self.inflight.released(stream, ptsz, allocs, crate::agent::inflight_bound())?;
         self.dev.reap(false)?;
-        Ok(())
+        Ok(wait)
     }
 
     /// Resident bytes.

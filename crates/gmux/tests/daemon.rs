@@ -33,10 +33,10 @@ impl Daemon {
     }
 
     /// A tenant running `standin_app ARGS`, started in the background.
-    fn tenant(&self, name: &str, args: &[&str]) -> Child {
+    fn tenant(&self, name: &str, args: &[&str]) -> Tenant {
         let mut c = self.sb.gmux(None, args);
         c.env_remove("GMUX_SOCKET").env("GMUX_SOCKET", self.sb.socket()).env("GMUX_TENANT", name).stdout(Stdio::piped()).stderr(Stdio::piped());
-        c.spawn().unwrap()
+        Tenant(Some(c.spawn().unwrap()))
     }
 
     /// The number after `label` in `gmux get TENANT ggroup.stat`.
@@ -65,6 +65,28 @@ impl Drop for Daemon {
     }
 }
 
+/// A tenant that must not outlive its test, even a failed one.
+struct Tenant(Option<Child>);
+
+impl Tenant {
+    fn child(&mut self) -> &mut Child {
+        self.0.as_mut().expect("running")
+    }
+
+    fn finish(mut self, what: &str) -> String {
+        finish(self.0.take().expect("running"), what)
+    }
+}
+
+impl Drop for Tenant {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 fn finish(c: Child, what: &str) -> String {
     let out = c.wait_with_output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -79,7 +101,7 @@ fn tenants_over_the_budget_take_turns_and_keep_every_byte() {
     let a = d.tenant("a", &loop_args);
     let b = d.tenant("b", &loop_args);
     for (c, n) in [(a, "a"), (b, "b")] {
-        let out = finish(c, n);
+        let out = c.finish(n);
         assert!(out.contains("mismatches: 0"), "{out}");
     }
     // 2 x 32 MiB over 48 MiB: each switched in several times, moved bytes, and the
@@ -103,9 +125,9 @@ fn a_killed_tenant_leaves_at_once_and_the_other_finishes() {
         assert!(t0.elapsed() < Duration::from_secs(20), "tenant a never ran");
         std::thread::sleep(Duration::from_millis(20));
     }
-    a.kill().unwrap();
+    a.child().kill().unwrap();
     let killed = Instant::now();
-    let _ = a.wait();
+    let _ = a.child().wait();
     loop {
         let ps = d.ctl(&["ps"]).stdout;
         if !ps.lines().any(|l| l.starts_with("a ")) {
@@ -114,7 +136,7 @@ fn a_killed_tenant_leaves_at_once_and_the_other_finishes() {
         assert!(killed.elapsed() < Duration::from_secs(1), "a still listed 1 s after SIGKILL:\n{ps}");
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert!(finish(b, "b").contains("mismatches: 0"));
+    assert!(b.finish("b").contains("mismatches: 0"));
     let log = std::fs::read_to_string(d.sb.dir.path().join("daemon.log")).unwrap();
     assert!(log.contains("tenant \"a\" pid") && (log.contains("exited") || log.contains("disconnected")), "{log}");
 }
@@ -122,7 +144,7 @@ fn a_killed_tenant_leaves_at_once_and_the_other_finishes() {
 #[test]
 fn knobs_cap_freeze_and_explain_errors() {
     let d = Daemon::start("daemon-knobs", &["--hbm", "64M"]);
-    let mut a = d.tenant("a", &["loop", "--buffers", "8", "--bytes", "4M", "--rounds", "1000000"]);
+    let a = d.tenant("a", &["loop", "--buffers", "8", "--bytes", "4M", "--rounds", "1000000"]);
     let t0 = Instant::now();
     while d.try_stat("a", "commands ").unwrap_or(0) < 20 {
         assert!(t0.elapsed() < Duration::from_secs(20), "tenant a never ran");
@@ -156,8 +178,7 @@ fn knobs_cap_freeze_and_explain_errors() {
     assert!(!r.status.success() && r.stderr.contains("unknown tenant") && r.stderr.contains("gmux ps"), "{}", r.describe());
     let r = d.ctl(&["set", "a", "gmem.limit.high", "lots"]);
     assert!(!r.status.success() && r.stderr.contains("8G"), "{}", r.describe());
-    a.kill().unwrap();
-    let _ = a.wait();
+    drop(a);
 }
 
 #[test]

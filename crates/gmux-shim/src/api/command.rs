@@ -51,10 +51,17 @@ fn run(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool, kind: u64,
     }
     let (r, timing) = crate::record::timed(real, stream, ptsz);
     if r == CUDA_SUCCESS {
-        if let Err(e) = st.released(stream, ptsz, &ws, sig) {
-            return report(e, &what());
-        }
+        let wait = match st.released(stream, ptsz, &ws, sig) {
+            Ok(w) => w,
+            Err(e) => return report(e, &what()),
+        };
         crate::record::command(timing, kind, &ws);
+        if let Some(ev) = wait {
+            // Too many commands of this stream in flight: wait for the oldest over the
+            // bound outside the lock.
+            drop(g);
+            crate::real!(cuEventSynchronize(ev));
+        }
     }
     r
 }

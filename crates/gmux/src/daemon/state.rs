@@ -249,9 +249,9 @@ impl Daemon {
             caps[i] = (caps[i] + left / takers.len() as u64 / CHUNK_BYTES * CHUNK_BYTES).min(high(&live[i]));
         }
         let most: Vec<u64> = live.iter().map(|t| hbm.min(high(t))).collect();
-        // A paused process holds what it reported; a running one may grow to its last
-        // grant. What is left is free, and goes to the tenants that grow in order of
-        // their next run; a shrinking tenant's memory is free once it reports so.
+        // A process may hold what it reported, or up to the largest grant it has not yet
+        // reported back on. What is left is free, and goes to the tenants that grow in
+        // order of their next run; a shrinking tenant's memory is free once it reports so.
         let reserved: Vec<u64> = live.iter().map(|t| self.reserved(*t, usage[t].held)).collect();
         let mut free = hbm.saturating_sub(reserved.iter().sum());
         let mut now_caps = caps.clone();
