@@ -127,7 +127,7 @@ fn work() {
     let mut seen = u64::MAX;
     let mut running = false;
     let mut filled_gen = u64::MAX;
-    let mut switch_finished = 0;
+    let mut commands_at_switch = 0;
     let mut ctx_set = false;
     loop {
         let (g, generation, blocked) = {
@@ -149,7 +149,7 @@ fn work() {
             running = g.run;
             if running {
                 st.stats.slice_start = u64::MAX;
-                switch_finished = st.stats.commands;
+                commands_at_switch = st.stats.commands;
             } else if st.stats.slice_start != u64::MAX {
                 // The slice's horizon: commands that finished from its first finish on.
                 st.stats.slice_commands = st.inflight.finished().unwrap_or(0).saturating_sub(st.stats.slice_start).max(1);
@@ -157,7 +157,7 @@ fn work() {
         }
         if running && st.stats.slice_start == u64::MAX {
             let f = st.inflight.finished().unwrap_or(0);
-            if f > switch_finished {
+            if f > commands_at_switch {
                 st.stats.slice_start = f;
             }
         }
