@@ -12,6 +12,7 @@ use crate::state::ShimError;
 use gmux_core::protocol::{Fill, FromShim, Grant};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -36,6 +37,10 @@ struct Link {
 
 struct Agent {
     link: Mutex<Link>,
+    /// `Link::open` and the grant's in-flight bound, readable on every launch without
+    /// the lock.
+    open: AtomicBool,
+    inflight: AtomicU32,
     changed: Condvar,
     out: Mutex<UnixStream>,
 }
@@ -49,6 +54,15 @@ fn agent() -> Option<&'static Agent> {
 impl Agent {
     fn lock(&self) -> std::sync::MutexGuard<'_, Link> {
         self.link.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Opens or closes the launch gate (with the link locked).
+    fn set_open(&self, l: &mut Link, open: bool) {
+        l.open = open;
+        self.open.store(open, Ordering::Release);
+        if open {
+            self.changed.notify_all();
+        }
     }
 
     fn send(&self, msg: &FromShim) {
@@ -67,8 +81,7 @@ impl Agent {
             crate::log!(Warn, "lost gmuxd ({why}); running on alone with the last grant of {}", gmux_core::size::format_size(l.grant.cap));
         }
         l.lost = true;
-        l.open = true;
-        self.changed.notify_all();
+        self.set_open(&mut l, true);
     }
 }
 
@@ -88,6 +101,8 @@ pub fn attach() -> Option<Grant> {
     let grant: Grant = serde_json::from_str(first.trim()).unwrap_or_else(|_| fail(first.trim().trim_start_matches("error: ").to_string()));
     let a = Agent {
         link: Mutex::new(Link { grant, generation: 0, open: grant.run && grant.fill != Fill::Whole, blocked: 0, poke: true, lost: false, waiting: 0 }),
+        open: AtomicBool::new(grant.run && grant.fill != Fill::Whole),
+        inflight: AtomicU32::new(grant.inflight),
         changed: Condvar::new(),
         out: Mutex::new(stream),
     };
@@ -116,7 +131,9 @@ fn read_grants(mut reader: BufReader<UnixStream>) {
         let mut l = a.lock();
         l.grant = g;
         l.generation += 1;
-        l.open = g.run && (l.open || g.fill != Fill::Whole);
+        let open = g.run && (l.open || g.fill != Fill::Whole);
+        a.set_open(&mut l, open);
+        a.inflight.store(g.inflight, Ordering::Relaxed);
         a.changed.notify_all();
     }
 }
@@ -198,7 +215,8 @@ fn work() {
                 filled_gen = generation;
                 if g.fill == Fill::Whole {
                     let mut l = a.lock();
-                    l.open = l.grant.run;
+                    let open = l.grant.run;
+                    a.set_open(&mut l, open);
                     a.changed.notify_all();
                 }
             }
@@ -230,6 +248,9 @@ fn work() {
 /// Waits while the daemon has paused this process (no-op when not registered).
 pub fn gate() {
     let Some(a) = agent() else { return };
+    if a.open.load(Ordering::Acquire) {
+        return;
+    }
     let mut l = a.lock();
     if !l.open {
         l.poke = true;
@@ -274,7 +295,7 @@ pub fn granted() -> Option<u64> {
 
 /// Most unfinished commands per stream: the daemon's setting, else `GMUX_INFLIGHT`.
 pub fn inflight_bound() -> usize {
-    match agent().map(|a| a.lock().grant.inflight) {
+    match agent().map(|a| a.inflight.load(Ordering::Relaxed)) {
         Some(n) if n > 0 => n as usize,
         _ => config().inflight,
     }

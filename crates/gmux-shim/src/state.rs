@@ -327,12 +327,12 @@ impl Shim {
     pub fn prepare(&mut self, ws: &WorkingSet, on: Option<StreamKey>, sig: u64) -> Result<Vec<CUevent>, ShimError> {
         let allocs = self.allocs_in(ws);
         let allocs = allocs.as_ref();
-        if let Some(cap) = crate::agent::granted().filter(|c| *c > self.limit) {
-            self.set_limit(cap);
-        }
         let mut waits = self.landing_waits(allocs, on);
         if allocs.iter().all(|a| self.missing.get(a).copied().unwrap_or(0) == 0) {
             return Ok(waits);
+        }
+        if let Some(cap) = crate::agent::granted().filter(|c| *c > self.limit) {
+            self.set_limit(cap);
         }
         let mut need: Vec<ChunkId> = allocs.iter().flat_map(|a| self.mem.alloc(*a).expect("live allocation").chunks()).collect();
         let required = need.len();
