@@ -115,6 +115,8 @@ pub const CU_MEM_ALLOC_GRANULARITY_MINIMUM: u32 = 0;
 pub const CU_MEM_ALLOC_GRANULARITY_RECOMMENDED: u32 = 1;
 /// `cuMemHostAlloc` flag: portable across contexts.
 pub const CU_MEMHOSTALLOC_PORTABLE: u32 = 0x1;
+/// `cuMemHostRegister` flag: portable across contexts.
+pub const CU_MEMHOSTREGISTER_PORTABLE: u32 = 0x1;
 
 /// `CUmemLocation`.
 #[repr(C)]

@@ -1,14 +1,19 @@
 //! A tenant's own past as its forecast (MSched §5: GPU work repeats, iteration after
 //! iteration). The commands that followed the last time the same few commands ran are
 //! predicted to follow again; the allocations they touch, in order of first use, give
-//! OPT its next uses. A context never seen before predicts nothing, and the caller
-//! falls back to LRU.
+//! OPT its next uses. Before the first repeat, a sweep in progress (each command's
+//! highest allocation above the one before, as a loop over layers or matrices runs
+//! through memory in allocation order) predicts that it goes on, wrapping around; with
+//! neither, nothing is predicted and the caller falls back to LRU.
 
 use crate::memory::AllocId;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 /// Commands of context: the one about to run and this many before it.
 const CONTEXT: usize = 2;
+
+/// Commands with allocations that a sweep is recognized over.
+const SWEEP: usize = 8;
 
 /// Released commands, newest last, and where each context of [`CONTEXT`] + 1 signatures
 /// last ended.
@@ -25,12 +30,14 @@ pub struct History {
     /// Where the context of the newest command last ended before it (see
     /// [`History::after_last`]).
     last_match: Option<u64>,
+    /// Allocations the remembered commands touch, with how many touch each.
+    ids: BTreeMap<AllocId, u32>,
 }
 
 impl History {
     /// Remembers the last `keep` commands and predicts at most `window` ahead.
     pub fn new(keep: usize, window: usize) -> Self {
-        History { sigs: VecDeque::new(), sets: VecDeque::new(), first: 0, seen: HashMap::new(), keep: keep.max(1), window, last_match: None }
+        History { sigs: VecDeque::new(), sets: VecDeque::new(), first: 0, seen: HashMap::new(), keep: keep.max(1), window, last_match: None, ids: BTreeMap::new() }
     }
 
     /// Records a released command: its signature (what it runs and on which allocations)
@@ -41,9 +48,19 @@ impl History {
         self.last_match = self.seen.insert(ctx, index);
         self.sigs.push_back(sig);
         self.sets.push_back(allocs.into());
+        for a in allocs {
+            *self.ids.entry(*a).or_default() += 1;
+        }
         if self.sigs.len() > self.keep {
             self.sigs.pop_front();
-            self.sets.pop_front();
+            for a in self.sets.pop_front().expect("longer than keep").iter() {
+                if let Some(n) = self.ids.get_mut(a) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.ids.remove(a);
+                    }
+                }
+            }
             self.first += 1;
         }
         if self.seen.len() > 4 * self.keep {
@@ -54,17 +71,52 @@ impl History {
 
     /// The allocations predicted for the commands after the one with signature `next`, in
     /// order of first use, without repeats, each with how many commands ahead it is first
-    /// used (0: the command right after `next`); `None` when its context never ran
-    /// before. The prediction stops where the past reaches the present (one period) or
-    /// after `window` commands.
+    /// used (0: the command right after `next`). The prediction stops where the past
+    /// reaches the present (one period) or after `window` commands. When the context
+    /// never ran before, the sweep in progress ([`History::sweep`]), else `None`.
     pub fn predict(&self, next: u64) -> Option<Vec<(AllocId, usize)>> {
-        self.following(*self.seen.get(&self.context(next))?)
+        match self.seen.get(&self.context(next)) {
+            Some(at) => self.following(*at),
+            None => self.sweep(),
+        }
     }
 
     /// As [`History::predict`], for the commands after the newest one recorded (what a
     /// tenant runs next when it resumes).
     pub fn after_last(&self) -> Option<Vec<(AllocId, usize)>> {
-        self.following(self.last_match?)
+        match self.last_match {
+            Some(at) => self.following(at),
+            None => self.sweep(),
+        }
+    }
+
+    /// The sweep in progress, if the last [`SWEEP`] commands with allocations each reached
+    /// a higher allocation than the one before (or each a lower one): the remembered
+    /// allocations past the newest command's highest (lowest), in sweep order and
+    /// wrapping around, each as many commands ahead as the sweep's pace puts it.
+    pub fn sweep(&self) -> Option<Vec<(AllocId, usize)>> {
+        let mut fronts: Vec<(AllocId, AllocId)> = self.sets.iter().rev().take(4 * SWEEP).filter_map(|s| Some((*s.iter().min()?, *s.iter().max()?))).take(SWEEP).collect();
+        if fronts.len() < SWEEP {
+            return None;
+        }
+        fronts.reverse();
+        let up = fronts.windows(2).all(|w| w[1].1 > w[0].1);
+        let down = fronts.windows(2).all(|w| w[1].0 < w[0].0);
+        let (from, to, order): (AllocId, AllocId, Vec<AllocId>) = if up {
+            let (from, to) = (fronts[0].1, fronts[SWEEP - 1].1);
+            let past = self.ids.range(to..).skip(1).chain(self.ids.range(..=to)).map(|(a, _)| *a);
+            (from, to, past.collect())
+        } else if down {
+            let (from, to) = (fronts[SWEEP - 1].0, fronts[0].0);
+            let past = self.ids.range(..from).rev().chain(self.ids.range(from..).rev()).map(|(a, _)| *a);
+            (from, to, past.collect())
+        } else {
+            return None;
+        };
+        // Allocations passed per command over the window.
+        let pace = self.ids.range(from..=to).count().saturating_sub(1) as f64 / (SWEEP - 1) as f64;
+        let ahead = |k: usize| (k as f64 / pace.max(1e-9)) as usize;
+        Some(order.into_iter().enumerate().map(|(k, a)| (a, ahead(k))).take_while(|(_, n)| *n < self.window).collect())
     }
 
     fn following(&self, at: u64) -> Option<Vec<(AllocId, usize)>> {
@@ -152,6 +204,54 @@ mod tests {
         assert_eq!(predicted(&h, 5), Some(ids(&[3, 4, 5, 6, 1, 2])));
         run(&mut h, &[5, 3, 4]);
         assert_eq!(predicted(&h, 5), Some(ids(&[6, 1, 2, 5, 3, 4])));
+    }
+
+    /// Setup touches allocations 0..20 in one command, then commands run over pairs
+    /// `[a, a + 1]` for each `a` in `pairs`.
+    fn sweep_over(pairs: impl Iterator<Item = u32>) -> History {
+        let mut h = History::new(1000, 1000);
+        let all = ids(&(0..20).collect::<Vec<_>>());
+        h.record(signature(1, &all), &all);
+        for a in pairs {
+            let set = ids(&[a, a + 1]);
+            h.record(signature(7, &set), &set);
+        }
+        h
+    }
+
+    #[test]
+    fn a_first_pass_upwards_predicts_the_rest_of_it_then_the_start() {
+        let h = sweep_over(0..9);
+        let next = h.after_last().expect("a sweep");
+        let want: Vec<(AllocId, usize)> = (10..20).chain(0..10).enumerate().map(|(k, a)| (AllocId(a), k)).collect();
+        assert_eq!(next, want, "one allocation per command, wrapping around");
+        assert_eq!(predicted(&h, 10).unwrap()[..3], ids(&[10, 11, 12]), "an unseen context falls back to the sweep");
+    }
+
+    #[test]
+    fn a_sweep_downwards_and_its_pace() {
+        let h = sweep_over((3..11).rev());
+        let next = h.after_last().expect("a sweep");
+        assert_eq!(next[..4], [(AllocId(2), 0), (AllocId(1), 1), (AllocId(0), 2), (AllocId(19), 3)]);
+        // Two allocations per command: [0, 1], [2, 3], ...
+        let mut h = History::new(1000, 1000);
+        for a in (0..10).map(|k| 2 * k) {
+            let set = ids(&[a, a + 1]);
+            h.record(signature(7, &set), &set);
+        }
+        let next = h.after_last().expect("a sweep");
+        assert_eq!(next[..4], [(AllocId(0), 0), (AllocId(1), 0), (AllocId(2), 1), (AllocId(3), 1)], "wrapped, two per command");
+    }
+
+    #[test]
+    fn no_sweep_no_repeat_no_prediction() {
+        let mut h = History::new(1000, 1000);
+        run(&mut h, &[3, 9, 1, 7, 2, 8, 4, 6, 0, 19]);
+        assert_eq!(h.after_last(), None);
+        run(&mut h, &[10, 11, 12, 13, 14, 15, 16]);
+        assert_eq!(h.after_last(), None, "7 rising commands are not yet a sweep");
+        run(&mut h, &[17]);
+        assert_eq!(h.after_last().unwrap()[..3], [(AllocId(19), 0), (AllocId(0), 1), (AllocId(1), 2)], "8 are; on to the allocations seen past 17, then around");
     }
 
     #[test]

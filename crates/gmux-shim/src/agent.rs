@@ -146,6 +146,10 @@ fn work() {
     let mut filled_gen = u64::MAX;
     let mut commands_at_switch = 0;
     let mut ctx_set = false;
+    // The event after the newest shrink step's copies, while they may be in flight.
+    let mut evicting: Option<crate::cuda::CUevent> = None;
+    // The same for the newest fill step of a paused tenant.
+    let mut filling: Option<crate::cuda::CUevent> = None;
     loop {
         let (g, generation, blocked) = {
             let mut l = a.lock();
@@ -185,33 +189,67 @@ fn work() {
         let step = if shrink {
             match st.shrink_to(g.cap) {
                 Ok((more, done)) => {
-                    // Wait for the copies without the lock, then free their memory.
-                    drop(guard);
-                    crate::real!(cuEventSynchronize(done));
-                    crate::real!(cuEventDestroy_v2(done));
-                    guard = crate::state::existing();
-                    let st = guard.as_mut().expect("created");
-                    st.released_memory().map(|()| more || st.limit() != g.cap)
+                    // One step's copies stay in flight while the next is issued, so the
+                    // link never idles between steps: wait (without the lock) for the
+                    // previous step's copies, or for this one's at the last step, then
+                    // free what they evicted.
+                    let wait = if more { evicting.replace(done) } else { Some(done) };
+                    match wait {
+                        Some(ev) => {
+                            drop(guard);
+                            crate::real!(cuEventSynchronize(ev));
+                            crate::real!(cuEventDestroy_v2(ev));
+                            if let Some(e) = evicting.take().filter(|_| !more) {
+                                // An earlier step's event: its copies are done too (one stream).
+                                crate::real!(cuEventDestroy_v2(e));
+                            }
+                            guard = crate::state::existing();
+                            let st = guard.as_mut().expect("created");
+                            st.released_memory().map(|()| more || st.limit() != g.cap)
+                        }
+                        None => Ok(true),
+                    }
                 }
                 Err(e) => Err(e),
             }
+        } else if let Some(ev) = evicting.take() {
+            // The grant grew back while a step was in flight.
+            drop(guard);
+            crate::real!(cuEventSynchronize(ev));
+            crate::real!(cuEventDestroy_v2(ev));
+            guard = crate::state::existing();
+            guard.as_mut().expect("created").released_memory().map(|()| true)
         } else if (running || g.fill == Fill::Forecast) && g.fill != Fill::None && filled_gen != generation {
             // A paused tenant brings in its next slice ahead of its turn as far as its
             // grant allows (the daemon grants in the order of the timeline).
             let more = match st.fill(g.fill == Fill::Whole) {
                 Ok((more, Some(done))) => {
-                    if !running {
-                        drop(guard);
-                        crate::real!(cuEventSynchronize(done));
-                        guard = crate::state::existing();
+                    // A paused tenant keeps one step's copies in flight while it issues
+                    // the next, and no more, so that they never queue far ahead of the
+                    // running tenant's.
+                    let prev = if running {
+                        crate::real!(cuEventDestroy_v2(done));
+                        filling.take()
+                    } else {
+                        filling.replace(done)
+                    };
+                    if let Some(ev) = prev {
+                        if !running {
+                            drop(guard);
+                            crate::real!(cuEventSynchronize(ev));
+                            guard = crate::state::existing();
+                        }
+                        crate::real!(cuEventDestroy_v2(ev));
                     }
-                    crate::real!(cuEventDestroy_v2(done));
                     Ok(more)
                 }
                 Ok((more, None)) => Ok(more),
                 Err(e) => Err(e),
             };
             if !matches!(more, Ok(true)) {
+                if let Some(ev) = filling.take() {
+                    crate::real!(cuEventDestroy_v2(ev));
+                }
                 filled_gen = generation;
                 if g.fill == Fill::Whole {
                     let mut l = a.lock();

@@ -59,6 +59,7 @@ driver_table! {
     cuMemUnmap(CUdeviceptr, usize);
     cuMemSetAccess(CUdeviceptr, usize, *const CUmemAccessDesc, usize);
     cuMemHostAlloc(*mut *mut c_void, usize, c_uint);
+    cuMemHostRegister_v2(*mut c_void, usize, c_uint);
     cuMemFreeHost(*mut c_void);
     cuStreamCreate(*mut CUstream, c_uint);
     cuStreamSynchronize(CUstream);

@@ -1,5 +1,11 @@
-//! Pinned host staging: blocks pinned once with `cuMemHostAlloc` and cut into 2 MiB
-//! slots that are reused, because pinning costs about 0.6 s per GiB.
+//! Pinned host staging: blocks pinned once and cut into 2 MiB slots that are reused,
+//! because pinning is slow.
+//!
+//! A block is an anonymous mapping on transparent huge pages, registered with the
+//! driver. Measured on an H100 host (`gpu/link_probe.py teardown`), against
+//! `cuMemHostAlloc`: pinning takes 0.2 s per GiB instead of 0.8, and a SIGKILLed
+//! process with 12 GiB pinned and 12 GiB on the GPU has its GPU memory freed by the
+//! driver after 0.44 s instead of 2.5 s (the driver unpins before it frees).
 
 use crate::cuda::*;
 use crate::driver::{check, CudaError};
@@ -23,10 +29,15 @@ impl HostPool {
     /// A free slot's address, pinning a new block when none is left.
     pub fn take(&mut self) -> Result<usize, CudaError> {
         if self.free.is_empty() {
-            let mut p: *mut c_void = std::ptr::null_mut();
-            let r = crate::real!(cuMemHostAlloc(&mut p, self.block_bytes as usize, CU_MEMHOSTALLOC_PORTABLE));
-            check(r, "cuMemHostAlloc")?;
-            let base = p as usize;
+            let base = match pin_huge(self.block_bytes as usize) {
+                Some(b) => b,
+                None => {
+                    let mut p: *mut c_void = std::ptr::null_mut();
+                    let r = crate::real!(cuMemHostAlloc(&mut p, self.block_bytes as usize, CU_MEMHOSTALLOC_PORTABLE));
+                    check(r, "cuMemHostAlloc")?;
+                    p as usize
+                }
+            };
             self.blocks.push(base);
             let slots = self.block_bytes / CHUNK_BYTES;
             self.free.extend((0..slots).rev().map(|i| base + (i * CHUNK_BYTES) as usize));
@@ -44,4 +55,38 @@ impl HostPool {
     pub fn pinned_bytes(&self) -> u64 {
         self.blocks.len() as u64 * self.block_bytes
     }
+}
+
+/// Maps `bytes` (whole slots) of anonymous memory aligned to a slot, advises huge pages
+/// and registers it with the driver; `None` if any step fails (the caller falls back to
+/// `cuMemHostAlloc`).
+fn pin_huge(bytes: usize) -> Option<usize> {
+    let align = CHUNK_BYTES as usize;
+    let len = bytes + align;
+    // SAFETY: a fresh private anonymous mapping; only this function touches its bounds.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    let start = p as usize;
+    let base = start.next_multiple_of(align);
+    // SAFETY: the head and tail cut off lie inside the mapping just made.
+    unsafe {
+        if base > start {
+            libc::munmap(p, base - start);
+        }
+        if start + len > base + bytes {
+            libc::munmap((base + bytes) as *mut c_void, start + len - base - bytes);
+        }
+        // Without transparent huge pages this fails, and 4 KiB pages are pinned instead.
+        libc::madvise(base as *mut c_void, bytes, libc::MADV_HUGEPAGE);
+    }
+    let r = crate::real!(cuMemHostRegister_v2(base as *mut c_void, bytes, CU_MEMHOSTREGISTER_PORTABLE));
+    if r != CUDA_SUCCESS {
+        crate::log!(Debug, "cuMemHostRegister of {} failed (CUresult {r}); pinning with cuMemHostAlloc", gmux_core::size::format_size(bytes as u64));
+        // SAFETY: the mapping made above, never registered.
+        unsafe { libc::munmap(base as *mut c_void, bytes) };
+        return None;
+    }
+    Some(base)
 }

@@ -68,8 +68,9 @@ impl Shim {
     /// running tenant's).
     pub fn fill(&mut self, whole: bool) -> Result<(bool, Option<CUevent>), CudaError> {
         let allocs = if whole { self.vmem.regions().map(|r| r.alloc).collect() } else { self.next_slice() };
-        let room = (self.limit / CHUNK_BYTES).saturating_sub(self.mem.usage(self.tenant).chunks[0]);
-        let step = (STEP_BYTES / CHUNK_BYTES).min(room) as usize;
+        // Over the room left, the plan evicts own chunks that the forecast uses later (what
+        // the last slice left behind), never any used sooner.
+        let step = (STEP_BYTES / CHUNK_BYTES) as usize;
         let need: Vec<ChunkId> = allocs
             .iter()
             .flat_map(|a| self.mem.alloc(*a).expect("live allocation").chunks())
@@ -111,10 +112,12 @@ impl Shim {
     }
 
     /// Allocations the next slice uses, in first-use order: the history's forecast over
-    /// as many commands as finished in the last slice, or every allocation without one.
+    /// half as many commands again as finished in the last slice (a slice that waited
+    /// for memory runs more once its memory is there), or every allocation without one.
     fn next_slice(&self) -> Vec<AllocId> {
         // Before its first slice (or never sliced: all tenants fit), everything predicted.
-        let horizon = if self.stats.slice_commands == 0 { usize::MAX } else { self.stats.slice_commands as usize };
+        let last = self.stats.slice_commands as usize;
+        let horizon = if last == 0 { usize::MAX } else { last + last.div_ceil(2) };
         match self.history.after_last() {
             Some(order) => order.into_iter().filter(|(a, ahead)| *ahead < horizon && self.mem.alloc(*a).is_ok()).map(|(a, _)| a).collect(),
             None => self.vmem.regions().map(|r| r.alloc).collect(),

@@ -50,6 +50,11 @@ impl Daemon {
         r.stdout.lines().find_map(|l| l.strip_prefix(label).map(|v| v.trim().parse().unwrap()))
     }
 
+    /// What the daemon printed so far.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.sb.dir.path().join("daemon.log")).unwrap_or_default()
+    }
+
     fn peak_held(&self) -> u64 {
         let ps = self.ctl(&["ps"]).stdout;
         let peak = ps.split("peak ").nth(1).and_then(|s| s.split(')').next()).unwrap_or_else(|| panic!("no peak in {ps}"));
@@ -96,7 +101,7 @@ fn finish(c: Child, what: &str) -> String {
 
 #[test]
 fn tenants_over_the_budget_take_turns_and_keep_every_byte() {
-    let d = Daemon::start("daemon-turns", &["--hbm", "48M", "--timeslice", "5ms"]);
+    let d = Daemon::start("daemon-turns", &["--hbm", "48M", "--timeslice", "5ms", "--verbose"]);
     let loop_args = ["loop", "--buffers", "8", "--bytes", "4M", "--rounds", "30"];
     let a = d.tenant("a", &loop_args);
     let b = d.tenant("b", &loop_args);
@@ -107,7 +112,7 @@ fn tenants_over_the_budget_take_turns_and_keep_every_byte() {
     // 2 x 32 MiB over 48 MiB: each switched in several times, moved bytes, and the
     // processes together never held more than the budget.
     for t in ["a", "b"] {
-        assert!(d.stat(t, "switches ") >= 2, "{t} switched in fewer than twice");
+        assert!(d.stat(t, "switches ") >= 2, "{t} switched in fewer than twice; gmuxd:\n{}", d.log());
         assert!(d.stat(t, "bytes_d2h ") >= 4 * MIB, "{t} evicted nothing");
         assert_eq!(d.stat(t, "commands "), 8 + 8 * 30 + 8, "{t}: fills, adds and read-backs");
     }
