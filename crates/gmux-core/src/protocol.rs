@@ -35,6 +35,9 @@ pub struct ShimReport {
     pub swapped: u64,
     /// Bytes its next slice is forecast to use (its footprint without a forecast).
     pub want: u64,
+    /// Bytes its forecast uses over a whole period (an iteration; its footprint without
+    /// a forecast): what it needs to run on without time slicing.
+    pub period: u64,
     /// Bytes a command waits for beyond the current cap (0: none waits).
     pub blocked: u64,
     /// Commands released.

@@ -10,6 +10,8 @@
 use crate::config::config;
 use crate::state::ShimError;
 use gmux_core::protocol::{Fill, FromShim, Grant};
+use crate::log::stamp;
+use gmux_core::size::format_size;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -150,6 +152,7 @@ fn work() {
     let mut evicting: Option<crate::cuda::CUevent> = None;
     // The same for the newest fill step of a paused tenant.
     let mut filling: Option<crate::cuda::CUevent> = None;
+    let mut prepin_ok = true;
     loop {
         let (g, generation, blocked) = {
             let mut l = a.lock();
@@ -169,26 +172,22 @@ fn work() {
         if g.run != running {
             running = g.run;
             if running {
-                st.stats.slice_start = u64::MAX;
                 commands_at_switch = st.stats.commands;
-            } else if st.stats.slice_start != u64::MAX {
-                // The slice's horizon: commands that finished from its first finish on.
-                st.stats.slice_commands = st.inflight.finished().unwrap_or(0).saturating_sub(st.stats.slice_start).max(1);
+            } else if st.stats.commands > commands_at_switch {
+                // A slot in which nothing was released says nothing about slices.
+                st.stats.slice_commands = st.stats.commands - commands_at_switch;
             }
-        }
-        if running && st.stats.slice_start == u64::MAX {
-            let f = st.inflight.finished().unwrap_or(0);
-            if f > commands_at_switch {
-                st.stats.slice_start = f;
-            }
+            crate::log!(Debug, "agent {:.3}: {} with {} resident", stamp(), if running { "switched in" } else { "paused" }, format_size(st.resident()));
         }
         if g.cap > st.limit() && st.resident() <= g.cap {
             st.set_limit(g.cap);
         }
         let shrink = st.limit() > g.cap || st.resident() > g.cap || st.held() > g.cap.max(st.resident());
         let step = if shrink {
+            let (t0, before) = (stamp(), st.resident());
             match st.shrink_to(g.cap) {
                 Ok((more, done)) => {
+                    crate::log!(Debug, "agent {t0:.3}: shrink step to {}: {} issued in {:.2} ms", format_size(g.cap), format_size(before - st.resident()), (stamp() - t0) * 1e3);
                     // One step's copies stay in flight while the next is issued, so the
                     // link never idles between steps: wait (without the lock) for the
                     // previous step's copies, or for this one's at the last step, then
@@ -197,8 +196,10 @@ fn work() {
                     match wait {
                         Some(ev) => {
                             drop(guard);
+                            let t1 = stamp();
                             crate::real!(cuEventSynchronize(ev));
                             crate::real!(cuEventDestroy_v2(ev));
+                            crate::log!(Debug, "agent {t1:.3}: waited {:.2} ms for a shrink step's copies", (stamp() - t1) * 1e3);
                             if let Some(e) = evicting.take().filter(|_| !more) {
                                 // An earlier step's event: its copies are done too (one stream).
                                 crate::real!(cuEventDestroy_v2(e));
@@ -222,8 +223,10 @@ fn work() {
         } else if (running || g.fill == Fill::Forecast) && g.fill != Fill::None && filled_gen != generation {
             // A paused tenant brings in its next slice ahead of its turn as far as its
             // grant allows (the daemon grants in the order of the timeline).
-            let more = match st.fill(g.fill == Fill::Whole) {
+            let (t0, before) = (stamp(), st.resident());
+            let more = match st.fill(g.fill == Fill::Whole, running) {
                 Ok((more, Some(done))) => {
+                    crate::log!(Debug, "agent {t0:.3}: fill step within {}: {} issued in {:.2} ms", format_size(g.cap), format_size(st.resident() - before), (stamp() - t0) * 1e3);
                     // A paused tenant keeps one step's copies in flight while it issues
                     // the next, and no more, so that they never queue far ahead of the
                     // running tenant's.
@@ -266,7 +269,24 @@ fn work() {
         let mut report = st.report(blocked.0);
         report.waiting = blocked.1;
         report.grant = g.seq;
+        // With nothing else to do, pin host memory ahead of need, so that no eviction
+        // waits for the pinning (0.2 s per GiB).
+        let prepin = if matches!(step, Ok(false)) && prepin_ok { st.host_short() } else { None };
         drop(guard);
+        if let Some(bytes) = prepin {
+            match crate::hostpool::pin_block(bytes) {
+                Ok(base) => {
+                    if let Some(st) = crate::state::existing().as_mut() {
+                        st.dev.add_host_block(base);
+                    }
+                    a.lock().poke = true;
+                }
+                Err(e) => {
+                    crate::log!(Warn, "pinning host memory ahead of evictions failed ({e}); evictions pin as they go");
+                    prepin_ok = false;
+                }
+            }
+        }
         match &step {
             // The process is exiting: the driver is shutting down under the worker.
             Err(e) if e.code == crate::cuda::CUDA_ERROR_DEINITIALIZED => return,
@@ -315,6 +335,7 @@ pub fn over_grant(need: u64, limit: u64) -> ShimError {
 /// what is waiting.
 pub fn wait_grant(need: u64) {
     let Some(a) = agent() else { return };
+    let t0 = stamp();
     let mut l = a.lock();
     l.blocked = need;
     l.poke = true;
@@ -323,6 +344,7 @@ pub fn wait_grant(need: u64) {
         l = a.changed.wait(l).unwrap_or_else(|p| p.into_inner());
     }
     l.blocked = 0;
+    crate::log!(Debug, "agent {t0:.3}: a launch waited {:.2} ms for a grant of {}", (stamp() - t0) * 1e3, format_size(need));
 }
 
 /// The current grant in bytes, when registered with a daemon that is still there.

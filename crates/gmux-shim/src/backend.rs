@@ -245,6 +245,16 @@ impl CudaDevice {
         self.host.pinned_bytes()
     }
 
+    /// Bytes of one pinned host block.
+    pub fn host_block(&self) -> u64 {
+        self.host.block_bytes()
+    }
+
+    /// Adds a host block pinned by [`crate::hostpool::pin_block`].
+    pub fn add_host_block(&mut self, base: usize) {
+        self.host.add(base);
+    }
+
     /// A new event after every eviction copy issued so far (the caller destroys it).
     pub fn evictions_done(&mut self) -> Result<CUevent, CudaError> {
         self.new_event(CopyStream::Evict)

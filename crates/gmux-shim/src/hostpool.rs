@@ -29,21 +29,22 @@ impl HostPool {
     /// A free slot's address, pinning a new block when none is left.
     pub fn take(&mut self) -> Result<usize, CudaError> {
         if self.free.is_empty() {
-            let base = match pin_huge(self.block_bytes as usize) {
-                Some(b) => b,
-                None => {
-                    let mut p: *mut c_void = std::ptr::null_mut();
-                    let r = crate::real!(cuMemHostAlloc(&mut p, self.block_bytes as usize, CU_MEMHOSTALLOC_PORTABLE));
-                    check(r, "cuMemHostAlloc")?;
-                    p as usize
-                }
-            };
-            self.blocks.push(base);
-            let slots = self.block_bytes / CHUNK_BYTES;
-            self.free.extend((0..slots).rev().map(|i| base + (i * CHUNK_BYTES) as usize));
-            crate::log!(Debug, "pinned host block {} ({} in all)", gmux_core::size::format_size(self.block_bytes), self.pinned_bytes());
+            self.add(pin_block(self.block_bytes)?);
         }
         Ok(self.free.pop().expect("a block was just added"))
+    }
+
+    /// Bytes of one block.
+    pub fn block_bytes(&self) -> u64 {
+        self.block_bytes
+    }
+
+    /// Adds a block of [`HostPool::block_bytes`] pinned by [`pin_block`].
+    pub fn add(&mut self, base: usize) {
+        self.blocks.push(base);
+        let slots = self.block_bytes / CHUNK_BYTES;
+        self.free.extend((0..slots).rev().map(|i| base + (i * CHUNK_BYTES) as usize));
+        crate::log!(Debug, "pinned host block {} ({} in all)", gmux_core::size::format_size(self.block_bytes), gmux_core::size::format_size(self.pinned_bytes()));
     }
 
     /// Returns a slot.
@@ -55,6 +56,19 @@ impl HostPool {
     pub fn pinned_bytes(&self) -> u64 {
         self.blocks.len() as u64 * self.block_bytes
     }
+}
+
+/// Pins a block of `bytes` (whole slots) and returns its address: huge pages registered
+/// with the driver, else `cuMemHostAlloc`. Slow (0.2 s per GiB at best), so callers that
+/// can pin ahead of need do it without the state lock.
+pub fn pin_block(bytes: u64) -> Result<usize, CudaError> {
+    if let Some(base) = pin_huge(bytes as usize) {
+        return Ok(base);
+    }
+    let mut p: *mut c_void = std::ptr::null_mut();
+    let r = crate::real!(cuMemHostAlloc(&mut p, bytes as usize, CU_MEMHOSTALLOC_PORTABLE));
+    check(r, "cuMemHostAlloc")?;
+    Ok(p as usize)
 }
 
 /// Maps `bytes` (whole slots) of anonymous memory aligned to a slot, advises huge pages

@@ -45,3 +45,8 @@ macro_rules! log {
         }
     };
 }
+
+/// UNIX time in seconds, for debug lines that line up with gmuxd's `--verbose` log.
+pub fn stamp() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}

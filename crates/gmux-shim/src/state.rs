@@ -72,11 +72,9 @@ pub struct Stats {
     pub plans: u64,
     /// Plans that evicted in OPT order over a forecast.
     pub forecast_plans: u64,
-    /// Commands that finished in the last slice the daemon gave (the horizon of the next
-    /// slice's forecast).
+    /// Commands released while the daemon last let the process run (the horizon of the
+    /// next slice's forecast).
     pub slice_commands: u64,
-    /// Commands seen finished when the current slice began (`u64::MAX` until one has).
-    pub slice_start: u64,
 }
 
 /// A plan's populations, possibly still under way: the event after them, the
@@ -379,7 +377,7 @@ impl Shim {
         }
         let flushed = std::time::Instant::now();
         let moved = self.planner.apply(&mut self.mem, &plan).expect("a plan applies to the table it was made from");
-        crate::log!(Debug, "plan of {} moves: planned in {plan_ms:.2} ms, queued in {issue_ms:.2} ms, issued in {:.2} ms, applied in {:.2} ms", plan.moves.len(), (flushed - started).as_secs_f64() * 1e3 - issue_ms, flushed.elapsed().as_secs_f64() * 1e3);
+        crate::log!(Debug, "{:.3}: plan of {} moves: planned in {plan_ms:.2} ms, queued in {issue_ms:.2} ms, issued in {:.2} ms, applied in {:.2} ms", crate::log::stamp(), plan.moves.len(), (flushed - started).as_secs_f64() * 1e3 - issue_ms, flushed.elapsed().as_secs_f64() * 1e3);
         let (filled, fetched) = self.account(&plan, |c| own.contains(&c));
         self.add_moved(moved);
         self.stats.waited += 1;

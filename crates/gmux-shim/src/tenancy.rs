@@ -41,6 +41,12 @@ impl Shim {
         Ok((self.mem.usage(self.tenant).chunks[0] > cap / CHUNK_BYTES, done))
     }
 
+    /// The size of host block to pin next, while less host memory is pinned than the
+    /// process has allocated on the GPU (all of it may have to be evicted).
+    pub fn host_short(&self) -> Option<u64> {
+        (self.dev.pinned_bytes() < self.allocated()).then(|| self.dev.host_block())
+    }
+
     /// Physical GPU memory held, mapped or spare.
     pub fn held(&self) -> u64 {
         self.mover.held() * CHUNK_BYTES
@@ -62,15 +68,17 @@ impl Shim {
 
     /// Brings in one step of the allocations the next slice uses (`whole`: all of them),
     /// in first-use order, within the limit and without evicting anything the forecast
-    /// needs sooner. Every stream waits for what it brings in. Returns whether anything
+    /// needs sooner. A running process's step is all its grant allows (granting access to
+    /// new memory waits for other processes' copies, about 20 ms a call, so it is done in
+    /// as few calls as possible); a paused one's is [`STEP_BYTES`]. Every stream waits for what it brings in. Returns whether anything
     /// is left that fits, and an event after the step's copies (a paused tenant waits
     /// for it before its next step, so that its copies never queue far ahead of the
     /// running tenant's).
-    pub fn fill(&mut self, whole: bool) -> Result<(bool, Option<CUevent>), CudaError> {
+    pub fn fill(&mut self, whole: bool, running: bool) -> Result<(bool, Option<CUevent>), CudaError> {
         let allocs = if whole { self.vmem.regions().map(|r| r.alloc).collect() } else { self.next_slice() };
         // Over the room left, the plan evicts own chunks that the forecast uses later (what
         // the last slice left behind), never any used sooner.
-        let step = (STEP_BYTES / CHUNK_BYTES) as usize;
+        let step = if running { usize::MAX } else { (STEP_BYTES / CHUNK_BYTES) as usize };
         let need: Vec<ChunkId> = allocs
             .iter()
             .flat_map(|a| self.mem.alloc(*a).expect("live allocation").chunks())
@@ -117,7 +125,12 @@ impl Shim {
     fn next_slice(&self) -> Vec<AllocId> {
         // Before its first slice (or never sliced: all tenants fit), everything predicted.
         let last = self.stats.slice_commands as usize;
-        let horizon = if last == 0 { usize::MAX } else { last + last.div_ceil(2) };
+        self.forecast_allocs(if last == 0 { usize::MAX } else { last + last.div_ceil(2) })
+    }
+
+    /// Allocations the forecast uses within `horizon` commands, in first-use order, or
+    /// every allocation without a forecast.
+    fn forecast_allocs(&self, horizon: usize) -> Vec<AllocId> {
         match self.history.after_last() {
             Some(order) => order.into_iter().filter(|(a, ahead)| *ahead < horizon && self.mem.alloc(*a).is_ok()).map(|(a, _)| a).collect(),
             None => self.vmem.regions().map(|r| r.alloc).collect(),
@@ -128,7 +141,8 @@ impl Shim {
     pub fn report(&mut self, blocked: u64) -> ShimReport {
         self.settle();
         let finished = self.inflight.finished().unwrap_or(0);
-        let want: u64 = self.next_slice().iter().map(|a| self.mem.alloc(*a).expect("live").count as u64 * CHUNK_BYTES).sum();
+        let bytes = |allocs: Vec<AllocId>| -> u64 { allocs.iter().map(|a| self.mem.alloc(*a).expect("live").count as u64 * CHUNK_BYTES).sum() };
+        let (want, period) = (bytes(self.next_slice()), bytes(self.forecast_allocs(usize::MAX)));
         let usage = self.mem.usage(self.tenant);
         let m = self.stats.moved;
         ShimReport {
@@ -137,6 +151,7 @@ impl Shim {
             allocated: self.allocated(),
             swapped: usage.bytes(Tier::Host) + usage.bytes(Tier::Disk),
             want,
+            period,
             blocked,
             commands: self.stats.commands,
             bytes_h2d: m.populated * CHUNK_BYTES,

@@ -26,6 +26,11 @@ pub enum Switch {
 /// that its in-flight work drains fast when the higher class wakes.
 pub const GATED_INFLIGHT: u32 = 2;
 
+/// Least a grant grows by, unless to its target: the process grants its GPU access to
+/// each increment's new memory in one driver call, and every such call waits about 20 ms
+/// for the other processes' copies (H100, during a switch), so increments must be few.
+pub const GRANT_STEP: u64 = 2 << 30;
+
 fn round_up(bytes: u64) -> u64 {
     bytes.div_ceil(CHUNK_BYTES) * CHUNK_BYTES
 }
@@ -188,6 +193,7 @@ impl Daemon {
             u.allocated += r.allocated;
             u.swapped += r.swapped;
             u.want += r.want.max(r.blocked);
+            u.period += r.period.max(r.want).max(r.blocked);
             u.blocked += r.blocked;
             u.commands += r.commands;
             u.bytes_h2d += r.bytes_h2d;
@@ -220,15 +226,16 @@ impl Daemon {
         self.now = now;
         let live = self.live();
         let usage: HashMap<TenantId, ShimReport> = live.iter().map(|t| (*t, self.usage(*t))).collect();
-        let claim = |tenants: &Tenants, t: TenantId, next_run: u64| {
+        // Running at once (`whole`) needs each tenant's whole period, not a slice's worth.
+        let claim = |tenants: &Tenants, t: TenantId, next_run: u64, whole: bool| {
             let k = &tenants.get(t).limits;
             let u = &usage[&t];
-            Claim { id: t, held: u.held, want: u.want, low: k.low, high: k.high, next_run }
+            Claim { id: t, held: u.held, want: if whole { u.period } else { u.want }, low: k.low, high: k.high, next_run }
         };
-        let flat: Vec<Claim> = live.iter().map(|t| claim(&self.tenants, *t, 0)).collect();
+        let flat: Vec<Claim> = live.iter().map(|t| claim(&self.tenants, *t, 0, true)).collect();
         let concurrent = self.policy == Policy::Priority || all_fit(self.hbm, &flat);
         let (runs, order) = if concurrent { self.concurrent(&live, &usage) } else { self.sliced(&live, &usage, now) };
-        let claims: Vec<Claim> = live.iter().map(|t| claim(&self.tenants, *t, order[t])).collect();
+        let claims: Vec<Claim> = live.iter().map(|t| claim(&self.tenants, *t, order[t], concurrent)).collect();
         let mut caps = divide(self.hbm, &claims);
         if self.switch == Switch::Whole && !concurrent {
             // The baseline keeps nothing of the tenants that do not run.
@@ -254,12 +261,18 @@ impl Daemon {
         // order of their next run; a shrinking tenant's memory is free once it reports so.
         let reserved: Vec<u64> = live.iter().map(|t| self.reserved(*t, usage[t].held)).collect();
         let mut free = hbm.saturating_sub(reserved.iter().sum());
-        let mut now_caps = caps.clone();
+        // Growers hold what they have until their turn in the loop below.
+        let mut now_caps: Vec<u64> = caps.iter().zip(&reserved).map(|(c, r)| (*c).min(*r)).collect();
         let mut by_run: Vec<usize> = (0..live.len()).collect();
         by_run.sort_by_key(|&i| (order[&live[i]], live[i]));
         for i in by_run {
             if caps[i] > reserved[i] {
-                let more = (caps[i] - reserved[i]).min(free) / CHUNK_BYTES * CHUNK_BYTES;
+                let short = caps[i] - reserved[i];
+                let more = short.min(free) / CHUNK_BYTES * CHUNK_BYTES;
+                if more < short.min(GRANT_STEP) {
+                    // What is free waits for this tenant until a whole step is.
+                    break;
+                }
                 now_caps[i] = reserved[i] + more;
                 free -= more;
             }
