@@ -1,7 +1,7 @@
 """MSched micro-benchmark tenant (section 7.1): a streaming vector add or a matmul with a
 fixed footprint of device memory, measured over a shared wall-clock window.
 
-    tenant.py --kind vecadd --gib 8 --duration 30 [--start-at T] [--out F] [--verify]
+    tenant.py --kind vecadd --gib 8 --duration 30 [--start-at T] [--ready-dir D --ready-count N] [--out F] [--verify]
     tenant.py --kind matmul --gib 8 --n 4096 --duration 30 [--start-at T] [--out F] [--verify]
     tenant.py --kind matmul --gib 0.05 --n 256 --duration 2 --verify --device cpu   # dry run
 
@@ -24,6 +24,7 @@ handling (stop, report what was measured, exit 0) and the key=value / JSON repor
 import argparse
 import json
 import math
+import os
 import signal
 import sys
 import time
@@ -77,6 +78,8 @@ class Window:
         self.duration = args.duration
         self.warmup = args.warmup
         self.start_at = args.start_at  # UNIX time, or None: warmup seconds after begin()
+        self.ready_dir = args.ready_dir
+        self.ready_count = args.ready_count
         self.start = self.end = math.inf
         self.late_start_s = 0.0
 
@@ -99,7 +102,12 @@ class Window:
             raise Interrupted
 
     def begin(self):
-        """Setup is done: fix the window on the monotonic clock."""
+        """Setup is done: fix the window on the monotonic clock. With --ready-dir, first
+        wait until --ready-count processes are ready there; the window then opens
+        READY_MARGIN seconds after the last became ready (or at --start-at if later)."""
+        if self.ready_dir:
+            last = ready_barrier(self.ready_dir, self.ready_count, lambda: self.stopped)
+            self.start_at = max(self.start_at or 0.0, last + READY_MARGIN)
         now = time.monotonic()
         if self.start_at is None:
             self.start_at = time.time() + self.warmup
@@ -140,8 +148,26 @@ class Report(dict):
                 f.write("\n")
 
 
+READY_MARGIN = 1.0
+
+
+def ready_barrier(folder, count, stopped):
+    """Marks this process ready in `folder` and waits until `count` are; returns the UNIX
+    time the last one became ready (the same for every process that waits)."""
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{os.getpid()}.ready"), "w"):
+        pass
+    while True:
+        marks = [os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".ready")]
+        if len(marks) >= count or stopped():
+            return max(os.stat(m).st_mtime for m in marks)
+        time.sleep(0.02)
+
+
 def window_args(p):
     p.add_argument("--start-at", type=float, help="UNIX time the window opens (default: warm-up)")
+    p.add_argument("--ready-dir", help="wait after setup until --ready-count processes are ready in this folder; the window opens 1 s after the last")
+    p.add_argument("--ready-count", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--duration", type=float, default=10.0, help="window length in seconds")
     p.add_argument("--warmup", type=float, default=3.0, help="seconds of warm-up without --start-at")
     p.add_argument("--out", help="also write the results as one JSON object to this file")

@@ -224,7 +224,7 @@ fn work() {
             // A paused tenant brings in its next slice ahead of its turn as far as its
             // grant allows (the daemon grants in the order of the timeline).
             let (t0, before) = (stamp(), st.resident());
-            let more = match st.fill(g.fill == Fill::Whole, running) {
+            let more = match st.fill(g.fill == Fill::Whole) {
                 Ok((more, Some(done))) => {
                     crate::log!(Debug, "agent {t0:.3}: fill step within {}: {} issued in {:.2} ms", format_size(g.cap), format_size(st.resident() - before), (stamp() - t0) * 1e3);
                     // A paused tenant keeps one step's copies in flight while it issues

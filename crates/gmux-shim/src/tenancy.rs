@@ -68,17 +68,18 @@ impl Shim {
 
     /// Brings in one step of the allocations the next slice uses (`whole`: all of them),
     /// in first-use order, within the limit and without evicting anything the forecast
-    /// needs sooner. A running process's step is all its grant allows (granting access to
-    /// new memory waits for other processes' copies, about 20 ms a call, so it is done in
-    /// as few calls as possible); a paused one's is [`STEP_BYTES`]. Every stream waits for what it brings in. Returns whether anything
+    /// needs sooner, at most [`STEP_BYTES`]: granting access to memory that another
+    /// process freed costs about 50 ms per GiB while copies run (the driver clears it
+    /// through the copy engines), so steps are small enough for one step's copies to run
+    /// while the next is mapped. Every stream waits for what it brings in. Returns whether anything
     /// is left that fits, and an event after the step's copies (a paused tenant waits
     /// for it before its next step, so that its copies never queue far ahead of the
     /// running tenant's).
-    pub fn fill(&mut self, whole: bool, running: bool) -> Result<(bool, Option<CUevent>), CudaError> {
+    pub fn fill(&mut self, whole: bool) -> Result<(bool, Option<CUevent>), CudaError> {
         let allocs = if whole { self.vmem.regions().map(|r| r.alloc).collect() } else { self.next_slice() };
         // Over the room left, the plan evicts own chunks that the forecast uses later (what
         // the last slice left behind), never any used sooner.
-        let step = if running { usize::MAX } else { (STEP_BYTES / CHUNK_BYTES) as usize };
+        let step = (STEP_BYTES / CHUNK_BYTES) as usize;
         let need: Vec<ChunkId> = allocs
             .iter()
             .flat_map(|a| self.mem.alloc(*a).expect("live allocation").chunks())
@@ -120,12 +121,12 @@ impl Shim {
     }
 
     /// Allocations the next slice uses, in first-use order: the history's forecast over
-    /// half as many commands again as finished in the last slice (a slice that waited
-    /// for memory runs more once its memory is there), or every allocation without one.
+    /// as many commands as the process released while it last ran, or every allocation
+    /// without one.
     fn next_slice(&self) -> Vec<AllocId> {
         // Before its first slice (or never sliced: all tenants fit), everything predicted.
         let last = self.stats.slice_commands as usize;
-        self.forecast_allocs(if last == 0 { usize::MAX } else { last + last.div_ceil(2) })
+        self.forecast_allocs(if last == 0 { usize::MAX } else { last })
     }
 
     /// Allocations the forecast uses within `horizon` commands, in first-use order, or

@@ -176,6 +176,42 @@ pub fn stat(socket: &Path, tenant: &str) -> (u64, u64) {
     (field("bytes_h2d "), field("bytes_d2h "))
 }
 
+/// Waits until `tenant` has joined the daemon at `socket` (its process reached CUDA),
+/// at most `limit`; whether it did.
+pub fn wait_joined(socket: &Path, tenant: &str, limit: Duration) -> bool {
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < limit {
+        if ctl::request(socket, &Request::Get { tenant: tenant.into(), knob: None }).is_ok_and(|r| r.ok) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// Seconds between the last workload's setup and the window (as `gpu/tenant.py`'s
+/// `READY_MARGIN`).
+pub const READY_MARGIN: f64 = 1.0;
+
+/// Waits until `count` workloads have marked themselves ready in `folder` (see
+/// `--ready-dir` in `gpu/tenant.py`), at most `limit`; the UNIX time the last one did.
+pub fn ready_at(folder: &Path, count: usize, limit: Duration) -> Option<f64> {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        let marks: Vec<f64> = std::fs::read_dir(folder)
+            .ok()?
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".ready"))
+            .filter_map(|e| e.metadata().ok()?.modified().ok()?.duration_since(UNIX_EPOCH).ok().map(|d| d.as_secs_f64()))
+            .collect();
+        if marks.len() >= count {
+            return marks.into_iter().reduce(f64::max);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
 /// A workload's JSON report.
 pub fn report(path: &Path) -> Result<serde_json::Value, Failure> {
     let text = std::fs::read_to_string(path).map_err(|e| Failure::Runtime(format!("no report at {} ({e}); see the log next to it", path.display())))?;

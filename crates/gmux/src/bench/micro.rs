@@ -98,7 +98,12 @@ fn one_run(lab: &Lab, a: &MicroArgs, level: u32, gib: f64, system: &str) -> Resu
         "in-hbm" => None,
         s => Some(lab.daemon(&format!("L{level}-{s}"), &["--hbm".into(), a.budget.clone(), "--policy".into(), "rr".into(), "--timeslice".into(), a.timeslice.clone(), "--switch".into(), if s == "gmux" { "msched".into() } else { "whole".into() }, "--verbose".into()])?),
     };
+    // The window opens at the warm-up's end, or 1 s after the last tenant finished its
+    // setup if later (setups under memory pressure take long).
     let start = lab::unix_now() + a.lab.warmup;
+    let ready = lab.file(&format!("L{level}-{system}.ready"));
+    let _ = std::fs::remove_dir_all(&ready);
+    std::fs::create_dir_all(&ready).map_err(|e| Failure::Runtime(format!("cannot create {}: {e}", ready.display())))?;
     let mut children = Vec::new();
     for (name, kind) in TENANTS {
         let report = lab.file(&format!("L{level}-{system}.{name}.json"));
@@ -117,19 +122,37 @@ fn one_run(lab: &Lab, a: &MicroArgs, level: u32, gib: f64, system: &str) -> Resu
             a.n.to_string(),
             "--start-at".into(),
             format!("{start:.3}"),
+            "--ready-dir".into(),
+            ready.display().to_string(),
+            "--ready-count".into(),
+            TENANTS.len().to_string(),
             "--duration".into(),
             a.lab.duration.to_string(),
             "--out".into(),
             report.display().to_string(),
         ];
         children.push((name.to_string(), lab.tenant(name, &format!("L{level}-{system}"), daemon.as_ref().map(|d| d.socket.as_path()), record, 0, "tenant.py", &args)?));
+        if let Some(d) = &daemon {
+            // Tenants join in the order listed, so round robin runs them in the order the
+            // replay in the simulator does (the order changes what a switch must move).
+            if !lab::wait_joined(&d.socket, name, Duration::from_secs(60)) {
+                eprintln!("gmux bench: {name} did not join gmuxd within 60 s; see its log");
+            }
+        }
     }
     let bytes = |d: &Option<lab::Daemon>| d.as_ref().map_or((0, 0), |d| TENANTS.iter().map(|(n, _)| lab::stat(&d.socket, n)).fold((0, 0), |s, b| (s.0 + b.0, s.1 + b.1)));
+    let start = match lab::ready_at(&ready, TENANTS.len(), Duration::from_secs(300)) {
+        Some(last) => start.max(last + lab::READY_MARGIN),
+        None => {
+            eprintln!("gmux bench: level {level}%, {system}: not every tenant finished its setup within 300 s; see their logs");
+            start
+        }
+    };
     lab::sleep_until(start);
     let before = bytes(&daemon);
     lab::sleep_until(start + a.lab.duration);
     let after = bytes(&daemon);
-    let failed = lab.wait_all(children, Duration::from_secs_f64(120.0 + a.lab.duration));
+    let mut failed = lab.wait_all(children, Duration::from_secs_f64(120.0 + a.lab.duration));
     drop(daemon);
     let mut units_per_s = HashMap::new();
     let mut units = 0.0;
@@ -137,6 +160,9 @@ fn one_run(lab: &Lab, a: &MicroArgs, level: u32, gib: f64, system: &str) -> Resu
         let r = lab::report(&lab.file(&format!("L{level}-{system}.{name}.json")))?;
         units_per_s.insert(name.to_string(), lab::num(&r, "units_per_s"));
         units += lab::num(&r, "units");
+        if lab::num(&r, "late_start_s") > 0.0 {
+            failed.push(format!("{name} (late by {:.1} s)", lab::num(&r, "late_start_s")));
+        }
     }
     let (h2d, d2h) = (after.0 - before.0, after.1 - before.1);
     Ok(Row {

@@ -26,11 +26,6 @@ pub enum Switch {
 /// that its in-flight work drains fast when the higher class wakes.
 pub const GATED_INFLIGHT: u32 = 2;
 
-/// Least a grant grows by, unless to its target: the process grants its GPU access to
-/// each increment's new memory in one driver call, and every such call waits about 20 ms
-/// for the other processes' copies (H100, during a switch), so increments must be few.
-pub const GRANT_STEP: u64 = 2 << 30;
-
 fn round_up(bytes: u64) -> u64 {
     bytes.div_ceil(CHUNK_BYTES) * CHUNK_BYTES
 }
@@ -261,18 +256,12 @@ impl Daemon {
         // order of their next run; a shrinking tenant's memory is free once it reports so.
         let reserved: Vec<u64> = live.iter().map(|t| self.reserved(*t, usage[t].held)).collect();
         let mut free = hbm.saturating_sub(reserved.iter().sum());
-        // Growers hold what they have until their turn in the loop below.
-        let mut now_caps: Vec<u64> = caps.iter().zip(&reserved).map(|(c, r)| (*c).min(*r)).collect();
+        let mut now_caps = caps.clone();
         let mut by_run: Vec<usize> = (0..live.len()).collect();
         by_run.sort_by_key(|&i| (order[&live[i]], live[i]));
         for i in by_run {
             if caps[i] > reserved[i] {
-                let short = caps[i] - reserved[i];
-                let more = short.min(free) / CHUNK_BYTES * CHUNK_BYTES;
-                if more < short.min(GRANT_STEP) {
-                    // What is free waits for this tenant until a whole step is.
-                    break;
-                }
+                let more = (caps[i] - reserved[i]).min(free) / CHUNK_BYTES * CHUNK_BYTES;
                 now_caps[i] = reserved[i] + more;
                 free -= more;
             }

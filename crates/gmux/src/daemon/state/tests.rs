@@ -55,26 +55,6 @@ fn round_robin_runs_one_tenant_and_hands_memory_in_belady_order() {
 }
 
 #[test]
-fn a_grant_grows_by_whole_steps() {
-    let mut d = four_of_8g(Switch::Msched);
-    rep(&mut d, 1, busy(8 * G, 8 * G));
-    grants(&mut d, 0);
-    started(&mut d, 0, 8 * G, 5 * MS);
-    assert!(grants(&mut d, 26 * MS)[&1].run);
-    // t0 evicts for t2 (next after t1): half a GiB free is no step yet, 2 GiB is one.
-    rep(&mut d, 0, busy(8 * G - G / 2, 8 * G));
-    assert_eq!(grants(&mut d, 27 * MS)[&2].cap, 0, "less than GRANT_STEP free");
-    rep(&mut d, 0, busy(8 * G - GRANT_STEP, 8 * G));
-    assert_eq!(grants(&mut d, 28 * MS)[&2].cap, GRANT_STEP);
-    rep(&mut d, 2, busy(GRANT_STEP, 8 * G));
-    rep(&mut d, 0, busy(G / 2, 8 * G));
-    assert_eq!(grants(&mut d, 29 * MS)[&2].cap, 8 * G - G / 2, "then all that is free");
-    rep(&mut d, 2, busy(8 * G - G / 2, 8 * G));
-    rep(&mut d, 0, busy(0, 8 * G));
-    assert_eq!(grants(&mut d, 30 * MS)[&2].cap, 8 * G, "the last increment, smaller than a step, reaches the target");
-}
-
-#[test]
 fn whole_swap_waits_for_the_others_to_leave() {
     let mut d = four_of_8g(Switch::Whole);
     rep(&mut d, 1, busy(8 * G, 8 * G));
