@@ -9,8 +9,8 @@
 
 use crate::config::config;
 use crate::state::ShimError;
-use gmux_core::protocol::{Fill, FromShim, Grant};
 use crate::log::stamp;
+use gmux_core::protocol::{Fill, FromShim, Grant};
 use gmux_core::size::format_size;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -281,6 +281,8 @@ fn work() {
                     }
                     a.lock().poke = true;
                 }
+                // The process is exiting.
+                Err(e) if e.code == crate::cuda::CUDA_ERROR_DEINITIALIZED => return,
                 Err(e) => {
                     crate::log!(Warn, "pinning host memory ahead of evictions failed ({e}); evictions pin as they go");
                     prepin_ok = false;

@@ -70,11 +70,11 @@ impl Shim {
     /// in first-use order, within the limit and without evicting anything the forecast
     /// needs sooner, at most [`STEP_BYTES`]: granting access to memory that another
     /// process freed costs about 50 ms per GiB while copies run (the driver clears it
-    /// through the copy engines), so steps are small enough for one step's copies to run
-    /// while the next is mapped. Every stream waits for what it brings in. Returns whether anything
-    /// is left that fits, and an event after the step's copies (a paused tenant waits
-    /// for it before its next step, so that its copies never queue far ahead of the
-    /// running tenant's).
+    /// through the copy engines), so steps are small enough for one step's copies to
+    /// run while the next is mapped. Every stream waits for what it brings in. Returns
+    /// whether anything is left that fits, and an event after the step's copies (a
+    /// paused tenant waits for it before the step after next, so that its copies never
+    /// queue far ahead of the running tenant's).
     pub fn fill(&mut self, whole: bool) -> Result<(bool, Option<CUevent>), CudaError> {
         let allocs = if whole { self.vmem.regions().map(|r| r.alloc).collect() } else { self.next_slice() };
         // Over the room left, the plan evicts own chunks that the forecast uses later (what

@@ -55,6 +55,27 @@ fn round_robin_runs_one_tenant_and_hands_memory_in_belady_order() {
 }
 
 #[test]
+fn running_at_once_is_judged_on_whole_periods() {
+    // Two tenants whose next slices (2 GiB each) fit 16 GiB but whose periods (12 GiB
+    // each) do not: running them at once would thrash, so they take turns.
+    let mut d = Daemon::new(Some(16 * G), None, Policy::RoundRobin, Switch::Msched);
+    for c in 0..2 {
+        d.join(c, 100 + c as u32, &format!("t{c}"), 0);
+        rep(&mut d, c, ShimReport { period: 12 * G, ..busy(0, 2 * G) });
+    }
+    let g = grants(&mut d, 0);
+    assert_eq!(g.values().filter(|g| g.run).count(), 1, "time-sliced");
+    rep(&mut d, 1, ShimReport { period: 4 * G, ..busy(0, 2 * G) });
+    let g = grants(&mut d, MS);
+    assert!(g.values().all(|g| g.run && g.fill == Fill::None), "12 + 4 GiB fit: at once");
+    // Once t0 has applied its new grant (it may hold what the old one allowed), caps
+    // cover both periods.
+    rep(&mut d, 0, ShimReport { period: 12 * G, ..busy(0, 2 * G) });
+    let g = grants(&mut d, 2 * MS);
+    assert!(g[&0].cap >= 12 * G && g[&1].cap >= 4 * G, "caps {} and {} MiB", g[&0].cap >> 20, g[&1].cap >> 20);
+}
+
+#[test]
 fn whole_swap_waits_for_the_others_to_leave() {
     let mut d = four_of_8g(Switch::Whole);
     rep(&mut d, 1, busy(8 * G, 8 * G));
