@@ -15,7 +15,7 @@ use gmux_core::size::format_size;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 /// How often the worker reports when nothing else wakes it.
@@ -195,16 +195,13 @@ fn work() {
                     let wait = if more { evicting.replace(done) } else { Some(done) };
                     match wait {
                         Some(ev) => {
-                            drop(guard);
                             let t1 = stamp();
-                            crate::real!(cuEventSynchronize(ev));
-                            crate::real!(cuEventDestroy_v2(ev));
+                            guard = wait_unlocked(guard, ev);
                             crate::log!(Debug, "agent {t1:.3}: waited {:.2} ms for a shrink step's copies", (stamp() - t1) * 1e3);
                             if let Some(e) = evicting.take().filter(|_| !more) {
                                 // An earlier step's event: its copies are done too (one stream).
                                 crate::real!(cuEventDestroy_v2(e));
                             }
-                            guard = crate::state::existing();
                             let st = guard.as_mut().expect("created");
                             st.released_memory().map(|()| more || st.limit() != g.cap)
                         }
@@ -215,10 +212,7 @@ fn work() {
             }
         } else if let Some(ev) = evicting.take() {
             // The grant grew back while a step was in flight.
-            drop(guard);
-            crate::real!(cuEventSynchronize(ev));
-            crate::real!(cuEventDestroy_v2(ev));
-            guard = crate::state::existing();
+            guard = wait_unlocked(guard, ev);
             guard.as_mut().expect("created").released_memory().map(|()| true)
         } else if (running || g.fill == Fill::Forecast) && g.fill != Fill::None && filled_gen != generation {
             // A paused tenant brings in its next slice ahead of its turn as far as its
@@ -236,13 +230,12 @@ fn work() {
                     } else {
                         filling.replace(done)
                     };
-                    if let Some(ev) = prev {
-                        if !running {
-                            drop(guard);
-                            crate::real!(cuEventSynchronize(ev));
-                            guard = crate::state::existing();
+                    match prev {
+                        Some(ev) if !running => guard = wait_unlocked(guard, ev),
+                        Some(ev) => {
+                            crate::real!(cuEventDestroy_v2(ev));
                         }
-                        crate::real!(cuEventDestroy_v2(ev));
+                        None => {}
                     }
                     Ok(more)
                 }
@@ -303,6 +296,15 @@ fn work() {
             return;
         }
     }
+}
+
+/// Waits for `ev` without the state lock (the application keeps launching meanwhile),
+/// destroys it and takes the lock back.
+fn wait_unlocked(guard: MutexGuard<'static, Option<crate::state::Shim>>, ev: crate::cuda::CUevent) -> MutexGuard<'static, Option<crate::state::Shim>> {
+    drop(guard);
+    crate::real!(cuEventSynchronize(ev));
+    crate::real!(cuEventDestroy_v2(ev));
+    crate::state::existing()
 }
 
 /// Waits while the daemon has paused this process (no-op when not registered).

@@ -124,17 +124,25 @@ impl Shim {
     /// as many commands as the process released while it last ran, or every allocation
     /// without one.
     fn next_slice(&self) -> Vec<AllocId> {
-        // Before its first slice (or never sliced: all tenants fit), everything predicted.
-        let last = self.stats.slice_commands as usize;
-        self.forecast_allocs(if last == 0 { usize::MAX } else { last })
+        let horizon = self.slice_horizon();
+        self.forecast_ahead().into_iter().filter(|(_, ahead)| *ahead < horizon).map(|(a, _)| a).collect()
     }
 
-    /// Allocations the forecast uses within `horizon` commands, in first-use order, or
-    /// every allocation without a forecast.
-    fn forecast_allocs(&self, horizon: usize) -> Vec<AllocId> {
+    /// Commands the next slice is forecast to run: as many as the process released while
+    /// it last ran; before its first slice (or never sliced: all tenants fit), no bound.
+    fn slice_horizon(&self) -> usize {
+        match self.stats.slice_commands {
+            0 => usize::MAX,
+            n => n as usize,
+        }
+    }
+
+    /// Live allocations the forecast uses, in first-use order, each with how many
+    /// commands ahead it is first used; every allocation at 0 without a forecast.
+    fn forecast_ahead(&self) -> Vec<(AllocId, usize)> {
         match self.history.after_last() {
-            Some(order) => order.into_iter().filter(|(a, ahead)| *ahead < horizon && self.mem.alloc(*a).is_ok()).map(|(a, _)| a).collect(),
-            None => self.vmem.regions().map(|r| r.alloc).collect(),
+            Some(order) => order.into_iter().filter(|(a, _)| self.mem.alloc(*a).is_ok()).collect(),
+            None => self.vmem.regions().map(|r| (r.alloc, 0)).collect(),
         }
     }
 
@@ -142,8 +150,16 @@ impl Shim {
     pub fn report(&mut self, blocked: u64) -> ShimReport {
         self.settle();
         let finished = self.inflight.finished().unwrap_or(0);
-        let bytes = |allocs: Vec<AllocId>| -> u64 { allocs.iter().map(|a| self.mem.alloc(*a).expect("live").count as u64 * CHUNK_BYTES).sum() };
-        let (want, period) = (bytes(self.next_slice()), bytes(self.forecast_allocs(usize::MAX)));
+        // The next slice's allocations and the whole period's, from one forecast.
+        let horizon = self.slice_horizon();
+        let (mut want, mut period) = (0, 0);
+        for (a, ahead) in self.forecast_ahead() {
+            let bytes = self.mem.alloc(a).expect("live").count as u64 * CHUNK_BYTES;
+            period += bytes;
+            if ahead < horizon {
+                want += bytes;
+            }
+        }
         let usage = self.mem.usage(self.tenant);
         let m = self.stats.moved;
         ShimReport {
