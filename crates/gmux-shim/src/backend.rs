@@ -5,8 +5,10 @@
 //! extent and grants access with one `cuMemSetAccess` per contiguous run, then issues
 //! copies and events in the plan's order. Granting access and unmapping cost per
 //! mapping, not per byte (measured on an H100, per 2 MiB: 29 µs and 18 µs with 2 MiB
-//! handles, 1.9 µs and 1.2 µs with 32 MiB ones), so the mover maps whole extents with
-//! one handle each (`GMUX_LOG=debug` prints these times for every flush).
+//! handles, 1.9 µs and 1.2 µs with 32 MiB ones), and granting access costs 10–30 times
+//! more while copies keep the link busy both ways (0.4–1 ms per handle,
+//! `gpu/handoff_probe.py`), so the mover maps whole extents with one handle each
+//! (`GMUX_LOG=debug` prints these times for every flush).
 //! Everything after that is ordered on the GPU, not by the host:
 //! - eviction copies wait for the application's commands released before them
 //!   ([`CudaDevice::evict_after_all`]) and for the populations of earlier flushes;

@@ -29,7 +29,7 @@ pub struct Config {
     pub strict_unmap: bool,
     /// `GMUX_HOST_BLOCK`: bytes pinned per host-pool block.
     pub host_block: u64,
-    /// `GMUX_EXTENT`: chunks moved together with one physical handle (default 16, 32 MiB).
+    /// `GMUX_EXTENT`: chunks moved together with one physical handle (default 64, 128 MiB).
     pub extent_chunks: u32,
     /// `GMUX_EVICT=opt` (default): OPT over the forecast from the process's own history
     /// where its recent commands ran before, LRU elsewhere; `lru`: LRU always.
@@ -114,9 +114,9 @@ pub fn config() -> &'static Config {
             Some("strict") => true,
             Some(v) => crate::log::fatal(&format!("GMUX_UNMAP={v}: use `deferred` (default) or `strict`")),
         };
-        let extent = size_var("GMUX_EXTENT").unwrap_or(32 << 20);
+        let extent = size_var("GMUX_EXTENT").unwrap_or(128 << 20);
         if extent < CHUNK_BYTES || !extent.is_multiple_of(CHUNK_BYTES) || extent > 1 << 30 {
-            crate::log::fatal(&format!("GMUX_EXTENT={extent} bytes: use a multiple of 2M from 2M to 1G, e.g. 32M (the default)"));
+            crate::log::fatal(&format!("GMUX_EXTENT={extent} bytes: use a multiple of 2M from 2M to 1G, e.g. 128M (the default)"));
         }
         let history_opt = match var("GMUX_EVICT").as_deref() {
             None | Some("opt") => true,

@@ -68,10 +68,11 @@ impl Shim {
 
     /// Brings in one step of the allocations the next slice uses (`whole`: all of them),
     /// in first-use order, within the limit and without evicting anything the forecast
-    /// needs sooner, at most [`STEP_BYTES`]: granting access to memory that another
-    /// process freed costs about 50 ms per GiB while copies run (the driver clears it
-    /// through the copy engines), so steps are small enough for one step's copies to
-    /// run while the next is mapped. Every stream waits for what it brings in. Returns
+    /// needs sooner: [`STEP_BYTES`], rounded up to the end of an extent so that each
+    /// extent arrives whole (mapped with one handle). Granting access costs about 0.5–1 ms
+    /// per handle while the link is busy (`gpu/handoff_probe.py`), so steps are small
+    /// enough for one step's copies to run while the next is mapped. Every stream waits
+    /// for what it brings in. Returns
     /// whether anything is left that fits, and an event after the step's copies (a
     /// paused tenant waits for it before the step after next, so that its copies never
     /// queue far ahead of the running tenant's).
@@ -80,12 +81,8 @@ impl Shim {
         // Over the room left, the plan evicts own chunks that the forecast uses later (what
         // the last slice left behind), never any used sooner.
         let step = (STEP_BYTES / CHUNK_BYTES) as usize;
-        let need: Vec<ChunkId> = allocs
-            .iter()
-            .flat_map(|a| self.mem.alloc(*a).expect("live allocation").chunks())
-            .filter(|c| !self.mem.is_resident(*c))
-            .take(step)
-            .collect();
+        let missing = allocs.iter().flat_map(|a| self.mem.alloc(*a).expect("live allocation").chunks()).filter(|c| !self.mem.is_resident(*c));
+        let need = one_step(missing, step, |c| self.mem.extent(c).0);
         if need.is_empty() {
             return Ok((false, None));
         }
@@ -178,5 +175,36 @@ impl Shim {
             finished,
             grant: 0,
         }
+    }
+}
+
+/// The first `step` of `chunks`, and the rest of the extent (named by `extent_of`) that
+/// the last of them is in.
+fn one_step(chunks: impl Iterator<Item = ChunkId>, step: usize, extent_of: impl Fn(ChunkId) -> ChunkId) -> Vec<ChunkId> {
+    let mut need: Vec<ChunkId> = Vec::new();
+    for c in chunks {
+        if need.len() >= step && need.last().is_none_or(|&l| extent_of(l) != extent_of(c)) {
+            break;
+        }
+        need.push(c);
+    }
+    need
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_step;
+    use gmux_core::ChunkId;
+
+    /// Extents of 4 chunks: a step of 6 ends inside the second extent and takes all of it.
+    #[test]
+    fn a_step_ends_at_the_end_of_an_extent() {
+        let extent_of = |c: ChunkId| ChunkId(c.0 / 4 * 4);
+        let ids = |v: Vec<ChunkId>| v.into_iter().map(|c| c.0).collect::<Vec<_>>();
+        assert_eq!(ids(one_step((0..20).map(ChunkId), 6, extent_of)), (0..8).collect::<Vec<_>>());
+        assert_eq!(ids(one_step((0..20).map(ChunkId), 8, extent_of)), (0..8).collect::<Vec<_>>(), "a step that ends an extent stops there");
+        assert_eq!(ids(one_step([1, 2, 9, 13].into_iter().map(ChunkId), 2, extent_of)), vec![1, 2], "the second chunk ends the step in its extent");
+        assert_eq!(ids(one_step([1, 2, 3, 9].into_iter().map(ChunkId), 2, extent_of)), vec![1, 2, 3]);
+        assert_eq!(ids(one_step((0..3).map(ChunkId), 6, extent_of)), vec![0, 1, 2]);
     }
 }
