@@ -1,14 +1,14 @@
 """Whether memory handed between processes as a shareable handle skips the driver's
 clearing (issue 4's switch bound), measured without gmux.
 
-    handoff_probe.py [--gib 2] [--piece-mib 2] [--slab-mib 1024]
+    handoff_probe.py [--gib 2] [--piece-mib 2]
 
 A third process keeps the link busy with copies both ways, as an evicting tenant does.
 Under that load this process maps `--gib` of device memory three ways and times
 cuMemSetAccess:
   fresh     cuMemCreate'd here right after another process freed as much
-  imported  slabs another process created, exported as POSIX file descriptors, mapped
-            and wrote, then unmapped; imported here and mapped in `--piece-mib` pieces
+  imported  handles another process created, exported as POSIX file descriptors,
+            mapped and wrote, then unmapped; imported here and mapped
   orphaned  as imported, but the creator has exited before the import
 It also reports whether the imported memory still holds the creator's bytes.
 Results are key=value lines.
@@ -84,28 +84,28 @@ def set_access(cu, va, n):
     return time.perf_counter() - t0
 
 
-def creator(path, gib, slab_mib, export, stay):
-    """Creates, maps and writes `gib` in slabs; sends their descriptors to `path` if
+def creator(path, gib, piece_mib, export, stay):
+    """Creates, maps and writes `gib` in handles of `piece_mib`; sends their descriptors to `path` if
     `export`; unmaps and releases them; then stays until the socket closes, or exits."""
     signal.alarm(120)
     cu = cuda()
-    slab = slab_mib * MIB
-    n = int(gib * 1024 / slab_mib)
-    va = reserve(cu, n * slab)
+    piece = piece_mib * MIB
+    n = int(gib * 1024 / piece_mib)
+    va = reserve(cu, n * piece)
     hs, fds = [], []
     for i in range(n):
         h = C.c_uint64()
-        cu("cuMemCreate", C.byref(h), C.c_size_t(slab), C.byref(prop(export)), C.c_uint64(0))
-        cu("cuMemMap", C.c_uint64(va + i * slab), C.c_size_t(slab), C.c_size_t(0), h, C.c_uint64(0))
+        cu("cuMemCreate", C.byref(h), C.c_size_t(piece), C.byref(prop(export)), C.c_uint64(0))
+        cu("cuMemMap", C.c_uint64(va + i * piece), C.c_size_t(piece), C.c_size_t(0), h, C.c_uint64(0))
         hs.append(h)
         if export:
             fd = C.c_int()
             cu("cuMemExportToShareableHandle", C.byref(fd), h, C.c_int(POSIX_FD), C.c_uint64(0))
             fds.append(fd.value)
-    set_access(cu, va, n * slab)
-    cu("cuMemsetD8_v2", C.c_uint64(va), C.c_ubyte(0xAB), C.c_size_t(n * slab))
+    set_access(cu, va, n * piece)
+    cu("cuMemsetD8_v2", C.c_uint64(va), C.c_ubyte(0xAB), C.c_size_t(n * piece))
     cu("cuCtxSynchronize")
-    cu("cuMemUnmap", C.c_uint64(va), C.c_size_t(n * slab))
+    cu("cuMemUnmap", C.c_uint64(va), C.c_size_t(n * piece))
     for h in hs:
         cu("cuMemRelease", h)
     s = socket.socket(socket.AF_UNIX)
@@ -165,7 +165,7 @@ def run_case(case, cu, a, ctx, loaded):
     srv.bind(path)
     srv.listen(1)
     srv.settimeout(60)
-    p = ctx.Process(target=creator, args=(path, gib, a.slab_mib, export, case != "orphaned"))
+    p = ctx.Process(target=creator, args=(path, gib, a.piece_mib, export, case != "orphaned"))
     p.start()
     try:
         conn, _ = srv.accept()
@@ -191,11 +191,10 @@ def run_case(case, cu, a, ctx, loaded):
             h = C.c_uint64()
             cu("cuMemImportFromShareableHandle", C.byref(h), C.c_void_p(fd), C.c_int(POSIX_FD))
             hs.append(h)
-        slab = a.slab_mib * MIB
         t1 = time.perf_counter()
-        for i in range(total // piece):
-            at = i * piece
-            cu("cuMemMap", C.c_uint64(va + at), C.c_size_t(piece), C.c_size_t(at % slab), hs[at // slab], C.c_uint64(0))
+        # cuMemMap takes no offset into a handle (CUDA_ERROR_NOT_SUPPORTED): one per piece.
+        for i, h in enumerate(hs):
+            cu("cuMemMap", C.c_uint64(va + i * piece), C.c_size_t(piece), C.c_size_t(0), h, C.c_uint64(0))
     else:
         for i in range(total // piece):
             h = C.c_uint64()
@@ -232,7 +231,6 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gib", type=float, default=2)
     ap.add_argument("--piece-mib", type=int, default=2)
-    ap.add_argument("--slab-mib", type=int, default=1024)
     a = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

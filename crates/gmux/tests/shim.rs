@@ -179,7 +179,7 @@ fn ok_with(limit: &str, args: &str, var: &str, value: &str) -> Ran {
     r
 }
 
-/// Buffers of 2 to 50 MiB at 3× a 128 MiB limit: extents (32 MiB, the default) move with
+/// Buffers of 2 to 50 MiB at 3× a 128 MiB limit: extents of 32 MiB move with
 /// one mapping each, so the shim maps far fewer times than it moves chunks; with
 /// `GMUX_EXTENT=2M` it maps about once per chunk. Every byte survives either way.
 #[test]
