@@ -69,13 +69,12 @@ impl Shim {
     /// Brings in one step of the allocations the next slice uses (`whole`: all of them),
     /// in first-use order, within the limit and without evicting anything the forecast
     /// needs sooner: [`STEP_BYTES`], rounded up to the end of an extent so that each
-    /// extent arrives whole (mapped with one handle). Granting access costs about 0.5–1 ms
+    /// extent arrives whole (mapped with one handle). Granting access costs about 0.4–1 ms
     /// per handle while the link is busy (`gpu/handoff_probe.py`), so steps are small
     /// enough for one step's copies to run while the next is mapped. Every stream waits
-    /// for what it brings in. Returns
-    /// whether anything is left that fits, and an event after the step's copies (a
-    /// paused tenant waits for it before the step after next, so that its copies never
-    /// queue far ahead of the running tenant's).
+    /// for what it brings in. Returns whether anything is left that fits, and an event
+    /// after the step's copies (a paused tenant waits for it before the step after next,
+    /// so that its copies never queue far ahead of the running tenant's).
     pub fn fill(&mut self, whole: bool) -> Result<(bool, Option<CUevent>), CudaError> {
         let allocs = if whole { self.vmem.regions().map(|r| r.alloc).collect() } else { self.next_slice() };
         // Over the room left, the plan evicts own chunks that the forecast uses later (what
