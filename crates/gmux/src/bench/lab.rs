@@ -179,7 +179,7 @@ pub fn stat(socket: &Path, tenant: &str) -> (u64, u64) {
 /// Waits until `tenant` has joined the daemon at `socket` (its process reached CUDA),
 /// at most `limit`; whether it did.
 pub fn wait_joined(socket: &Path, tenant: &str, limit: Duration) -> bool {
-    let t0 = std::time::Instant::now();
+    let t0 = Instant::now();
     while t0.elapsed() < limit {
         if ctl::request(socket, &Request::Get { tenant: tenant.into(), knob: None }).is_ok_and(|r| r.ok) {
             return true;
