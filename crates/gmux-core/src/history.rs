@@ -1,10 +1,12 @@
 //! A tenant's own past as its forecast (MSched §5: GPU work repeats, iteration after
 //! iteration). The commands that followed the last time the same few commands ran are
 //! predicted to follow again; the allocations they touch, in order of first use, give
-//! OPT its next uses. Before the first repeat, a sweep in progress (each command's
+//! OPT its next uses. A context never seen before backs off to the command alone (where
+//! a loop wraps around, its first command follows the last, a context that the first
+//! pass did not have). Before the first repeat, a sweep in progress (each command's
 //! highest allocation above the one before, as a loop over layers or matrices runs
 //! through memory in allocation order) predicts that it goes on, wrapping around; with
-//! neither, nothing is predicted and the caller falls back to LRU.
+//! none of these, nothing is predicted and the caller falls back to LRU.
 
 use crate::memory::AllocId;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -25,11 +27,13 @@ pub struct History {
     first: u64,
     /// Context hash → absolute index of the command that completed it.
     seen: HashMap<u64, u64>,
+    /// Signature → absolute index of its newest command (the back-off of `seen`).
+    seen_alone: HashMap<u64, u64>,
     keep: usize,
     window: usize,
-    /// Where the context of the newest command last ended before it (see
-    /// [`History::after_last`]).
-    last_match: Option<u64>,
+    /// Where the context of the newest command last ended before it, and where the
+    /// newest command alone last ran (see [`History::after_last`]).
+    last_match: [Option<u64>; 2],
     /// Allocations the remembered commands touch, with how many touch each.
     ids: BTreeMap<AllocId, u32>,
 }
@@ -37,7 +41,7 @@ pub struct History {
 impl History {
     /// Remembers the last `keep` commands and predicts at most `window` ahead.
     pub fn new(keep: usize, window: usize) -> Self {
-        History { sigs: VecDeque::new(), sets: VecDeque::new(), first: 0, seen: HashMap::new(), keep: keep.max(1), window, last_match: None, ids: BTreeMap::new() }
+        History { sigs: VecDeque::new(), sets: VecDeque::new(), first: 0, seen: HashMap::new(), seen_alone: HashMap::new(), keep: keep.max(1), window, last_match: [None; 2], ids: BTreeMap::new() }
     }
 
     /// Records a released command: its signature (what it runs and on which allocations)
@@ -45,7 +49,7 @@ impl History {
     pub fn record(&mut self, sig: u64, allocs: &[AllocId]) {
         let ctx = self.context(sig);
         let index = self.first + self.sigs.len() as u64;
-        self.last_match = self.seen.insert(ctx, index);
+        self.last_match = [self.seen.insert(ctx, index), self.seen_alone.insert(sig, index)];
         self.sigs.push_back(sig);
         self.sets.push_back(allocs.into());
         for a in allocs {
@@ -67,27 +71,31 @@ impl History {
             let first = self.first;
             self.seen.retain(|_, i| *i >= first);
         }
+        if self.seen_alone.len() > 4 * self.keep {
+            let first = self.first;
+            self.seen_alone.retain(|_, i| *i >= first);
+        }
     }
 
     /// The allocations predicted for the commands after the one with signature `next`, in
     /// order of first use, without repeats, each with how many commands ahead it is first
     /// used (0: the command right after `next`). The prediction stops where the past
     /// reaches the present (one period) or after `window` commands. When the context
-    /// never ran before, the sweep in progress ([`History::sweep`]), else `None`.
+    /// never ran before, what followed `next` alone last time; when `next` never ran
+    /// either, the sweep in progress ([`History::sweep`]), else `None`.
     pub fn predict(&self, next: u64) -> Option<Vec<(AllocId, usize)>> {
-        match self.seen.get(&self.context(next)) {
-            Some(at) => self.following(*at),
-            None => self.sweep(),
-        }
+        self.after([self.seen.get(&self.context(next)).copied(), self.seen_alone.get(&next).copied()])
     }
 
     /// As [`History::predict`], for the commands after the newest one recorded (what a
     /// tenant runs next when it resumes).
     pub fn after_last(&self) -> Option<Vec<(AllocId, usize)>> {
-        match self.last_match {
-            Some(at) => self.following(at),
-            None => self.sweep(),
-        }
+        self.after(self.last_match)
+    }
+
+    /// What followed the first of `matches` still remembered, else the sweep.
+    fn after(&self, matches: [Option<u64>; 2]) -> Option<Vec<(AllocId, usize)>> {
+        matches.into_iter().flatten().find_map(|at| self.following(at)).or_else(|| self.sweep())
     }
 
     /// The sweep in progress, if the last [`SWEEP`] commands with allocations each reached
@@ -226,6 +234,17 @@ mod tests {
         let want: Vec<(AllocId, usize)> = (10..20).chain(0..10).enumerate().map(|(k, a)| (AllocId(a), k)).collect();
         assert_eq!(next, want, "one allocation per command, wrapping around");
         assert_eq!(predicted(&h, 10).unwrap()[..3], ids(&[10, 11, 12]), "an unseen context falls back to the sweep");
+    }
+
+    #[test]
+    fn where_a_loop_wraps_around_the_command_alone_predicts() {
+        // The loop starts over: [0, 1] now follows [18, 19], a context the first pass did
+        // not have, and the sweep is broken.
+        let h = sweep_over((0..19).chain([0]));
+        assert_eq!(h.sweep(), None);
+        assert_eq!(h.after_last().expect("a back-off")[..3], [(AllocId(1), 0), (AllocId(2), 0), (AllocId(3), 1)]);
+        let next = h.predict(signature(7, &ids(&[1, 2]))).expect("a back-off");
+        assert_eq!(next[..3], [(AllocId(2), 0), (AllocId(3), 0), (AllocId(4), 1)], "what followed [1, 2] last time");
     }
 
     #[test]

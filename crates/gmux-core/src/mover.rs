@@ -4,18 +4,18 @@
 //! population (no release and re-create); populations go on the populate stream in plan
 //! order, which is first-use order, so each command can start once its own chunks are in.
 //!
-//! An extent ([`Memory::extent`]) that a plan brings in whole is mapped with as few
-//! physical handles as the spares allow (one of its length when new), because the
-//! driver's cost of mapping, granting access and unmapping is per handle; anything else
-//! is mapped chunk by chunk. A mapping is unmapped when the last of its chunks is
-//! evicted (the planner evicts extents whole).
+//! What a plan brings in of an extent ([`Memory::extent`]), each contiguous run of it,
+//! is mapped with as few physical handles as the spares allow (one of its length when
+//! new), because the driver's cost of mapping, granting access and unmapping is per
+//! handle. A mapping is unmapped when the last of its chunks is evicted (the planner
+//! evicts extents whole).
 //! Physical memory held, mapped or spare, is kept within the GPU tier's capacity at the
 //! end of every plan.
 
 use crate::device::{CopyStream, Device, Event, PhysChunk};
 use crate::memory::{ChunkId, Memory, Tier};
 use crate::planner::{Move, Plan};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 /// Physical memory mapped at a run of chunks.
 #[derive(Debug, Clone, Copy)]
@@ -43,35 +43,32 @@ impl Mover {
     /// Issues `plan` on `dev`; `mem` is the chunk table before the plan is applied.
     /// Returns, for every chunk the plan brings in, the event after which it is usable.
     pub fn issue<D: Device>(&mut self, plan: &Plan, mem: &Memory, dev: &mut D) -> Result<Vec<(ChunkId, Event)>, D::Error> {
-        let arriving: HashSet<ChunkId> = plan
-            .moves
-            .iter()
-            .filter_map(|m| match *m {
-                Move::Create(c) | Move::Populate { chunk: c, .. } => Some(c),
-                _ => None,
-            })
-            .collect();
+        // Chunks the plan brings in, by extent: they are not mapped (nothing resident is).
+        let mut arriving: HashMap<ChunkId, usize> = HashMap::new();
+        for mv in &plan.moves {
+            if let Move::Create(c) | Move::Populate { chunk: c, .. } = *mv {
+                *arriving.entry(mem.extent(c).0).or_default() += 1;
+            }
+        }
         let mut ready = Vec::new();
-        // An extent arriving whole waits for its last chunk's turn in the plan: by then
-        // the plan's evictions have made room for all of it, so spares can back it.
+        // The chunks of an extent wait for the last one's turn in the plan: by then the
+        // plan's evictions have made room for all of them, so spares can back them. Then
+        // each contiguous run of them is mapped at once.
         let mut held_back: HashMap<ChunkId, Vec<(ChunkId, Option<Tier>)>> = HashMap::new();
         for mv in &plan.moves {
             match *mv {
                 Move::Create(c) | Move::Populate { chunk: c, .. } => {
                     let from = if let Move::Populate { from, .. } = *mv { Some(from) } else { None };
-                    let (first, len) = mem.extent(c);
-                    let whole = held_back.contains_key(&first)
-                        || (len > 1 && (first.0..first.0 + len).all(|x| arriving.contains(&ChunkId(x)) && !self.mapping_of.contains_key(&ChunkId(x))));
-                    if !whole {
-                        self.map(c, 1, dev, mem)?;
-                        ready.push(self.fill(c, from, dev)?);
-                        continue;
-                    }
+                    let first = mem.extent(c).0;
                     let waiting = held_back.entry(first).or_default();
                     waiting.push((c, from));
-                    if waiting.len() == len as usize {
+                    if waiting.len() == arriving[&first] {
                         let waiting = held_back.remove(&first).expect("just filled");
-                        self.map(first, len, dev, mem)?;
+                        let mut ids: Vec<u32> = waiting.iter().map(|(c, _)| c.0).collect();
+                        ids.sort_unstable();
+                        for run in ids.chunk_by(|a, b| a + 1 == *b) {
+                            self.map(ChunkId(run[0]), run.len() as u32, dev, mem)?;
+                        }
                         for (c, from) in waiting {
                             ready.push(self.fill(c, from, dev)?);
                         }
@@ -290,18 +287,23 @@ mod tests {
     }
 
     #[test]
-    fn part_of_an_extent_is_mapped_chunk_by_chunk() {
+    fn part_of_an_extent_is_mapped_run_by_run() {
         let mut mem = Memory::new(Capacities::default());
-        mem.set_extent(4);
-        mem.allocate(TenantId(0), 4 * CHUNK_BYTES).unwrap();
+        mem.set_extent(8);
+        mem.allocate(TenantId(0), 8 * CHUNK_BYTES).unwrap();
         let mut dev = Log::default();
         let mut mover = Mover::default();
-        mover.issue(&creates(1..3), &mem, &mut dev).unwrap();
-        assert_eq!(dev.count("map"), 2);
-        assert!(dev.calls.contains(&"map c1 x1 p1".to_string()));
-        mover.discard(ChunkId(1), &mut dev).unwrap();
-        mover.discard(ChunkId(2), &mut dev).unwrap();
-        assert_eq!((dev.count("unmap"), dev.count("release"), mover.held()), (2, 2, 0));
+        let plan = Plan { moves: [1, 2, 3, 6].into_iter().map(|c| Move::Create(ChunkId(c))).collect(), covered: 4 };
+        let ready = mover.issue(&plan, &mem, &mut dev).unwrap();
+        assert_eq!(ready.iter().map(|(c, _)| c.0).collect::<Vec<_>>(), vec![1, 2, 3, 6], "filled in plan order");
+        assert_eq!(dev.calls.iter().filter(|c| c.starts_with("map")).cloned().collect::<Vec<_>>(), vec!["map c1 x3 p1", "map c6 x1 p2"]);
+        let more = Plan { moves: vec![Move::Create(ChunkId(4)), Move::Create(ChunkId(0)), Move::Create(ChunkId(5))], covered: 3 };
+        mover.issue(&more, &mem, &mut dev).unwrap();
+        assert_eq!(dev.calls.iter().filter(|c| c.starts_with("map")).skip(2).cloned().collect::<Vec<_>>(), vec!["map c0 x1 p3", "map c4 x2 p4"], "the rest, around what is mapped");
+        for c in [0, 1, 2, 3, 4, 5] {
+            mover.discard(ChunkId(c), &mut dev).unwrap();
+        }
+        assert_eq!((dev.count("unmap"), dev.count("release"), mover.held()), (3, 3, 1), "a mapping goes with its last chunk");
     }
 
     /// Four 1-chunk allocations fill a 4-chunk budget and are evicted for a 4-chunk

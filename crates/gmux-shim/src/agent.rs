@@ -175,7 +175,8 @@ fn work() {
                 commands_at_switch = st.stats.commands;
             } else if st.stats.commands > commands_at_switch {
                 // A slot in which nothing was released says nothing about slices.
-                st.stats.slice_commands = st.stats.commands - commands_at_switch;
+                st.stats.slices.rotate_right(1);
+                st.stats.slices[0] = st.stats.commands - commands_at_switch;
             }
             crate::log!(Debug, "agent {:.3}: {} with {} resident", stamp(), if running { "switched in" } else { "paused" }, format_size(st.resident()));
         }

@@ -72,9 +72,10 @@ pub struct Stats {
     pub plans: u64,
     /// Plans that evicted in OPT order over a forecast.
     pub forecast_plans: u64,
-    /// Commands released while the daemon last let the process run (the horizon of the
-    /// next slice's forecast).
-    pub slice_commands: u64,
+    /// Commands released in each of the last three slots in which the daemon let the
+    /// process run and it released any, newest first (0: no such slot yet); their median
+    /// is the horizon of the next slice's forecast.
+    pub slices: [u64; 3],
 }
 
 /// A plan's populations, possibly still under way: the event after them, the

@@ -117,20 +117,18 @@ impl Shim {
     }
 
     /// Allocations the next slice uses, in first-use order: the history's forecast over
-    /// as many commands as the process released while it last ran, or every allocation
-    /// without one.
+    /// [`Shim::slice_horizon`] commands, or every allocation without one.
     fn next_slice(&self) -> Vec<AllocId> {
         let horizon = self.slice_horizon();
         self.forecast_ahead().into_iter().filter(|(_, ahead)| *ahead < horizon).map(|(a, _)| a).collect()
     }
 
-    /// Commands the next slice is forecast to run: as many as the process released while
-    /// it last ran; before its first slice (or never sliced: all tenants fit), no bound.
+    /// Commands the next slice is forecast to run: the median of what the process released
+    /// in its last three slots (one slot that ran long, say after a slow switch, does not
+    /// inflate the next fill); before its first slice (or never sliced: all tenants fit),
+    /// no bound.
     fn slice_horizon(&self) -> usize {
-        match self.stats.slice_commands {
-            0 => usize::MAX,
-            n => n as usize,
-        }
+        median_slice(&self.stats.slices)
     }
 
     /// Live allocations the forecast uses, in first-use order, each with how many
@@ -177,6 +175,16 @@ impl Shim {
     }
 }
 
+/// The median of the known slices (0: unknown), the lower one of two; no bound without any.
+fn median_slice(slices: &[u64]) -> usize {
+    let mut known: Vec<u64> = slices.iter().copied().filter(|n| *n > 0).collect();
+    known.sort_unstable();
+    match known.len() {
+        0 => usize::MAX,
+        k => known[(k - 1) / 2] as usize,
+    }
+}
+
 /// The first `step` of `chunks`, and the rest of the extent (named by `extent_of`) that
 /// the last of them is in.
 fn one_step(chunks: impl Iterator<Item = ChunkId>, step: usize, extent_of: impl Fn(ChunkId) -> ChunkId) -> Vec<ChunkId> {
@@ -192,8 +200,17 @@ fn one_step(chunks: impl Iterator<Item = ChunkId>, step: usize, extent_of: impl 
 
 #[cfg(test)]
 mod tests {
-    use super::one_step;
+    use super::{median_slice, one_step};
     use gmux_core::ChunkId;
+
+    #[test]
+    fn one_long_slot_does_not_set_the_horizon() {
+        assert_eq!(median_slice(&[0, 0, 0]), usize::MAX, "never sliced: no bound");
+        assert_eq!(median_slice(&[8, 0, 0]), 8);
+        assert_eq!(median_slice(&[32, 8, 0]), 8, "the lower of two");
+        assert_eq!(median_slice(&[32, 8, 9]), 9);
+        assert_eq!(median_slice(&[16, 16, 4]), 16);
+    }
 
     /// Extents of 4 chunks: a step of 6 ends inside the second extent and takes all of it.
     #[test]
