@@ -3,10 +3,14 @@
 //!
 //! Each tenant's shim evicts and populates its own chunks; the daemon decides only how
 //! many bytes each tenant may hold. Belady's rule over the timeline: the memory of the
-//! tenant that runs furthest in the future is taken first, so tenants are served in
-//! order of their next run, each up to what its next slice uses. `gmem.limit.low`
-//! protects what a tenant holds, up to that limit, from others; `gmem.limit.high` caps
-//! it. Inside a tenant, the shim evicts in OPT order over its own forecast.
+//! tenant that runs furthest in the future is taken first, so the tenant running and
+//! the next one are served first, each up to what its next slice uses. A tenant further
+//! ahead keeps what it holds and grows only into memory nobody holds: taking memory
+//! from another tenant that also runs before it comes round would only move bytes back
+//! and forth (two vector adds that each take from the other to fill ahead of their
+//! turns both pay the copies again). `gmem.limit.low` protects what a tenant holds, up
+//! to that limit, from others; `gmem.limit.high` caps it. Inside a tenant, the shim
+//! evicts in OPT order over its own forecast.
 
 use crate::tenant::TenantId;
 use crate::CHUNK_BYTES;
@@ -43,9 +47,14 @@ fn round(bytes: u64) -> u64 {
     bytes.div_ceil(CHUNK_BYTES).saturating_mul(CHUNK_BYTES)
 }
 
+/// Turns in the timeline (the running tenant's, the next one's) served before anyone
+/// keeps what it holds.
+pub const AHEAD: usize = 2;
+
 /// The bytes each tenant may hold (in the order of `claims`), within `hbm` (`None`:
-/// unlimited). Protected bytes are granted first; the rest goes to tenants in order of
-/// their next run, each up to its want and `gmem.limit.high`.
+/// unlimited). Protected bytes are granted first. Then, in order of next run, each up to
+/// its want and `gmem.limit.high`: the tenants whose next run is one of the first
+/// [`AHEAD`] distinct ones; the others, what they hold; the others again, what is left.
 pub fn divide(hbm: Option<u64>, claims: &[Claim]) -> Vec<u64> {
     let mut caps: Vec<u64> = claims.iter().map(Claim::protected).collect();
     let Some(hbm) = hbm else {
@@ -54,11 +63,23 @@ pub fn divide(hbm: Option<u64>, claims: &[Claim]) -> Vec<u64> {
     let mut left = hbm.saturating_sub(caps.iter().sum());
     let mut order: Vec<usize> = (0..claims.len()).collect();
     order.sort_by_key(|&i| (claims[i].next_run, claims[i].id));
-    for i in order {
-        let more = claims[i].ceiling().saturating_sub(caps[i]).min(left) / CHUNK_BYTES * CHUNK_BYTES;
-        caps[i] += more;
-        left -= more;
-    }
+    let mut turns: Vec<u64> = claims.iter().map(|c| c.next_run).collect();
+    turns.sort_unstable();
+    turns.dedup();
+    let after_soon = turns.get(AHEAD).copied().unwrap_or(u64::MAX);
+    let (soon, later): (Vec<usize>, Vec<usize>) = order.into_iter().partition(|&i| claims[i].next_run < after_soon);
+    let want = |i: usize| claims[i].ceiling();
+    let holds = |i: usize| round(claims[i].held).min(claims[i].ceiling());
+    let mut serve = |tenants: &[usize], upto: &dyn Fn(usize) -> u64| {
+        for &i in tenants {
+            let more = upto(i).saturating_sub(caps[i]).min(left) / CHUNK_BYTES * CHUNK_BYTES;
+            caps[i] += more;
+            left -= more;
+        }
+    };
+    serve(&soon, &want);
+    serve(&later, &holds);
+    serve(&later, &want);
     caps
 }
 
@@ -83,6 +104,23 @@ mod tests {
         // 16 GiB, four tenants of 8 GiB: the running one and the next get all of it.
         let c = [claim(0, 8 * G, 8 * G, 3), claim(1, 8 * G, 8 * G, 0), claim(2, 0, 8 * G, 1), claim(3, 0, 8 * G, 2)];
         assert_eq!(divide(Some(16 * G), &c), vec![0, 8 * G, 8 * G, 0]);
+    }
+
+    /// 200% of 16 GiB: two matmuls whose slices use 3 and 1.5 GiB, two vector adds of 8.
+    /// While the first matmul runs, the second is next: the vector adds keep what they
+    /// hold, and neither takes from the other to fill ahead of its turn.
+    #[test]
+    fn tenants_further_ahead_keep_what_they_hold() {
+        let m = 3 * G / 2;
+        let c = [claim(0, 2 * m, 2 * m, 0), claim(1, m, m, 1), claim(2, 7 * m / 3, 8 * G, 2), claim(3, 8 * G, 8 * G, 3)];
+        assert_eq!(divide(Some(16 * G), &c), vec![2 * m, m, 7 * m / 3, 8 * G], "nothing moves");
+        // Next slot: the second matmul runs, the first vector add is next and takes what it
+        // lacks from the tenant running last (the first matmul), then from the other add.
+        let c = [claim(0, 2 * m, 2 * m, 3), claim(1, m, m, 0), claim(2, 7 * m / 3, 8 * G, 1), claim(3, 8 * G, 8 * G, 2)];
+        assert_eq!(divide(Some(16 * G), &c), vec![0, m, 8 * G, 8 * G - m]);
+        // Free memory still goes to tenants further ahead, in the order of their turns.
+        let c = [claim(0, 0, G, 0), claim(1, G, 4 * G, 2), claim(2, 2 * G, 4 * G, 3)];
+        assert_eq!(divide(Some(8 * G), &c), vec![G, 4 * G, 3 * G]);
     }
 
     #[test]
