@@ -94,6 +94,7 @@ impl Mover {
                 }
             }
         }
+        debug_assert!(held_back.is_empty(), "a plan brings each chunk in once");
         let cap = mem.capacities().chunks(Tier::Gpu);
         self.trim(cap.unwrap_or(u64::MAX), dev)?;
         Ok(ready)
