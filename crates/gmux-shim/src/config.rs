@@ -46,10 +46,13 @@ pub struct Config {
     pub tenant: String,
     /// `GMUX_PRIORITY`: its strict-priority class (larger first; default 0).
     pub priority: i32,
+    /// `GMUX_OVERSIZE=error`: a command whose working set exceeds the limit returns
+    /// `CUDA_ERROR_OUT_OF_MEMORY`; by default (`exit`) the process ends with a message.
+    pub oversize_error: bool,
 }
 
 /// `GMUX_DEBUG`, a comma-separated list; each item trades speed for a narrower search.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Debug {
     /// `sync-before`: the host waits for all work of the context before a plan that evicts.
     pub sync_before: bool,
@@ -61,10 +64,13 @@ pub struct Debug {
     pub all_events: bool,
     /// `resolve`: log, once each, driver entry points resolved that gmux does not wrap.
     pub resolve: bool,
+    /// `panic:SYMBOL`: panic inside gmux's handling of SYMBOL (checks the C boundary).
+    pub panic_in: Option<String>,
 }
 
 fn debug_flags() -> Debug {
     let mut d = Debug::default();
+    const AIDS: &str = "sync-before, sync-after, runN, all-events, resolve, panic:SYMBOL";
     for item in var("GMUX_DEBUG").unwrap_or_default().split(',').map(str::trim).filter(|s| !s.is_empty()) {
         match item {
             "sync-before" => d.sync_before = true,
@@ -72,7 +78,8 @@ fn debug_flags() -> Debug {
             v if v.starts_with("run") && v[3..].parse::<usize>().is_ok_and(|n| n > 0) => d.run = v[3..].parse().ok(),
             "all-events" => d.all_events = true,
             "resolve" => d.resolve = true,
-            v => crate::log::fatal(&format!("GMUX_DEBUG={v}: use a comma-separated list of sync-before, sync-after, runN, all-events, resolve")),
+            v if v.starts_with("panic:") && v.len() > 6 => d.panic_in = Some(v[6..].to_string()),
+            v => crate::log::fatal(&format!("GMUX_DEBUG={v}: use a comma-separated list of {AIDS}")),
         }
     }
     d
@@ -133,11 +140,17 @@ pub fn config() -> &'static Config {
             Some(Ok(p)) => p,
             Some(Err(_)) => crate::log::fatal("GMUX_PRIORITY must be an integer priority class (larger runs first), e.g. 1"),
         };
+        let oversize_error = match var("GMUX_OVERSIZE").as_deref() {
+            None | Some("exit") => false,
+            Some("error") => true,
+            Some(v) => crate::log::fatal(&format!("GMUX_OVERSIZE={v}: use `exit` (default: end the process with a message) or `error` (return CUDA_ERROR_OUT_OF_MEMORY)")),
+        };
         let tenant = var("GMUX_TENANT").unwrap_or_else(|| {
             let exe = std::env::current_exe().ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
             format!("{}-{}", exe.unwrap_or_else(|| "app".into()), std::process::id())
         });
         Config {
+            oversize_error,
             daemon: var("GMUX_DAEMON").map(Into::into),
             tenant,
             priority,

@@ -18,7 +18,10 @@ macro_rules! exports {
             #[doc = concat!("gmux's `", stringify!($name), "`.")]
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> CUresult {
                 static REAL: OnceLock<usize> = OnceLock::new();
-                let real = move || -> CUresult {
+                // The driver's answer, once the call has been forwarded: what the caller
+                // gets if gmux panics after that.
+                let forwarded = std::cell::Cell::new(None);
+                let real = || -> CUresult {
                     let p = *REAL.get_or_init(|| {
                         let n = CString::new(stringify!($name)).expect("symbol name");
                         crate::driver::real_symbol(&n) as usize
@@ -29,10 +32,20 @@ macro_rules! exports {
                     // SAFETY: the driver's symbol of this name has this C signature.
                     let f: unsafe extern "C" fn($($ty),*) -> CUresult = unsafe { std::mem::transmute(p) };
                     // SAFETY: the caller's arguments, forwarded unchanged.
-                    unsafe { f($($arg),*) }
+                    let r = unsafe { f($($arg),*) };
+                    forwarded.set(Some(r));
+                    r
                 };
-                #[allow(unused_unsafe)]
-                unsafe { ($handler)(real) }
+                // No panic may unwind into the caller's C frames: it is caught here.
+                let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    #[allow(unused_unsafe)]
+                    // SAFETY: the handler's contract is the entry point's, which the
+                    // caller of this export follows.
+                    let r = unsafe { ($handler)(real) };
+                    crate::api::guard::debug_panic(stringify!($name));
+                    r
+                }));
+                handled.unwrap_or_else(|p| crate::api::guard::caught(stringify!($name), p.as_ref(), forwarded.get()))
             }
         )*
 

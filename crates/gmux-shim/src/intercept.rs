@@ -92,13 +92,15 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
     if !n.starts_with(b"cu") {
         return found;
     }
-    match handled().get(n) {
+    // A panic here must not unwind into the caller: it gets the driver's own symbol.
+    std::panic::catch_unwind(|| match handled().get(n) {
         Some(&w) => w as *mut c_void,
         None => {
             note_unwrapped(n, 0, 0);
             found
         }
-    }
+    })
+    .unwrap_or(found)
 }
 
 /// `GMUX_DEBUG=resolve`: names, once each, a resolved entry point that reaches the

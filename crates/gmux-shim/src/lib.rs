@@ -33,6 +33,11 @@ pub mod vmem;
 pub(crate) use driver::real;
 
 extern "C" fn summary_at_exit() {
+    // Called by libc at exit: a panic here must not unwind into it.
+    let _ = std::panic::catch_unwind(summary);
+}
+
+fn summary() {
     record::finish();
     agent::farewell();
     if log::level() < log::Level::Info {

@@ -229,7 +229,8 @@ impl Recorder {
         crate::log!(Info, "recording the trace to {} as tenant {}", r.path, r.tenant);
         // Registered now, after the driver's own exit handlers, so that it runs before them.
         extern "C" fn at_exit() {
-            finish();
+            // Called by libc: a panic must not unwind into it.
+            let _ = std::panic::catch_unwind(finish);
         }
         // SAFETY: registering a plain extern "C" function.
         unsafe { libc::atexit(at_exit) };

@@ -355,7 +355,7 @@ impl Shim {
         // predicted working set still finishes before that memory is copied out and its
         // physical chunk reused.
         if plan.moves.iter().any(|m| matches!(m, Move::Evict { .. })) {
-            if config().debug.sync_before {
+            if config().debug.sync_before || crate::api::guard::panicked() {
                 check(crate::real!(cuCtxSynchronize()), "cuCtxSynchronize")?;
             }
             for ev in self.inflight.newest() {

@@ -904,6 +904,10 @@ fn sync_checks(app: &App) -> bool {
             check(unsafe { (cu.event_destroy)(e2) }, "cuEventDestroy");
             expect(ms >= 90.0, &format!("elapsed time around a 100 ms kernel is {ms} ms"))
         })),
+        ("synchronize a stream with no work", Box::new(|| {
+            let idle = app.stream(CU_STREAM_NON_BLOCKING);
+            expect(unsafe { (cu.stream_synchronize)(idle) } == CUDA_SUCCESS, "cuStreamSynchronize of a stream that never ran anything failed")
+        })),
         ("pageable async read-back", Box::new(|| {
             zero(p);
             app.slow(s, p, 150);

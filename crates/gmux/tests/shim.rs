@@ -250,6 +250,24 @@ fn sync_semantics_under_gmux() {
 }
 
 #[test]
+fn a_panic_inside_an_entry_point_never_reaches_the_program() {
+    // After the driver ran the call: the program gets the driver's result and goes on.
+    let sb = Sandbox::new("panic-after", DEVICE);
+    let r = ok(sb.gmux(Some("2M"), ["sync"]).env("GMUX_DEBUG", "panic:cuStreamSynchronize"));
+    assert!(r.stdout.contains("checks passed"), "{}", r.describe());
+    let reports: Vec<&str> = r.stderr.lines().filter(|l| l.starts_with("gmux: internal error in cuStreamSynchronize")).collect();
+    assert_eq!(reports.len(), 1, "one report per entry point:\n{}", r.describe());
+    assert!(reports[0].contains("the driver's result 0") && reports[0].contains("safe mode"), "{}", reports[0]);
+
+    // Before any driver call: the program gets CUDA_ERROR_UNKNOWN (999), not an abort.
+    let sb = Sandbox::new("panic-before", DEVICE);
+    let r = run_within(sb.gmux(Some("2M"), ["sync"]).env("GMUX_DEBUG", "panic:cuMemAlloc_v2"), PATIENCE);
+    assert_eq!(r.status.code(), Some(1), "the app's own failure exit, not a signal:\n{}", r.describe());
+    assert!(r.stderr.contains("gmux: internal error in cuMemAlloc_v2") && r.stderr.contains("CUDA_ERROR_UNKNOWN"), "{}", r.describe());
+    assert!(r.stderr.contains("999"), "the app saw CUDA_ERROR_UNKNOWN:\n{}", r.describe());
+}
+
+#[test]
 fn mem_get_info_reports_the_limit() {
     let sb = Sandbox::new("info", DEVICE);
     let limit = 40 * MIB;
@@ -301,13 +319,28 @@ fn extra_params_under_eviction() {
     assert_no_shim_complaints(&r);
 }
 
-#[test]
-fn a_working_set_above_the_limit_fails_cleanly() {
-    let sb = Sandbox::new("too-big", DEVICE);
-    let r = ok(&mut sb.gmux(Some("4M"), ["too-big", "--bytes", "6M"]));
-    assert_eq!(number(&r.stdout, "launch result: "), 2, "CUDA_ERROR_OUT_OF_MEMORY expected:\n{}", r.describe());
+/// The line of advice gmux gives for a working set above the limit.
+fn oversize_advice(r: &Ran) -> &str {
     let line = r.stderr.lines().find(|l| l.contains("raise --mem-limit")).unwrap_or_else(|| panic!("no advice:\n{}", r.describe()));
-    assert!(line.starts_with("gmux: ") && line.contains("add") && line.contains("6.0 MiB") && line.contains("4.0 MiB"), "{line}");
+    assert!(line.starts_with("gmux: ") && line.contains("kernel add") && line.contains("6.0 MiB") && line.contains("4.0 MiB"), "{line}");
+    line
+}
+
+#[test]
+fn a_working_set_above_the_limit_ends_the_process_by_default() {
+    let sb = Sandbox::new("too-big", DEVICE);
+    let r = run_within(&mut sb.gmux(Some("4M"), ["too-big", "--bytes", "6M"]), PATIENCE);
+    assert_eq!(r.status.code(), Some(86), "the oversize exit status:\n{}", r.describe());
+    assert!(!r.stdout.contains("launch result"), "the program must not go on past the launch:\n{}", r.describe());
+    assert!(oversize_advice(&r).contains("status 86"), "{}", r.describe());
+}
+
+#[test]
+fn a_working_set_above_the_limit_is_an_error_with_gmux_oversize_error() {
+    let sb = Sandbox::new("too-big", DEVICE);
+    let r = ok(sb.gmux(Some("4M"), ["too-big", "--bytes", "6M"]).env("GMUX_OVERSIZE", "error"));
+    assert_eq!(number(&r.stdout, "launch result: "), 2, "CUDA_ERROR_OUT_OF_MEMORY expected:\n{}", r.describe());
+    oversize_advice(&r);
     let s = summary(&r);
     assert_eq!((s.evicted, s.populated), (0, 0), "{s:?}");
 }

@@ -94,7 +94,9 @@ pub fn gmux_bin() -> PathBuf {
 }
 
 /// Variables of the shim and the stand-in that a test must not inherit from its caller.
-const GMUX_VARS: [&str; 16] = [
+const GMUX_VARS: [&str; 18] = [
+    "GMUX_DEBUG",
+    "GMUX_OVERSIZE",
     "GMUX_DAEMON",
     "GMUX_PRIORITY",
     "GMUX_RECORD",
