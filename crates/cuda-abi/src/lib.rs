@@ -212,3 +212,211 @@ mod tests {
         assert_eq!(size_of::<CUlaunchConfig>(), 56);
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Stream capture and CUDA graphs (`cuda.h`, CUDA 12/13): handles, enums, error codes and
+// the structs the graph and 3D-copy entry points take by pointer.
+// ---------------------------------------------------------------------------------------
+
+pub use graph_abi::*;
+
+mod graph_abi {
+    use std::ffi::c_void;
+
+    use super::{CUcontext, CUdeviceptr, CUfunction, CUkernel, CUresult, CUstream};
+
+    /// `CUgraphNode`.
+    pub type CUgraphNode = *mut c_void;
+    /// `CUarray`.
+    pub type CUarray = *mut c_void;
+
+    /// The operation is not permitted while the stream (or a stream it would synchronize
+    /// with) is capturing; the capture is invalidated.
+    pub const CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: CUresult = 900;
+    /// The capture was invalidated by an earlier error.
+    pub const CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: CUresult = 901;
+    /// The operation would merge two independent captures.
+    pub const CUDA_ERROR_STREAM_CAPTURE_MERGE: CUresult = 902;
+    /// The capture was not begun in this stream.
+    pub const CUDA_ERROR_STREAM_CAPTURE_UNMATCHED: CUresult = 903;
+    /// A stream forked into the capture has not joined back into the origin stream.
+    pub const CUDA_ERROR_STREAM_CAPTURE_UNJOINED: CUresult = 904;
+    /// A dependency would cross the capture boundary.
+    pub const CUDA_ERROR_STREAM_CAPTURE_ISOLATION: CUresult = 905;
+    /// An implicit dependency of the legacy stream on a capturing blocking stream.
+    pub const CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: CUresult = 906;
+    /// The event was last recorded in a capturing stream.
+    pub const CUDA_ERROR_CAPTURED_EVENT: CUresult = 907;
+    /// A non-relaxed capture was ended from another thread than the one that began it.
+    pub const CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: CUresult = 908;
+    /// `cuGraphExecUpdate` could not apply the graph to the executable graph.
+    pub const CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE: CUresult = 910;
+    /// The handle is not in a state the call needs (e.g. ending a capture never begun).
+    pub const CUDA_ERROR_ILLEGAL_STATE: CUresult = 401;
+
+    /// `CUstreamCaptureMode`.
+    pub const CU_STREAM_CAPTURE_MODE_GLOBAL: u32 = 0;
+    pub const CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: u32 = 1;
+    pub const CU_STREAM_CAPTURE_MODE_RELAXED: u32 = 2;
+    /// `CUstreamCaptureStatus`.
+    pub const CU_STREAM_CAPTURE_STATUS_NONE: u32 = 0;
+    pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: u32 = 1;
+    pub const CU_STREAM_CAPTURE_STATUS_INVALIDATED: u32 = 2;
+
+    /// `CUgraphNodeType`.
+    pub const CU_GRAPH_NODE_TYPE_KERNEL: u32 = 0;
+    pub const CU_GRAPH_NODE_TYPE_MEMCPY: u32 = 1;
+    pub const CU_GRAPH_NODE_TYPE_MEMSET: u32 = 2;
+    pub const CU_GRAPH_NODE_TYPE_HOST: u32 = 3;
+    pub const CU_GRAPH_NODE_TYPE_GRAPH: u32 = 4;
+    pub const CU_GRAPH_NODE_TYPE_EMPTY: u32 = 5;
+    pub const CU_GRAPH_NODE_TYPE_WAIT_EVENT: u32 = 6;
+    pub const CU_GRAPH_NODE_TYPE_EVENT_RECORD: u32 = 7;
+    pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: u32 = 10;
+    pub const CU_GRAPH_NODE_TYPE_MEM_FREE: u32 = 11;
+
+    /// `cuEventRecordWithFlags` flag: during capture, add an event record node.
+    pub const CU_EVENT_RECORD_EXTERNAL: u32 = 0x1;
+    /// `cuStreamWaitEvent` flag: during capture, add an event wait node.
+    pub const CU_EVENT_WAIT_EXTERNAL: u32 = 0x1;
+    /// `CUmemorytype`: a CUDA array.
+    pub const CU_MEMORYTYPE_ARRAY: u32 = 3;
+
+    /// `CUgraphInstantiate_flags`.
+    pub const CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH: u64 = 1;
+    pub const CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: u64 = 2;
+    pub const CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH: u64 = 4;
+    pub const CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY: u64 = 8;
+    /// `CUgraphInstantiateResult`.
+    pub const CUDA_GRAPH_INSTANTIATE_SUCCESS: u32 = 0;
+    pub const CUDA_GRAPH_INSTANTIATE_ERROR: u32 = 1;
+
+    /// `CUgraphExecUpdateResult`.
+    pub const CU_GRAPH_EXEC_UPDATE_SUCCESS: u32 = 0;
+    pub const CU_GRAPH_EXEC_UPDATE_ERROR: u32 = 1;
+    pub const CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED: u32 = 2;
+    pub const CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED: u32 = 3;
+    pub const CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED: u32 = 4;
+    pub const CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED: u32 = 5;
+    pub const CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED: u32 = 6;
+
+    /// `CUDA_KERNEL_NODE_PARAMS_v2` (72 bytes). A non-null `kern` takes precedence over
+    /// `func`.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy)]
+    pub struct CUDA_KERNEL_NODE_PARAMS_v2 {
+        pub func: CUfunction,
+        pub grid_dim_x: u32,
+        pub grid_dim_y: u32,
+        pub grid_dim_z: u32,
+        pub block_dim_x: u32,
+        pub block_dim_y: u32,
+        pub block_dim_z: u32,
+        pub shared_mem_bytes: u32,
+        pub kernel_params: *mut *mut c_void,
+        pub extra: *mut *mut c_void,
+        pub kern: CUkernel,
+        pub ctx: CUcontext,
+    }
+
+    /// `CUDA_MEMSET_NODE_PARAMS` (40 bytes): `height` rows of `width` elements of
+    /// `element_size` (1, 2 or 4) bytes, rows `pitch` bytes apart.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct CUDA_MEMSET_NODE_PARAMS {
+        pub dst: CUdeviceptr,
+        pub pitch: usize,
+        pub value: u32,
+        pub element_size: u32,
+        pub width: usize,
+        pub height: usize,
+    }
+
+    /// `CUDA_MEMCPY3D` (`_v2`, 200 bytes): a box of `width_in_bytes` x `height` x `depth`
+    /// bytes; each side gives its memory type, base, offsets and row pitch / slice height.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy)]
+    pub struct CUDA_MEMCPY3D {
+        pub src_x_in_bytes: usize,
+        pub src_y: usize,
+        pub src_z: usize,
+        pub src_lod: usize,
+        pub src_memory_type: u32,
+        pub src_host: *const c_void,
+        pub src_device: CUdeviceptr,
+        pub src_array: CUarray,
+        pub reserved0: *mut c_void,
+        pub src_pitch: usize,
+        pub src_height: usize,
+        pub dst_x_in_bytes: usize,
+        pub dst_y: usize,
+        pub dst_z: usize,
+        pub dst_lod: usize,
+        pub dst_memory_type: u32,
+        pub dst_host: *mut c_void,
+        pub dst_device: CUdeviceptr,
+        pub dst_array: CUarray,
+        pub reserved1: *mut c_void,
+        pub dst_pitch: usize,
+        pub dst_height: usize,
+        pub width_in_bytes: usize,
+        pub height: usize,
+        pub depth: usize,
+    }
+
+    impl Default for CUDA_MEMCPY3D {
+        fn default() -> Self {
+            // SAFETY: every field is an integer or a raw pointer, for which zero is valid.
+            unsafe { std::mem::zeroed() }
+        }
+    }
+
+    /// `CUDA_GRAPH_INSTANTIATE_PARAMS` (32 bytes) of `cuGraphInstantiateWithParams`.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy)]
+    pub struct CUDA_GRAPH_INSTANTIATE_PARAMS {
+        pub flags: u64,
+        pub h_upload_stream: CUstream,
+        pub h_err_node_out: CUgraphNode,
+        pub result_out: u32,
+    }
+
+    /// `CUgraphExecUpdateResultInfo` (24 bytes) of `cuGraphExecUpdate_v2`.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy)]
+    pub struct CUgraphExecUpdateResultInfo {
+        pub result: u32,
+        pub error_node: CUgraphNode,
+        pub error_from_node: CUgraphNode,
+    }
+
+    /// `CUgraphEdgeData` (8 bytes); all zero is a plain dependency.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct CUgraphEdgeData {
+        pub from_port: u8,
+        pub to_port: u8,
+        pub type_: u8,
+        pub reserved: [u8; 5],
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use std::mem::{offset_of, size_of};
+
+        #[test]
+        fn graph_struct_layouts_match_cuda_h() {
+            assert_eq!(size_of::<CUDA_KERNEL_NODE_PARAMS_v2>(), 72);
+            assert_eq!(offset_of!(CUDA_KERNEL_NODE_PARAMS_v2, kernel_params), 40);
+            assert_eq!(size_of::<CUDA_MEMSET_NODE_PARAMS>(), 40);
+            assert_eq!(size_of::<CUDA_MEMCPY3D>(), 200);
+            assert_eq!(offset_of!(CUDA_MEMCPY3D, src_host), 40);
+            assert_eq!(offset_of!(CUDA_MEMCPY3D, dst_x_in_bytes), 88);
+            assert_eq!(offset_of!(CUDA_MEMCPY3D, width_in_bytes), 176);
+            assert_eq!(size_of::<CUDA_GRAPH_INSTANTIATE_PARAMS>(), 32);
+            assert_eq!(size_of::<CUgraphExecUpdateResultInfo>(), 24);
+            assert_eq!(size_of::<CUgraphEdgeData>(), 8);
+        }
+    }
+}

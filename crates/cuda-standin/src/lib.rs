@@ -7,7 +7,9 @@
 //! tests prove the interposer never lets a command touch a non-resident chunk.
 //!
 //! Streams are worker threads executing their operations in order, with CUDA's implicit
-//! ordering between the legacy default stream and blocking streams (see [`exec`]).
+//! ordering between the legacy default stream and blocking streams (see [`exec`]). While
+//! a stream captures, its operations become nodes of a CUDA graph instead (see [`capture`]
+//! and [`graph`]).
 #![allow(non_snake_case)]
 // Every export is a C entry point with the contract `cuda.h` documents for it.
 #![allow(clippy::missing_safety_doc)]
@@ -23,7 +25,10 @@ macro_rules! tri {
 }
 
 mod api;
+mod capture;
+mod copy3d;
 mod ctx;
 mod exec;
+mod graph;
 mod kernel;
 mod memory;

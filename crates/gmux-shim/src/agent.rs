@@ -111,8 +111,18 @@ pub fn attach() -> Option<Grant> {
     if AGENT.set(a).is_err() {
         return Some(grant);
     }
-    std::thread::Builder::new().name("gmux-agent-rx".into()).spawn(move || read_grants(reader)).expect("thread");
-    std::thread::Builder::new().name("gmux-agent".into()).spawn(work).expect("thread");
+    std::thread::Builder::new().name("gmux-agent-rx".into()).spawn(move || {
+        crate::capture::relax_this_thread();
+        read_grants(reader)
+    })
+    .expect("thread");
+    std::thread::Builder::new()
+        .name("gmux-agent".into())
+        .spawn(|| {
+            crate::capture::relax_this_thread();
+            work()
+        })
+        .expect("thread");
     crate::log!(Debug, "registered with gmuxd as tenant {:?}: grant {}", config().tenant, gmux_core::size::format_size(grant.cap));
     Some(grant)
 }

@@ -76,10 +76,23 @@ driver_table! {
     cuEventElapsedTime_v2(*mut f32, CUevent, CUevent);
     cuMemcpyHtoDAsync_v2(CUdeviceptr, *const c_void, usize, CUstream);
     cuMemcpyDtoHAsync_v2(*mut c_void, CUdeviceptr, usize, CUstream);
+    cuMemcpyDtoDAsync_v2(CUdeviceptr, CUdeviceptr, usize, CUstream);
+    cuMemsetD8Async(CUdeviceptr, u8, usize, CUstream);
+    cuMemsetD16Async(CUdeviceptr, u16, usize, CUstream);
+    cuMemsetD32Async(CUdeviceptr, c_uint, usize, CUstream);
     cuFuncGetParamInfo(CUfunction, usize, *mut usize, *mut usize);
     cuKernelGetParamInfo(CUkernel, usize, *mut usize, *mut usize);
     cuFuncGetName(*mut *const c_char, CUfunction);
     cuKernelGetName(*mut *const c_char, CUkernel);
+    cuStreamIsCapturing(CUstream, *mut u32);
+    cuStreamIsCapturing_ptsz(CUstream, *mut u32);
+    cuThreadExchangeStreamCaptureMode(*mut u32);
+    cuGraphGetNodes(CUgraph, *mut CUgraphNode, *mut usize);
+    cuGraphNodeGetType(CUgraphNode, *mut u32);
+    cuGraphKernelNodeGetParams_v2(CUgraphNode, *mut CUDA_KERNEL_NODE_PARAMS_v2);
+    cuGraphMemsetNodeGetParams(CUgraphNode, *mut CUDA_MEMSET_NODE_PARAMS);
+    cuGraphMemcpyNodeGetParams(CUgraphNode, *mut CUDA_MEMCPY3D);
+    cuGraphChildGraphNodeGetGraph(CUgraphNode, *mut CUgraph);
 }
 
 // SAFETY: the handle and function pointers are process-global and immutable.

@@ -4,7 +4,8 @@
 //! calls the driver's own entry point of the same name with the same arguments.
 //! Everything not listed reaches the real driver untouched.
 
-use crate::api::{attr, command as cmd, memory as mem, refuse};
+use crate::api::{attr, command as cmd, graph, memory as mem, refuse, vmm};
+use crate::capture;
 use crate::cuda::*;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
@@ -45,7 +46,11 @@ macro_rules! exports {
                     crate::api::guard::debug_panic(stringify!($name));
                     r
                 }));
-                handled.unwrap_or_else(|p| crate::api::guard::caught(stringify!($name), p.as_ref(), forwarded.get()))
+                let r = handled.unwrap_or_else(|p| crate::api::guard::caught(stringify!($name), p.as_ref(), forwarded.get()));
+                if r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY {
+                    crate::log!(Debug, "{} returned {r}", stringify!($name));
+                }
+                r
             }
         )*
 
@@ -72,20 +77,31 @@ exports! {
     // Virtual device memory.
     cuMemAlloc_v2(d: *mut Dp, n: usize) => |_| mem::alloc(d, n as u64);
     cuMemAllocPitch_v2(d: *mut Dp, pitch: *mut usize, w: usize, h: usize, e: c_uint) => |_| mem::alloc_pitch(d, pitch, w, h, e);
-    cuMemAllocAsync(d: *mut Dp, n: usize, s: CUstream) => |_| mem::alloc(d, n as u64);
-    cuMemAllocAsync_ptsz(d: *mut Dp, n: usize, s: CUstream) => |_| mem::alloc(d, n as u64);
+    cuMemAllocAsync(d: *mut Dp, n: usize, s: CUstream) => |_| mem::alloc_async(d, n as u64, s, false);
+    cuMemAllocAsync_ptsz(d: *mut Dp, n: usize, s: CUstream) => |_| mem::alloc_async(d, n as u64, s, true);
     cuMemFree_v2(d: Dp) => |real| mem::free(real, d);
-    cuMemFreeAsync(d: Dp, s: CUstream) => |real| mem::free(real, d);
-    cuMemFreeAsync_ptsz(d: Dp, s: CUstream) => |real| mem::free(real, d);
+    cuMemFreeAsync(d: Dp, s: CUstream) => |real| mem::free_async(real, d, s, false);
+    cuMemFreeAsync_ptsz(d: Dp, s: CUstream) => |real| mem::free_async(real, d, s, true);
     cuMemGetInfo_v2(free: *mut usize, total: *mut usize) => |real| mem::info(real, free, total);
     cuMemGetAddressRange_v2(b: *mut Dp, n: *mut usize, d: Dp) => |real| mem::range(real, b, n, d);
     cuPointerGetAttribute(data: P, a: c_uint, d: Dp) => |real| attr::one(real, data, a, d);
     cuPointerGetAttributes(n: c_uint, a: *mut c_uint, data: *mut P, d: Dp) => |real| attr::many(real, n, a, data, d);
-    cuMemAllocManaged(d: *mut Dp, n: usize, fl: c_uint) => |real| mem::passthrough(real, "cuMemAllocManaged");
-    cuMemAllocFromPoolAsync(d: *mut Dp, n: usize, pool: P, s: CUstream) => |real| mem::passthrough(real, "cuMemAllocFromPoolAsync");
-    cuMemAllocFromPoolAsync_ptsz(d: *mut Dp, n: usize, pool: P, s: CUstream) => |real| mem::passthrough(real, "cuMemAllocFromPoolAsync");
+    cuMemAllocManaged(d: *mut Dp, n: usize, fl: c_uint) => |real| mem::managed(real, d, n);
+    cuMemPoolExportPointer(out: P, d: Dp) => |real| refuse::if_virtual(real, "cuMemPoolExportPointer", d, "another process cannot map memory gmux moves");
+    cuMemAllocFromPoolAsync(d: *mut Dp, n: usize, pool: P, s: CUstream) => |_| mem::alloc_async(d, n as u64, s, false);
+    cuMemAllocFromPoolAsync_ptsz(d: *mut Dp, n: usize, pool: P, s: CUstream) => |_| mem::alloc_async(d, n as u64, s, true);
+    // The application's own VMM: this device's physical memory becomes gmux memory.
+    cuMemCreate(h: *mut CUmemGenericAllocationHandle, n: usize, p: *const CUmemAllocationProp, fl: u64) => |real| vmm::create(real, h, n, p);
+    cuMemRelease(h: CUmemGenericAllocationHandle) => |real| vmm::release(real, h);
+    cuMemMap(d: Dp, n: usize, off: usize, h: CUmemGenericAllocationHandle, fl: u64) => |real| vmm::map(real, d, n, off, h);
+    cuMemUnmap(d: Dp, n: usize) => |real| vmm::unmap(real, d, n);
+    cuMemSetAccess(d: Dp, n: usize, desc: *const CUmemAccessDesc, k: usize) => |real| vmm::set_access(real, d, n);
+    cuMemGetAllocationPropertiesFromHandle(p: *mut CUmemAllocationProp, h: CUmemGenericAllocationHandle) => |real| vmm::properties(real, p, h);
+    cuMemRetainAllocationHandle(h: *mut CUmemGenericAllocationHandle, d: P) => |real| vmm::retain(real, h, d as Dp);
+    cuMemExportToShareableHandle(s: P, h: CUmemGenericAllocationHandle, t: c_uint, fl: u64) => |real| vmm::export(real, h);
     cuIpcGetMemHandle(h: P, d: Dp) => |real| refuse::if_virtual(real, "cuIpcGetMemHandle", d, "CUDA IPC cannot share memory gmux migrates");
-    cuTexObjectCreate(o: P, res: *const c_void, tex: P, view: P) => |real| refuse::texture(real, res);
+    cuTexObjectCreate(o: *mut u64, res: *const c_void, tex: P, view: P) => |real| refuse::texture(real, o, res);
+    cuTexObjectDestroy(o: u64) => |real| refuse::texture_destroyed(real, o);
 
     // TMA tensor maps: their address is remembered for prediction.
     cuTensorMapEncodeTiled(m: P, dt: c_uint, rank: c_uint, a: P, dims: P, strides: P, bx: P, es: P, il: c_uint, sw: c_uint, l2: c_uint, oob: c_uint)
@@ -107,24 +123,49 @@ exports! {
         => |real| cmd::kernel(real, f, s, false, p, std::ptr::null_mut());
     cuLaunchCooperativeKernel_ptsz(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, sh: c_uint, s: CUstream, p: *mut P)
         => |real| cmd::kernel(real, f, s, true, p, std::ptr::null_mut());
-    cuGraphLaunch(g: CUgraphExec, s: CUstream) => |real| cmd::whole_tenant(real, "cuGraphLaunch", s, false);
-    cuGraphLaunch_ptsz(g: CUgraphExec, s: CUstream) => |real| cmd::whole_tenant(real, "cuGraphLaunch", s, true);
+
+    // Graphs: captured commands pass through; what a launch touches is read from the
+    // graph's nodes at instantiation and kept up to date through updates.
+    cuStreamBeginCapture(s: CUstream) => capture::begin;
+    cuStreamBeginCapture_ptsz(s: CUstream) => capture::begin;
+    cuStreamBeginCapture_v2(s: CUstream, m: c_uint) => capture::begin;
+    cuStreamBeginCapture_v2_ptsz(s: CUstream, m: c_uint) => capture::begin;
+    cuStreamBeginCaptureToGraph(s: CUstream, g: CUgraph, d: P, e: P, n: usize, m: c_uint) => capture::begin;
+    cuStreamBeginCaptureToGraph_ptsz(s: CUstream, g: CUgraph, d: P, e: P, n: usize, m: c_uint) => capture::begin;
+    cuStreamEndCapture(s: CUstream, g: *mut CUgraph) => capture::end;
+    cuStreamEndCapture_ptsz(s: CUstream, g: *mut CUgraph) => capture::end;
+    cuGraphInstantiate(e: *mut CUgraphExec, g: CUgraph, en: P, log: *mut c_char, n: usize) => |real| graph::instantiate(real, e, g);
+    cuGraphInstantiate_v2(e: *mut CUgraphExec, g: CUgraph, en: P, log: *mut c_char, n: usize) => |real| graph::instantiate(real, e, g);
+    cuGraphInstantiateWithFlags(e: *mut CUgraphExec, g: CUgraph, fl: u64) => |real| graph::instantiate(real, e, g);
+    cuGraphInstantiateWithParams(e: *mut CUgraphExec, g: CUgraph, p: P) => |real| graph::instantiate(real, e, g);
+    cuGraphInstantiateWithParams_ptsz(e: *mut CUgraphExec, g: CUgraph, p: P) => |real| graph::instantiate(real, e, g);
+    cuGraphExecUpdate(e: CUgraphExec, g: CUgraph, en: P, res: P) => |real| graph::update(real, e, g);
+    cuGraphExecUpdate_v2(e: CUgraphExec, g: CUgraph, info: P) => |real| graph::update(real, e, g);
+    cuGraphExecKernelNodeSetParams(e: CUgraphExec, n: CUgraphNode, p: *const c_void) => |real| graph::set_kernel_v1(real, e, n, p);
+    cuGraphExecKernelNodeSetParams_v2(e: CUgraphExec, n: CUgraphNode, p: *const CUDA_KERNEL_NODE_PARAMS_v2) => |real| graph::set_kernel(real, e, n, p);
+    cuGraphExecMemsetNodeSetParams(e: CUgraphExec, n: CUgraphNode, p: *const CUDA_MEMSET_NODE_PARAMS, c: CUcontext) => |real| graph::set_memset(real, e, n, p);
+    cuGraphExecMemcpyNodeSetParams(e: CUgraphExec, n: CUgraphNode, p: *const CUDA_MEMCPY3D, c: CUcontext) => |real| graph::set_memcpy(real, e, n, p);
+    cuGraphExecChildGraphNodeSetParams(e: CUgraphExec, n: CUgraphNode, g: CUgraph) => |real| graph::set_child(real, e, n, g);
+    cuGraphExecNodeSetParams(e: CUgraphExec, n: CUgraphNode, p: P) => |real| graph::set_any(real, e, n);
+    cuGraphExecDestroy(e: CUgraphExec) => |real| graph::destroy(real, e);
+    cuGraphLaunch(g: CUgraphExec, s: CUstream) => |real| cmd::graph(real, g, s, false);
+    cuGraphLaunch_ptsz(g: CUgraphExec, s: CUstream) => |real| cmd::graph(real, g, s, true);
 
     // Copies: synchronous ones run on the legacy (or, `_ptds`, per-thread) default stream.
-    cuMemcpyHtoD_v2(d: Dp, h: *const c_void, n: usize) => |real| cmd::upload(real, d, h, n, std::ptr::null_mut(), false);
-    cuMemcpyHtoD_v2_ptds(d: Dp, h: *const c_void, n: usize) => |real| cmd::upload(real, d, h, n, std::ptr::null_mut(), true);
-    cuMemcpyDtoH_v2(h: P, d: Dp, n: usize) => |real| cmd::sync_op(real, &[d], false);
-    cuMemcpyDtoH_v2_ptds(h: P, d: Dp, n: usize) => |real| cmd::sync_op(real, &[d], true);
-    cuMemcpyDtoD_v2(d: Dp, s: Dp, n: usize) => |real| cmd::sync_op(real, &[d, s], false);
-    cuMemcpyDtoD_v2_ptds(d: Dp, s: Dp, n: usize) => |real| cmd::sync_op(real, &[d, s], true);
+    cuMemcpyHtoD_v2(d: Dp, h: *const c_void, n: usize) => |real| cmd::upload(real, d, h, n, std::ptr::null_mut(), false, true);
+    cuMemcpyHtoD_v2_ptds(d: Dp, h: *const c_void, n: usize) => |real| cmd::upload(real, d, h, n, std::ptr::null_mut(), true, true);
+    cuMemcpyDtoH_v2(h: P, d: Dp, n: usize) => |real| cmd::download(real, h, d, n, std::ptr::null_mut(), false, true);
+    cuMemcpyDtoH_v2_ptds(h: P, d: Dp, n: usize) => |real| cmd::download(real, h, d, n, std::ptr::null_mut(), true, true);
+    cuMemcpyDtoD_v2(d: Dp, s: Dp, n: usize) => |real| cmd::device_copy(real, d, s, n, std::ptr::null_mut(), false, true);
+    cuMemcpyDtoD_v2_ptds(d: Dp, s: Dp, n: usize) => |real| cmd::device_copy(real, d, s, n, std::ptr::null_mut(), true, true);
     cuMemcpy(d: Dp, s: Dp, n: usize) => |real| cmd::sync_op(real, &[d, s], false);
     cuMemcpy_ptds(d: Dp, s: Dp, n: usize) => |real| cmd::sync_op(real, &[d, s], true);
-    cuMemcpyHtoDAsync_v2(d: Dp, h: *const c_void, n: usize, s: CUstream) => |real| cmd::upload(real, d, h, n, s, false);
-    cuMemcpyHtoDAsync_v2_ptsz(d: Dp, h: *const c_void, n: usize, s: CUstream) => |real| cmd::upload(real, d, h, n, s, true);
-    cuMemcpyDtoHAsync_v2(h: P, d: Dp, n: usize, s: CUstream) => |real| cmd::op(real, &[d], s, false);
-    cuMemcpyDtoHAsync_v2_ptsz(h: P, d: Dp, n: usize, s: CUstream) => |real| cmd::op(real, &[d], s, true);
-    cuMemcpyDtoDAsync_v2(d: Dp, x: Dp, n: usize, s: CUstream) => |real| cmd::op(real, &[d, x], s, false);
-    cuMemcpyDtoDAsync_v2_ptsz(d: Dp, x: Dp, n: usize, s: CUstream) => |real| cmd::op(real, &[d, x], s, true);
+    cuMemcpyHtoDAsync_v2(d: Dp, h: *const c_void, n: usize, s: CUstream) => |real| cmd::upload(real, d, h, n, s, false, false);
+    cuMemcpyHtoDAsync_v2_ptsz(d: Dp, h: *const c_void, n: usize, s: CUstream) => |real| cmd::upload(real, d, h, n, s, true, false);
+    cuMemcpyDtoHAsync_v2(h: P, d: Dp, n: usize, s: CUstream) => |real| cmd::download(real, h, d, n, s, false, false);
+    cuMemcpyDtoHAsync_v2_ptsz(h: P, d: Dp, n: usize, s: CUstream) => |real| cmd::download(real, h, d, n, s, true, false);
+    cuMemcpyDtoDAsync_v2(d: Dp, x: Dp, n: usize, s: CUstream) => |real| cmd::device_copy(real, d, x, n, s, false, false);
+    cuMemcpyDtoDAsync_v2_ptsz(d: Dp, x: Dp, n: usize, s: CUstream) => |real| cmd::device_copy(real, d, x, n, s, true, false);
     cuMemcpyAsync(d: Dp, x: Dp, n: usize, s: CUstream) => |real| cmd::op(real, &[d, x], s, false);
     cuMemcpyAsync_ptsz(d: Dp, x: Dp, n: usize, s: CUstream) => |real| cmd::op(real, &[d, x], s, true);
     cuMemcpy2D_v2(c: *const c_void) => |real| cmd::sync_op(real, &cmd::memcpy2d_ptrs(c), false);
@@ -133,20 +174,24 @@ exports! {
     cuMemcpy2DUnaligned_v2_ptds(c: *const c_void) => |real| cmd::sync_op(real, &cmd::memcpy2d_ptrs(c), true);
     cuMemcpy2DAsync_v2(c: *const c_void, s: CUstream) => |real| cmd::op(real, &cmd::memcpy2d_ptrs(c), s, false);
     cuMemcpy2DAsync_v2_ptsz(c: *const c_void, s: CUstream) => |real| cmd::op(real, &cmd::memcpy2d_ptrs(c), s, true);
+    cuMemcpy3D_v2(c: *const CUDA_MEMCPY3D) => |real| cmd::sync_op(real, &cmd::memcpy3d_ptrs(c), false);
+    cuMemcpy3D_v2_ptds(c: *const CUDA_MEMCPY3D) => |real| cmd::sync_op(real, &cmd::memcpy3d_ptrs(c), true);
+    cuMemcpy3DAsync_v2(c: *const CUDA_MEMCPY3D, s: CUstream) => |real| cmd::op(real, &cmd::memcpy3d_ptrs(c), s, false);
+    cuMemcpy3DAsync_v2_ptsz(c: *const CUDA_MEMCPY3D, s: CUstream) => |real| cmd::op(real, &cmd::memcpy3d_ptrs(c), s, true);
 
     // Memsets.
-    cuMemsetD8_v2(d: Dp, v: u8, n: usize) => |real| cmd::sync_op(real, &[d], false);
-    cuMemsetD8_v2_ptds(d: Dp, v: u8, n: usize) => |real| cmd::sync_op(real, &[d], true);
-    cuMemsetD16_v2(d: Dp, v: u16, n: usize) => |real| cmd::sync_op(real, &[d], false);
-    cuMemsetD16_v2_ptds(d: Dp, v: u16, n: usize) => |real| cmd::sync_op(real, &[d], true);
-    cuMemsetD32_v2(d: Dp, v: c_uint, n: usize) => |real| cmd::sync_op(real, &[d], false);
-    cuMemsetD32_v2_ptds(d: Dp, v: c_uint, n: usize) => |real| cmd::sync_op(real, &[d], true);
-    cuMemsetD8Async(d: Dp, v: u8, n: usize, s: CUstream) => |real| cmd::op(real, &[d], s, false);
-    cuMemsetD8Async_ptsz(d: Dp, v: u8, n: usize, s: CUstream) => |real| cmd::op(real, &[d], s, true);
-    cuMemsetD16Async(d: Dp, v: u16, n: usize, s: CUstream) => |real| cmd::op(real, &[d], s, false);
-    cuMemsetD16Async_ptsz(d: Dp, v: u16, n: usize, s: CUstream) => |real| cmd::op(real, &[d], s, true);
-    cuMemsetD32Async(d: Dp, v: c_uint, n: usize, s: CUstream) => |real| cmd::op(real, &[d], s, false);
-    cuMemsetD32Async_ptsz(d: Dp, v: c_uint, n: usize, s: CUstream) => |real| cmd::op(real, &[d], s, true);
+    cuMemsetD8_v2(d: Dp, v: u8, n: usize) => |real| cmd::memset(real, d, 1, v as u32, n, std::ptr::null_mut(), false, true);
+    cuMemsetD8_v2_ptds(d: Dp, v: u8, n: usize) => |real| cmd::memset(real, d, 1, v as u32, n, std::ptr::null_mut(), true, true);
+    cuMemsetD16_v2(d: Dp, v: u16, n: usize) => |real| cmd::memset(real, d, 2, v as u32, n, std::ptr::null_mut(), false, true);
+    cuMemsetD16_v2_ptds(d: Dp, v: u16, n: usize) => |real| cmd::memset(real, d, 2, v as u32, n, std::ptr::null_mut(), true, true);
+    cuMemsetD32_v2(d: Dp, v: c_uint, n: usize) => |real| cmd::memset(real, d, 4, v as u32, n, std::ptr::null_mut(), false, true);
+    cuMemsetD32_v2_ptds(d: Dp, v: c_uint, n: usize) => |real| cmd::memset(real, d, 4, v as u32, n, std::ptr::null_mut(), true, true);
+    cuMemsetD8Async(d: Dp, v: u8, n: usize, s: CUstream) => |real| cmd::memset(real, d, 1, v as u32, n, s, false, false);
+    cuMemsetD8Async_ptsz(d: Dp, v: u8, n: usize, s: CUstream) => |real| cmd::memset(real, d, 1, v as u32, n, s, true, false);
+    cuMemsetD16Async(d: Dp, v: u16, n: usize, s: CUstream) => |real| cmd::memset(real, d, 2, v as u32, n, s, false, false);
+    cuMemsetD16Async_ptsz(d: Dp, v: u16, n: usize, s: CUstream) => |real| cmd::memset(real, d, 2, v as u32, n, s, true, false);
+    cuMemsetD32Async(d: Dp, v: c_uint, n: usize, s: CUstream) => |real| cmd::memset(real, d, 4, v as u32, n, s, false, false);
+    cuMemsetD32Async_ptsz(d: Dp, v: c_uint, n: usize, s: CUstream) => |real| cmd::memset(real, d, 4, v as u32, n, s, true, false);
     cuMemsetD2D8_v2(d: Dp, p: usize, v: u8, w: usize, h: usize) => |real| cmd::sync_op(real, &[d], false);
     cuMemsetD2D8_v2_ptds(d: Dp, p: usize, v: u8, w: usize, h: usize) => |real| cmd::sync_op(real, &[d], true);
     cuMemsetD2D16_v2(d: Dp, p: usize, v: u16, w: usize, h: usize) => |real| cmd::sync_op(real, &[d], false);
@@ -159,6 +204,12 @@ exports! {
     cuMemsetD2D32_v2(d: Dp, p: usize, v: c_uint, w: usize, h: usize) => |real| cmd::sync_op(real, &[d], false);
     cuMemsetD2D8Async(d: Dp, p: usize, v: u8, w: usize, h: usize, s: CUstream) => |real| cmd::op(real, &[d], s, false);
     cuMemsetD2D32Async(d: Dp, p: usize, v: c_uint, w: usize, h: usize, s: CUstream) => |real| cmd::op(real, &[d], s, false);
+
+    // Batched copies: every address of the batch.
+    cuMemcpyBatchAsync(d: *const Dp, x: *const Dp, n: *const usize, k: usize, a: P, ai: P, na: usize, fail: P, s: CUstream) => |real| cmd::op(real, &cmd::batch_ptrs(d, x, k), s, false);
+    cuMemcpyBatchAsync_ptsz(d: *const Dp, x: *const Dp, n: *const usize, k: usize, a: P, ai: P, na: usize, fail: P, s: CUstream) => |real| cmd::op(real, &cmd::batch_ptrs(d, x, k), s, true);
+    cuMemcpyBatchAsync_v2(d: *const Dp, x: *const Dp, n: *const usize, k: usize, a: P, ai: P, na: usize, s: CUstream) => |real| cmd::op(real, &cmd::batch_ptrs(d, x, k), s, false);
+    cuMemcpyBatchAsync_v2_ptsz(d: *const Dp, x: *const Dp, n: *const usize, k: usize, a: P, ai: P, na: usize, s: CUstream) => |real| cmd::op(real, &cmd::batch_ptrs(d, x, k), s, true);
 
     // Stream memory operations take a device address.
     cuStreamWriteValue32(s: CUstream, d: Dp, v: c_uint, fl: c_uint) => |real| cmd::op(real, &[d], s, false);
@@ -185,16 +236,8 @@ exports! {
     cuCtxSynchronize_v2(c: CUcontext) => cmd::synced_all;
 
     // Refused by name, with the reason (see docs/compatibility.md).
-    cuMemcpy3D_v2(c: *const c_void) => |_| refuse::call("cuMemcpy3D", "3D copies are not virtualized yet");
-    cuMemcpy3D_v2_ptds(c: *const c_void) => |_| refuse::call("cuMemcpy3D", "3D copies are not virtualized yet");
-    cuMemcpy3DAsync_v2(c: *const c_void, s: CUstream) => |_| refuse::call("cuMemcpy3DAsync", "3D copies are not virtualized yet");
-    cuMemcpy3DAsync_v2_ptsz(c: *const c_void, s: CUstream) => |_| refuse::call("cuMemcpy3DAsync", "3D copies are not virtualized yet");
     cuMemcpyPeer(d: Dp, dc: CUcontext, s: Dp, sc: CUcontext, n: usize) => |_| refuse::call("cuMemcpyPeer", "gmux serves one device per process");
     cuMemcpyPeer_ptds(d: Dp, dc: CUcontext, s: Dp, sc: CUcontext, n: usize) => |_| refuse::call("cuMemcpyPeer", "gmux serves one device per process");
     cuMemcpyPeerAsync(d: Dp, dc: CUcontext, s: Dp, sc: CUcontext, n: usize, st: CUstream) => |_| refuse::call("cuMemcpyPeerAsync", "gmux serves one device per process");
     cuMemcpyPeerAsync_ptsz(d: Dp, dc: CUcontext, s: Dp, sc: CUcontext, n: usize, st: CUstream) => |_| refuse::call("cuMemcpyPeerAsync", "gmux serves one device per process");
-    cuStreamBeginCapture(s: CUstream) => |_| refuse::call("cuStreamBeginCapture", "stream capture records launches that gmux must see at run time; launch graphs built without capture instead");
-    cuStreamBeginCapture_ptsz(s: CUstream) => |_| refuse::call("cuStreamBeginCapture", "stream capture records launches that gmux must see at run time; launch graphs built without capture instead");
-    cuStreamBeginCapture_v2(s: CUstream, m: c_uint) => |_| refuse::call("cuStreamBeginCapture", "stream capture records launches that gmux must see at run time; launch graphs built without capture instead");
-    cuStreamBeginCapture_v2_ptsz(s: CUstream, m: c_uint) => |_| refuse::call("cuStreamBeginCapture", "stream capture records launches that gmux must see at run time; launch graphs built without capture instead");
 }

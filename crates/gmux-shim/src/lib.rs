@@ -15,11 +15,14 @@
 
 pub mod agent;
 pub mod api;
+pub mod appvmm;
 pub mod backend;
+pub mod capture;
 pub mod config;
 pub mod cuda;
 pub mod driver;
 pub mod exports;
+pub mod graph;
 pub mod hostpool;
 pub mod inflight;
 pub mod intercept;
@@ -29,6 +32,7 @@ pub mod record;
 pub mod state;
 pub mod tenancy;
 pub mod tensormap;
+pub mod texture;
 pub mod vmem;
 pub(crate) use driver::real;
 

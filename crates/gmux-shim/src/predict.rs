@@ -2,7 +2,8 @@
 //! pointer-sized, 8-byte-aligned value in a kernel's parameter block that falls in an
 //! allocation puts the whole allocation in the working set. Struct parameters are scanned
 //! word by word, so pointers inside them count too, and TMA tensor maps in them are
-//! resolved to the address they were encoded with ([`crate::tensormap`]).
+//! resolved to the address they were encoded with ([`crate::tensormap`]), texture objects
+//! to the memory they read ([`crate::texture`]).
 
 use crate::cuda::*;
 use crate::tensormap::{self, MAP_ALIGN, MAP_BYTES};
@@ -52,10 +53,15 @@ fn collect(get: impl Fn(usize, &mut usize, &mut usize) -> CUresult) -> Option<La
 /// `kernel_params` / `extra` must be valid as `cuLaunchKernel` defines them.
 pub unsafe fn scan(layout: Option<&Layout>, kernel_params: *mut *mut c_void, extra: *mut *mut c_void, mut visit: impl FnMut(u64)) -> bool {
     let maps = tensormap::any();
+    let textures = crate::texture::any();
     // `off` is the parameter's offset in the block, for tensor-map alignment.
     let mut words = |base: *const u8, off: usize, size: usize| {
         for k in 0..size / 8 {
-            visit(std::ptr::read_unaligned(base.add(k * 8) as *const u64));
+            let w = std::ptr::read_unaligned(base.add(k * 8) as *const u64);
+            visit(w);
+            if let Some(addr) = textures.then(|| crate::texture::lookup(w)).flatten() {
+                visit(addr);
+            }
         }
         if maps && size >= MAP_BYTES {
             let mut k = (MAP_ALIGN - off % MAP_ALIGN) % MAP_ALIGN;

@@ -280,6 +280,7 @@ impl Recorder {
         let range = |&(id, bytes): &(u32, u64)| Range { alloc: id, off: 0, len: bytes };
         let ws = match ws {
             WorkingSet::Allocs(allocs) => allocs.iter().filter_map(|a| self.live.get(a)).map(range).collect(),
+            WorkingSet::Spans(spans) => spans.iter().filter(|s| self.live.contains_key(&s.alloc)).map(|s| Range { alloc: self.live[&s.alloc].0, off: s.offset, len: s.len }).collect(),
             WorkingSet::Tenant => self.live.values().map(range).collect(),
         };
         self.commands += 1;

@@ -50,8 +50,18 @@ impl From<CudaError> for ShimError {
 pub enum WorkingSet {
     /// These allocations.
     Allocs(Vec<AllocId>),
+    /// Byte ranges of allocations (a piece of a copy or memset streamed through the limit).
+    Spans(Vec<Span>),
     /// Everything (a command gmux cannot analyse).
     Tenant,
+}
+
+/// `len` bytes from `offset` in an allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    pub alloc: AllocId,
+    pub offset: u64,
+    pub len: u64,
 }
 
 /// Totals for the exit summary.
@@ -65,6 +75,8 @@ pub struct Stats {
     pub moved: Moved,
     /// Largest resident bytes seen.
     pub peak_resident: u64,
+    /// Largest bytes allocated through gmux at once: the program's footprint.
+    pub peak_allocated: u64,
     /// Waits added for populations made for another command (on another stream, or
     /// prefetched).
     pub waits_for_others: u64,
@@ -102,6 +114,13 @@ pub struct Shim {
     pub inflight: Inflight,
     /// Kernel parameter layouts.
     pub layouts: Layouts,
+    /// What each executable graph touches.
+    pub graphs: crate::graph::Graphs,
+    /// The application's own VMM handles.
+    pub app_vmm: crate::appvmm::AppHandles,
+    /// Managed allocations (`cuMemAllocManaged`), whole chunks each: the driver moves
+    /// them, and they count against the limit as if always resident.
+    pub(crate) managed: HashMap<CUdeviceptr, u64>,
     pub(crate) missing: HashMap<AllocId, u32>,
     /// Allocations whose contents point into other allocations.
     refs: HashMap<AllocId, std::collections::HashSet<AllocId>>,
@@ -197,6 +216,9 @@ impl Shim {
             vmem: Vmem::default(),
             inflight: Inflight::default(),
             layouts: Layouts::default(),
+            graphs: Default::default(),
+            app_vmm: Default::default(),
+            managed: HashMap::new(),
             missing: HashMap::new(),
             refs: HashMap::new(),
             alloc_tick: HashMap::new(),
@@ -215,6 +237,11 @@ impl Shim {
         self.limit
     }
 
+    /// The part of the limit that gmux memory may occupy: the limit less managed memory.
+    pub fn room(&self) -> u64 {
+        self.limit.saturating_sub(self.managed.values().sum())
+    }
+
     /// The context gmux serves.
     pub fn ctx(&self) -> CUcontext {
         self.ctx
@@ -230,22 +257,32 @@ impl Shim {
         if bytes == 0 {
             return Err(ShimError::Invalid(CUDA_ERROR_INVALID_VALUE));
         }
-        let id = self.mem.allocate(self.tenant, bytes).map_err(|_| ShimError::Invalid(CUDA_ERROR_INVALID_VALUE))?;
-        let a = self.mem.alloc(id).expect("just allocated").clone();
-        let reserved = a.count as u64 * CHUNK_BYTES;
+        let reserved = bytes.div_ceil(CHUNK_BYTES) * CHUNK_BYTES;
         let mut base = 0;
-        if let Err(e) = check(crate::real!(cuMemAddressReserve(&mut base, reserved as usize, CHUNK_BYTES as usize, 0, 0)), "cuMemAddressReserve") {
-            self.mem.free(id).expect("just allocated");
-            return Err(e.into());
+        check(crate::real!(cuMemAddressReserve(&mut base, reserved as usize, CHUNK_BYTES as usize, 0, 0)), "cuMemAddressReserve")?;
+        if let Err(e) = self.back(base, bytes, false) {
+            crate::real!(cuMemAddressFree(base, reserved as usize));
+            return Err(e);
         }
-        self.dev.register(a.first, a.count, base);
-        self.vmem.insert(Region { base, bytes, reserved, alloc: id });
-        self.missing.insert(id, a.count);
         crate::log!(Debug, "alloc {} at {base:#x}", format_size(bytes));
         Ok(base)
     }
 
-    /// Frees the allocation at `base` once no released command uses it.
+    /// Makes the reserved range at `base` (2 MiB aligned, whole chunks) gmux memory of
+    /// `bytes`, backed on first use; `app`: the application reserved it.
+    pub fn back(&mut self, base: CUdeviceptr, bytes: u64, app: bool) -> Result<AllocId, ShimError> {
+        let id = self.mem.allocate(self.tenant, bytes).map_err(|_| ShimError::Invalid(CUDA_ERROR_INVALID_VALUE))?;
+        let a = self.mem.alloc(id).expect("just allocated").clone();
+        let reserved = a.count as u64 * CHUNK_BYTES;
+        self.dev.register(a.first, a.count, base);
+        self.vmem.insert(Region { base, bytes, reserved, alloc: id, app });
+        self.missing.insert(id, a.count);
+        self.stats.peak_allocated = self.stats.peak_allocated.max(self.allocated());
+        Ok(id)
+    }
+
+    /// Frees the allocation at `base` once no released command uses it; the addresses
+    /// too, unless the application reserved them.
     pub fn free(&mut self, base: CUdeviceptr) -> Result<(), ShimError> {
         let r = match self.vmem.find(base) {
             Some(r) if r.base == base => *r,
@@ -273,19 +310,35 @@ impl Shim {
         }
         self.alloc_tick.remove(&r.alloc);
         self.inflight.forget(r.alloc);
-        check(crate::real!(cuMemAddressFree(base, r.reserved as usize)), "cuMemAddressFree")?;
+        if !r.app {
+            check(crate::real!(cuMemAddressFree(base, r.reserved as usize)), "cuMemAddressFree")?;
+        }
         Ok(())
     }
 
-    /// The allocations that any of `ptrs` points into.
-    /// With the allocations they refer to (see [`Shim::add_refs`]).
+    /// The allocations that any of `ptrs` points into, with the allocations they refer to
+    /// (see [`Shim::add_refs`]).
+    /// A pointer into the application's own mappings brings every mapping back to back
+    /// with it ([`Vmem::extent_of`]).
     pub fn allocs_of(&self, ptrs: &[CUdeviceptr]) -> Vec<AllocId> {
-        let mut v: Vec<AllocId> = ptrs.iter().filter_map(|p| self.vmem.find(*p)).map(|r| r.alloc).collect();
+        let mut v: Vec<AllocId> = ptrs.iter().flat_map(|p| self.vmem.extent_of(*p)).map(|r| r.alloc).collect();
+        self.with_referred(&mut v);
+        v
+    }
+
+    /// The allocations that byte ranges `(start, len)` cross, with the allocations they
+    /// refer to (see [`Shim::add_refs`]).
+    pub fn allocs_over(&self, ranges: &[(CUdeviceptr, u64)]) -> Vec<AllocId> {
+        let mut v: Vec<AllocId> = ranges.iter().flat_map(|&(p, n)| self.vmem.overlapping(p, n)).map(|r| r.alloc).collect();
+        self.with_referred(&mut v);
+        v
+    }
+
+    fn with_referred(&self, v: &mut Vec<AllocId>) {
         let referred: Vec<AllocId> = v.iter().filter_map(|a| self.refs.get(a)).flatten().copied().collect();
         v.extend(referred);
         v.sort_unstable();
         v.dedup();
-        v
     }
 
     /// Records that allocation `holder` now holds `ptrs` (pointers or tensor-map
@@ -304,7 +357,26 @@ impl Shim {
     fn allocs_in<'a>(&self, ws: &'a WorkingSet) -> Cow<'a, [AllocId]> {
         match ws {
             WorkingSet::Allocs(a) => Cow::Borrowed(a),
+            WorkingSet::Spans(s) => {
+                let mut a: Vec<AllocId> = s.iter().map(|s| s.alloc).collect();
+                a.sort_unstable();
+                a.dedup();
+                Cow::Owned(a)
+            }
             WorkingSet::Tenant => Cow::Owned(self.vmem.regions().map(|r| r.alloc).collect()),
+        }
+    }
+
+    /// The chunks of `ws`, whose allocations are `allocs`.
+    fn chunks_in(&self, ws: &WorkingSet, allocs: &[AllocId]) -> Vec<ChunkId> {
+        match ws {
+            WorkingSet::Spans(spans) => {
+                let mut c: Vec<ChunkId> = spans.iter().flat_map(|s| self.mem.alloc(s.alloc).expect("live allocation").chunks_in(s.offset, s.len)).collect();
+                c.sort_unstable();
+                c.dedup();
+                c
+            }
+            _ => allocs.iter().flat_map(|a| self.mem.alloc(*a).expect("live allocation").chunks()).collect(),
         }
     }
 
@@ -330,14 +402,18 @@ impl Shim {
         if allocs.iter().all(|a| self.missing.get(a).copied().unwrap_or(0) == 0) {
             return Ok(waits);
         }
+        let mut need = self.chunks_in(ws, allocs);
+        if matches!(ws, WorkingSet::Spans(_)) && need.iter().all(|c| self.mem.is_resident(*c)) {
+            return Ok(waits);
+        }
         if let Some(cap) = crate::agent::granted().filter(|c| *c > self.limit) {
             self.set_limit(cap);
         }
-        let mut need: Vec<ChunkId> = allocs.iter().flat_map(|a| self.mem.alloc(*a).expect("live allocation").chunks()).collect();
         let required = need.len();
         let need_bytes = required as u64 * CHUNK_BYTES;
-        if need_bytes > self.limit {
-            return Err(crate::agent::over_grant(need_bytes, self.limit));
+        let room = self.room();
+        if need_bytes > room {
+            return Err(crate::agent::over_grant(need_bytes, room));
         }
         let t_plan = std::time::Instant::now();
         self.sync_ticks();
@@ -348,7 +424,7 @@ impl Shim {
         let plan = self.planner.plan(&self.mem, &self.tenants, &req, &forecast);
         let plan_ms = t_plan.elapsed().as_secs_f64() * 1e3;
         if plan.covered < required {
-            return Err(crate::agent::over_grant(need_bytes, self.limit));
+            return Err(crate::agent::over_grant(need_bytes, room));
         }
         // Evictions wait for every command released so far, not only for the last one
         // predicted to use the victim: a command that reaches memory outside its
@@ -540,9 +616,10 @@ impl Shim {
     pub fn summary(&self) -> String {
         let m = self.stats.moved;
         format!(
-            "limit {}, allocated {}, peak resident {}, commands {} ({} waited for memory), evicted {} ({}), populated {} ({}), created {}, pinned host {}, streams {}, waits for others' populations {}, plans {} ({} in OPT order from history)",
+            "limit {}, allocated {}, peak allocated {}, peak resident {}, commands {} ({} waited for memory), evicted {} ({}), populated {} ({}), created {}, pinned host {}, streams {}, waits for others' populations {}, plans {} ({} in OPT order from history)",
             format_size(self.limit),
             format_size(self.allocated()),
+            format_size(self.stats.peak_allocated),
             format_size(self.stats.peak_resident),
             self.stats.commands,
             self.stats.waited,

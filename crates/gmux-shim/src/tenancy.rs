@@ -63,7 +63,7 @@ impl Shim {
     pub fn set_limit(&mut self, cap: u64) {
         self.limit = cap;
         let used = self.mem.usage(self.tenant).bytes(Tier::Gpu);
-        self.mem.set_gpu_capacity(Some(cap.max(used)));
+        self.mem.set_gpu_capacity(Some(self.room().max(used)));
     }
 
     /// Brings in one step of the allocations the next slice uses (`whole`: all of them),

@@ -16,6 +16,9 @@ pub struct Region {
     pub reserved: u64,
     /// The allocation in gmux-core's chunk table.
     pub alloc: AllocId,
+    /// The application reserved the range (its own VMM mapping, [`crate::appvmm`]): gmux
+    /// backs it but never frees the addresses.
+    pub app: bool,
 }
 
 /// Address ranges of live allocations.
@@ -50,6 +53,36 @@ impl Vmem {
         self.by_alloc.get(&a).and_then(|b| self.by_base.get(b))
     }
 
+    /// The regions overlapping `len` bytes from `start`.
+    pub fn overlapping(&self, start: CUdeviceptr, len: u64) -> impl Iterator<Item = &Region> {
+        let first = self.find(start).map_or(start, |r| r.base);
+        self.by_base.range(first..start.saturating_add(len.max(1))).map(|(_, r)| r)
+    }
+
+    /// The region holding `ptr` and, for the application's own mappings, the mappings back
+    /// to back with it that a buffer starting at `ptr` may reach: a buffer the application
+    /// carves from its reserved range (a PyTorch expandable segment) may span several
+    /// mappings, and a pointer alone does not say how far. Kernels reach forward from a
+    /// pointer, so the run goes forward to its end; backward it takes one mapping, for
+    /// reads just before a pointer that sits at a mapping's start.
+    pub fn extent_of(&self, ptr: CUdeviceptr) -> Vec<&Region> {
+        let Some(r) = self.find(ptr) else { return Vec::new() };
+        if !r.app {
+            return vec![r];
+        }
+        let before = self.by_base.range(..r.base).next_back().map(|(_, x)| x).filter(|x| x.app && x.base + x.reserved == r.base);
+        let mut run: Vec<&Region> = before.into_iter().collect();
+        run.push(r);
+        let after = self.by_base.range(r.base + 1..).map(|(_, x)| x).scan(r.base + r.reserved, |next, x| {
+            (x.app && x.base == *next).then(|| {
+                *next = x.base + x.reserved;
+                x
+            })
+        });
+        run.extend(after);
+        run
+    }
+
     /// Live regions.
     pub fn regions(&self) -> impl Iterator<Item = &Region> {
         self.by_base.values()
@@ -68,8 +101,8 @@ mod tests {
     #[test]
     fn find_maps_interior_and_padding_addresses_to_their_region_only() {
         let mut v = Vmem::default();
-        v.insert(Region { base: 0x1000_0000, bytes: 3 << 20, reserved: 4 << 20, alloc: AllocId(0) });
-        v.insert(Region { base: 0x2000_0000, bytes: 2 << 20, reserved: 2 << 20, alloc: AllocId(1) });
+        v.insert(Region { base: 0x1000_0000, bytes: 3 << 20, reserved: 4 << 20, alloc: AllocId(0), app: false });
+        v.insert(Region { base: 0x2000_0000, bytes: 2 << 20, reserved: 2 << 20, alloc: AllocId(1), app: false });
         assert_eq!(v.find(0x1000_0000).map(|r| r.alloc), Some(AllocId(0)));
         assert_eq!(v.find(0x1000_0000 + (4 << 20) - 1).map(|r| r.alloc), Some(AllocId(0)));
         assert_eq!(v.find(0x1000_0000 + (4 << 20)), None);
@@ -79,5 +112,25 @@ mod tests {
         v.remove(0x1000_0000);
         assert_eq!(v.find(0x1000_0000), None);
         assert!(v.of(AllocId(0)).is_none());
+    }
+
+    #[test]
+    fn an_application_mapping_extends_to_the_mappings_back_to_back_with_it() {
+        let mut v = Vmem::default();
+        let app = |base: u64, alloc: u32| Region { base, bytes: 2 << 20, reserved: 2 << 20, alloc: AllocId(alloc), app: true };
+        // Three mappings back to back, a gap, one more; and gmux's own allocation after it.
+        for (k, base) in [0x1000_0000u64, 0x1020_0000, 0x1040_0000, 0x1080_0000].into_iter().enumerate() {
+            v.insert(app(base, k as u32));
+        }
+        v.insert(Region { base: 0x10a0_0000, bytes: 2 << 20, reserved: 2 << 20, alloc: AllocId(9), app: false });
+        let ids = |rs: Vec<&Region>| rs.iter().map(|r| r.alloc.0).collect::<Vec<_>>();
+        assert_eq!(ids(v.extent_of(0x1000_0000)), vec![0, 1, 2]);
+        assert_eq!(ids(v.extent_of(0x1020_0010)), vec![0, 1, 2]);
+        assert_eq!(ids(v.extent_of(0x1040_0000)), vec![1, 2], "one mapping back, the rest forward");
+        assert_eq!(ids(v.extent_of(0x1080_0000)), vec![3], "a gap ends the run, and gmux's own allocation is not in it");
+        assert_eq!(ids(v.extent_of(0x10a0_0000)), vec![9]);
+        assert!(v.extent_of(0x1060_0000).is_empty());
+        let over: Vec<u32> = v.overlapping(0x1030_0000, 6 << 20).map(|r| r.alloc.0).collect();
+        assert_eq!(over, vec![1, 2, 3], "a copy's byte range meets exactly the regions it crosses");
     }
 }

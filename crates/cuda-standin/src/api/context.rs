@@ -184,6 +184,7 @@ pub unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
     tri!(ctx::require_current());
+    tri!(crate::capture::before_ctx_sync());
     exec::sync_all();
     CUDA_SUCCESS
 }

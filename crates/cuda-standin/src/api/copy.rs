@@ -2,14 +2,18 @@
 //! it executes. Synchronous forms run on the legacy (or, `_ptds`, per-thread) default
 //! stream and wait. Asynchronous forms read and write pinned host memory when they
 //! execute; a pageable source is copied at call time and a pageable destination makes
-//! the call wait, as in CUDA.
+//! the call wait, as in CUDA. On a capturing stream an asynchronous one becomes a graph
+//! node instead, which reads and writes host memory when the graph runs.
 
 use std::ffi::c_void;
 
 use cuda_abi::*;
 
-use super::{resolve_stream, NullStream, SendPtr};
-use crate::exec;
+use super::{code, resolve_stream, NullStream, SendPtr};
+use crate::capture::{self, Route};
+use crate::copy3d::{Copy3d, Mem};
+use crate::exec::{self, StreamId};
+use crate::graph::Op;
 use crate::memory::{count, counter, dev_read, dev_write, mem};
 
 #[derive(Clone, Copy)]
@@ -18,8 +22,18 @@ enum Loc {
     Host(*mut c_void),
 }
 
+impl Loc {
+    fn mem(self) -> Mem {
+        match self {
+            Loc::Device(d) => Mem::Device(d),
+            Loc::Host(p) => Mem::Host(p as usize),
+        }
+    }
+}
+
+/// Synchronous (on the legacy or per-thread default stream) or asynchronous on a stream.
 #[derive(Clone, Copy)]
-enum Mode {
+pub(super) enum Mode {
     Sync(NullStream),
     Async(CUstream, NullStream),
 }
@@ -49,14 +63,25 @@ impl HostSrc {
     }
 }
 
-/// Enqueues `work` as `mode` says; waits for it if the mode is synchronous or `wait`.
-fn enqueue(mode: Mode, wait: bool, work: exec::Work) -> CUresult {
-    tri!(crate::ctx::require_current());
-    let stream = match mode {
-        Sync(null) => resolve_stream(std::ptr::null_mut(), null),
-        Async(h, null) => resolve_stream(h, null),
-    };
-    let seq = tri!(exec::submit(tri!(stream), Vec::new(), work));
+/// The stream a copy or memset goes to, and whether the stream's capture takes it.
+/// A synchronous one waits for its stream, which capture forbids.
+pub(super) fn target(mode: Mode) -> Result<(StreamId, Route), CUresult> {
+    crate::ctx::require_current()?;
+    match mode {
+        Sync(null) => {
+            let s = resolve_stream(std::ptr::null_mut(), null)?;
+            capture::before_sync(s).map(|_| (s, Route::Run))
+        }
+        Async(h, null) => {
+            let s = resolve_stream(h, null)?;
+            capture::route(s).map(|r| (s, r))
+        }
+    }
+}
+
+/// Enqueues `work` on `stream`; waits for it if the mode is synchronous or `wait`.
+pub(super) fn enqueue(stream: StreamId, mode: Mode, wait: bool, work: exec::Work) -> CUresult {
+    let seq = tri!(exec::submit(stream, Vec::new(), work));
     if wait || matches!(mode, Sync(_)) {
         exec::wait(seq);
     }
@@ -64,6 +89,21 @@ fn enqueue(mode: Mode, wait: bool, work: exec::Work) -> CUresult {
 }
 
 unsafe fn copy(what: &'static str, dst: Loc, src: Loc, n: usize, mode: Mode) -> CUresult {
+    let stream = match tri!(target(mode)) {
+        (s, Route::Capture) => {
+            // The driver checks at capture that the device sides are mapped.
+            for (side, write) in [(dst, true), (src, false)] {
+                if let Loc::Device(p) = side {
+                    if mem().check(p, n, write).is_err() {
+                        return CUDA_ERROR_INVALID_VALUE;
+                    }
+                }
+            }
+            let c = Copy3d::linear(dst.mem(), src.mem(), n);
+            return code(capture::add(s, Op::Memcpy(c)).map(drop));
+        }
+        (s, Route::Run) => s,
+    };
     let is_async = matches!(mode, Async(..));
     let pinned = |p: *mut c_void| mem().is_pinned(p as usize, n);
     let host_src = |p: *mut c_void| {
@@ -101,14 +141,28 @@ unsafe fn copy(what: &'static str, dst: Loc, src: Loc, n: usize, mode: Mode) -> 
             Box::new(move || std::ptr::copy(s.ptr(), d.get() as *mut u8, n))
         }
     };
-    enqueue(mode, wait, work)
+    enqueue(stream, mode, wait, work)
 }
 
 unsafe fn memset(what: &'static str, dst: u64, elem: Vec<u8>, n: usize, mode: Mode) -> CUresult {
     if !dst.is_multiple_of(elem.len() as u64) {
         return CUDA_ERROR_INVALID_VALUE;
     }
+    let stream = match tri!(target(mode)) {
+        (s, Route::Capture) => {
+            if mem().check(dst, n * elem.len(), true).is_err() {
+                return CUDA_ERROR_INVALID_VALUE;
+            }
+            let mut value = [0u8; 4];
+            value[..elem.len()].copy_from_slice(&elem);
+            let (value, element_size) = (u32::from_le_bytes(value), elem.len() as u32);
+            let p = CUDA_MEMSET_NODE_PARAMS { dst, pitch: n * elem.len(), value, element_size, width: n, height: 1 };
+            return code(capture::add(s, Op::Memset(p)).map(drop));
+        }
+        (s, Route::Run) => s,
+    };
     enqueue(
+        stream,
         mode,
         false,
         Box::new(move || {

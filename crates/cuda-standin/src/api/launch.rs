@@ -5,6 +5,8 @@ use std::ffi::{c_char, c_uint, c_void, CStr};
 use cuda_abi::*;
 
 use super::{code, put, resolve_stream, NullStream};
+use crate::capture::{self, Route};
+use crate::graph::{KernelCall, Op};
 use crate::kernel::{self, HandleKind};
 use crate::{ctx, exec};
 
@@ -83,24 +85,31 @@ pub unsafe extern "C" fn cuKernelGetName(name: *mut *const c_char, k: CUkernel) 
     get_name(name, k, HandleKind::Kernel)
 }
 
-/// Copies the parameters now and enqueues the kernel call on the stream.
+/// Copies the parameters now and enqueues the kernel call on the stream (or, while the
+/// stream captures, adds it to the capture graph).
+#[allow(clippy::too_many_arguments)]
 unsafe fn launch(
     f: CUfunction,
     grid: [c_uint; 3],
     block: [c_uint; 3],
+    shared: c_uint,
     stream: CUstream,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
     null: NullStream,
 ) -> CUresult {
     tri!(ctx::require_current());
-    let Some((_, info)) = kernel::lookup(f) else { return CUDA_ERROR_INVALID_HANDLE };
+    let Some((kind, info)) = kernel::lookup(f) else { return CUDA_ERROR_INVALID_HANDLE };
     if grid.contains(&0) || block.contains(&0) {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    let buf = tri!(kernel::pack(&info, params, extra));
+    let args = tri!(kernel::pack(&info, params, extra));
     let s = tri!(resolve_stream(stream, null));
-    code(exec::submit(s, Vec::new(), Box::new(move || kernel::run(&info, buf))).map(|_| ()))
+    if tri!(capture::route(s)) == Route::Capture {
+        let call = KernelCall { info, handle: f as usize, kind, grid, block, shared, args };
+        return code(capture::add(s, Op::Kernel(call)).map(drop));
+    }
+    code(exec::submit(s, Vec::new(), Box::new(move || kernel::run(&info, args))).map(|_| ()))
 }
 
 #[no_mangle]
@@ -113,12 +122,12 @@ pub unsafe extern "C" fn cuLaunchKernel(
     bx: c_uint,
     by: c_uint,
     bz: c_uint,
-    _shared_mem: c_uint,
+    shared_mem: c_uint,
     stream: CUstream,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    launch(f, [gx, gy, gz], [bx, by, bz], stream, params, extra, NullStream::Legacy)
+    launch(f, [gx, gy, gz], [bx, by, bz], shared_mem, stream, params, extra, NullStream::Legacy)
 }
 
 #[no_mangle]
@@ -131,12 +140,12 @@ pub unsafe extern "C" fn cuLaunchKernel_ptsz(
     bx: c_uint,
     by: c_uint,
     bz: c_uint,
-    _shared_mem: c_uint,
+    shared_mem: c_uint,
     stream: CUstream,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    launch(f, [gx, gy, gz], [bx, by, bz], stream, params, extra, NullStream::PerThread)
+    launch(f, [gx, gy, gz], [bx, by, bz], shared_mem, stream, params, extra, NullStream::PerThread)
 }
 
 unsafe fn launch_ex(
@@ -149,7 +158,7 @@ unsafe fn launch_ex(
     let Some(c) = config.as_ref() else { return CUDA_ERROR_INVALID_VALUE };
     let grid = [c.grid_dim_x, c.grid_dim_y, c.grid_dim_z];
     let block = [c.block_dim_x, c.block_dim_y, c.block_dim_z];
-    launch(f, grid, block, c.h_stream, params, extra, null)
+    launch(f, grid, block, c.shared_mem_bytes, c.h_stream, params, extra, null)
 }
 
 #[no_mangle]

@@ -6,7 +6,7 @@ use cuda_abi::*;
 
 use super::{code, put};
 use crate::memory::{mem, mem_mut};
-use crate::{ctx, exec};
+use crate::{capture, ctx, exec};
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
@@ -19,6 +19,7 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
     tri!(ctx::require_current());
+    tri!(capture::before_unsafe());
     if dptr.is_null() {
         return CUDA_ERROR_INVALID_VALUE;
     }
@@ -56,6 +57,7 @@ fn code_of(r: CUresult) -> Result<(), CUresult> {
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     tri!(ctx::require_current());
+    tri!(capture::before_unsafe());
     if dptr == 0 {
         return CUDA_SUCCESS;
     }
@@ -84,6 +86,7 @@ pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize
 #[no_mangle]
 pub unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, flags: c_uint) -> CUresult {
     tri!(ctx::require_current());
+    tri!(capture::before_unsafe());
     if pp.is_null() || flags & !0x7 != 0 {
         return CUDA_ERROR_INVALID_VALUE;
     }

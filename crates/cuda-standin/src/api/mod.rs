@@ -7,8 +7,12 @@ use cuda_abi::*;
 
 use crate::exec::{self, StreamId, LEGACY};
 
+mod capture;
 mod context;
 mod copy;
+mod copy3d;
+mod graph;
+mod graph_exec;
 mod launch;
 mod memory;
 mod procaddr;
@@ -83,5 +87,9 @@ impl SendPtr {
     }
 }
 
+#[cfg(test)]
+mod capture_tests;
+#[cfg(test)]
+mod graph_tests;
 #[cfg(test)]
 mod tests;

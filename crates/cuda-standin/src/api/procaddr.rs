@@ -24,17 +24,31 @@ fn own_handle() -> *mut c_void {
     }) as *mut c_void
 }
 
-/// The candidate exported names for `symbol`, best first.
-fn candidates(symbol: &str, flags: u64) -> Vec<String> {
-    let versions = ["_v3", "_v2", ""];
+/// Symbols whose newest `_vN` export is not what every caller wants: the driver answers by
+/// the caller's CUDA version. (symbol, first CUDA version, exported name), newest first.
+const VERSIONED: &[(&str, c_int, &str)] = &[
+    ("cuGraphInstantiate", 12000, "cuGraphInstantiateWithFlags"),
+    ("cuStreamGetCaptureInfo", 12030, "cuStreamGetCaptureInfo_v3"),
+    ("cuStreamGetCaptureInfo", 11030, "cuStreamGetCaptureInfo_v2"),
+    ("cuStreamGetCaptureInfo", 0, "cuStreamGetCaptureInfo"),
+];
+
+/// The candidate exported names for `symbol` asked for by a caller built for CUDA
+/// `version`, best first.
+fn candidates(symbol: &str, version: c_int, flags: u64) -> Vec<String> {
+    let pinned = VERSIONED.iter().find(|&&(s, from, _)| s == symbol && version >= from).map(|&(_, _, name)| name);
+    let (base, versions) = match pinned {
+        Some(name) => (name, &[""][..]),
+        None => (symbol, &["_v3", "_v2", ""][..]),
+    };
     let mut names = Vec::new();
     if flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0 {
         for v in versions {
-            names.push(format!("{symbol}{v}_ptsz"));
-            names.push(format!("{symbol}{v}_ptds"));
+            names.push(format!("{base}{v}_ptsz"));
+            names.push(format!("{base}{v}_ptds"));
         }
     }
-    names.extend(versions.iter().map(|v| format!("{symbol}{v}")));
+    names.extend(versions.iter().map(|v| format!("{base}{v}")));
     names
 }
 
@@ -58,13 +72,13 @@ fn glibc_dlsym() -> Option<DlsymFn> {
     (f != 0).then(|| unsafe { std::mem::transmute::<usize, DlsymFn>(f) })
 }
 
-fn lookup(symbol: &str, flags: u64) -> *mut c_void {
+fn lookup(symbol: &str, version: c_int, flags: u64) -> *mut c_void {
     let handle = own_handle();
     let Some(dlsym) = glibc_dlsym() else { return std::ptr::null_mut() };
     if handle.is_null() {
         return std::ptr::null_mut();
     }
-    for name in candidates(symbol, flags) {
+    for name in candidates(symbol, version, flags) {
         let Ok(c) = CString::new(name) else { continue };
         let p = unsafe { dlsym(handle, c.as_ptr()) };
         if !p.is_null() {
@@ -78,14 +92,14 @@ fn lookup(symbol: &str, flags: u64) -> *mut c_void {
 pub unsafe extern "C" fn cuGetProcAddress_v2(
     symbol: *const c_char,
     pfn: *mut *mut c_void,
-    _cuda_version: c_int,
+    cuda_version: c_int,
     flags: u64,
     status: *mut c_int,
 ) -> CUresult {
     if symbol.is_null() || pfn.is_null() {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    let p = lookup(&CStr::from_ptr(symbol).to_string_lossy(), flags);
+    let p = lookup(&CStr::from_ptr(symbol).to_string_lossy(), cuda_version, flags);
     *pfn = p;
     let found = !p.is_null();
     if !status.is_null() {
@@ -110,10 +124,20 @@ mod tests {
 
     #[test]
     fn per_thread_names_come_first() {
-        let c = candidates("cuMemcpyHtoDAsync", CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+        let c = candidates("cuMemcpyHtoDAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
         let ptsz = c.iter().position(|n| n == "cuMemcpyHtoDAsync_v2_ptsz").unwrap();
         let plain = c.iter().position(|n| n == "cuMemcpyHtoDAsync_v2").unwrap();
         assert!(ptsz < plain);
-        assert_eq!(candidates("cuInit", 0), ["cuInit_v3", "cuInit_v2", "cuInit"]);
+        assert_eq!(candidates("cuInit", 12000, 0), ["cuInit_v3", "cuInit_v2", "cuInit"]);
+    }
+
+    #[test]
+    fn versioned_signatures_follow_the_callers_version() {
+        assert_eq!(candidates("cuGraphInstantiate", 12080, 0), ["cuGraphInstantiateWithFlags"]);
+        assert_eq!(candidates("cuGraphInstantiate", 11080, 0)[1], "cuGraphInstantiate_v2");
+        let per_thread = candidates("cuStreamGetCaptureInfo", 12030, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+        assert_eq!(per_thread[0], "cuStreamGetCaptureInfo_v3_ptsz");
+        assert_eq!(candidates("cuStreamGetCaptureInfo", 12000, 0), ["cuStreamGetCaptureInfo_v2"]);
+        assert_eq!(candidates("cuStreamGetCaptureInfo", 10000, 0), ["cuStreamGetCaptureInfo"]);
     }
 }

@@ -5,6 +5,8 @@ use std::ffi::{c_int, c_uint, c_void};
 use cuda_abi::*;
 
 use super::{code, event_handle, event_id, put, resolve_stream, stream_handle, NullStream, SendPtr};
+use crate::capture::{self, Route};
+use crate::graph::{HostCall, Op};
 use crate::{ctx, exec};
 
 /// Greatest (numerically lowest) stream priority; the least is 0.
@@ -38,12 +40,16 @@ pub unsafe extern "C" fn cuStreamDestroy_v2(h: CUstream) -> CUresult {
 
 unsafe fn stream_sync(h: CUstream, null: NullStream) -> CUresult {
     tri!(ctx::require_current());
-    code(exec::sync_stream(tri!(resolve_stream(h, null))))
+    let s = tri!(resolve_stream(h, null));
+    tri!(capture::before_sync(s));
+    code(exec::sync_stream(s))
 }
 
 unsafe fn stream_query(h: CUstream, null: NullStream) -> CUresult {
     tri!(ctx::require_current());
-    match exec::query_stream(tri!(resolve_stream(h, null))) {
+    let s = tri!(resolve_stream(h, null));
+    tri!(capture::before_sync(s));
+    match exec::query_stream(s) {
         Ok(true) => CUDA_SUCCESS,
         Ok(false) => CUDA_ERROR_NOT_READY,
         Err(e) => e,
@@ -55,8 +61,11 @@ unsafe fn stream_wait_event(h: CUstream, e: CUevent, flags: c_uint, null: NullSt
     if flags & !1 != 0 {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    let s = tri!(resolve_stream(h, null));
-    code(exec::wait_event(s, tri!(event_id(e))))
+    let (s, ev) = (tri!(resolve_stream(h, null)), tri!(event_id(e)));
+    if tri!(capture::wait_event(s, ev, flags & CU_EVENT_WAIT_EXTERNAL != 0)) {
+        return CUDA_SUCCESS;
+    }
+    code(exec::wait_event(s, ev))
 }
 
 #[no_mangle]
@@ -136,39 +145,53 @@ pub unsafe extern "C" fn cuEventCreate(ph: *mut CUevent, flags: c_uint) -> CUres
 #[no_mangle]
 pub unsafe extern "C" fn cuEventDestroy_v2(e: CUevent) -> CUresult {
     tri!(ctx::require_current());
-    code(exec::destroy_event(tri!(event_id(e))))
+    let ev = tri!(event_id(e));
+    capture::forget_event(ev);
+    code(exec::destroy_event(ev))
 }
 
-unsafe fn event_record(e: CUevent, h: CUstream, null: NullStream) -> CUresult {
+/// During capture, a plain record makes the event stand for the stream's captured work;
+/// an external one (`CU_EVENT_RECORD_EXTERNAL`) adds an event record node.
+unsafe fn event_record(e: CUevent, h: CUstream, flags: c_uint, null: NullStream) -> CUresult {
     tri!(ctx::require_current());
     let ev = tri!(event_id(e));
-    code(exec::record(ev, tri!(resolve_stream(h, null))))
+    let s = tri!(resolve_stream(h, null));
+    match tri!(capture::route(s)) {
+        Route::Capture if flags & CU_EVENT_RECORD_EXTERNAL != 0 => code(capture::add(s, Op::EventRecord(ev)).map(drop)),
+        Route::Capture => code(capture::record_event(ev, s)),
+        Route::Run => {
+            capture::forget_event(ev);
+            code(exec::record(ev, s))
+        }
+    }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuEventRecord(e: CUevent, h: CUstream) -> CUresult {
-    event_record(e, h, NullStream::Legacy)
+    event_record(e, h, 0, NullStream::Legacy)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuEventRecord_ptsz(e: CUevent, h: CUstream) -> CUresult {
-    event_record(e, h, NullStream::PerThread)
+    event_record(e, h, 0, NullStream::PerThread)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuEventRecordWithFlags(e: CUevent, h: CUstream, _flags: c_uint) -> CUresult {
-    event_record(e, h, NullStream::Legacy)
+pub unsafe extern "C" fn cuEventRecordWithFlags(e: CUevent, h: CUstream, flags: c_uint) -> CUresult {
+    event_record(e, h, flags, NullStream::Legacy)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuEventRecordWithFlags_ptsz(e: CUevent, h: CUstream, _flags: c_uint) -> CUresult {
-    event_record(e, h, NullStream::PerThread)
+pub unsafe extern "C" fn cuEventRecordWithFlags_ptsz(e: CUevent, h: CUstream, flags: c_uint) -> CUresult {
+    event_record(e, h, flags, NullStream::PerThread)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuEventQuery(e: CUevent) -> CUresult {
     tri!(ctx::require_current());
-    match exec::query_event(tri!(event_id(e))) {
+    let ev = tri!(event_id(e));
+    tri!(capture::before_event_sync(ev));
+    match exec::query_event(ev) {
         Ok(true) => CUDA_SUCCESS,
         Ok(false) => CUDA_ERROR_NOT_READY,
         Err(err) => err,
@@ -178,7 +201,9 @@ pub unsafe extern "C" fn cuEventQuery(e: CUevent) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuEventSynchronize(e: CUevent) -> CUresult {
     tri!(ctx::require_current());
-    code(exec::sync_event(tri!(event_id(e))))
+    let ev = tri!(event_id(e));
+    tri!(capture::before_event_sync(ev));
+    code(exec::sync_event(ev))
 }
 
 #[no_mangle]
@@ -197,6 +222,9 @@ unsafe fn launch_host_func(h: CUstream, f: CUhostFn, data: *mut c_void, null: Nu
     tri!(ctx::require_current());
     let Some(f) = f else { return CUDA_ERROR_INVALID_VALUE };
     let s = tri!(resolve_stream(h, null));
+    if tri!(capture::route(s)) == Route::Capture {
+        return code(capture::add(s, Op::Host(HostCall { f, data: data as usize })).map(drop));
+    }
     let data = SendPtr(data);
     code(exec::submit(s, Vec::new(), Box::new(move || f(data.get()))).map(|_| ()))
 }
@@ -218,6 +246,9 @@ unsafe fn add_callback(h: CUstream, cb: CUstreamCallback, data: *mut c_void, fla
         return CUDA_ERROR_INVALID_VALUE;
     }
     let s = tri!(resolve_stream(h, null));
+    if tri!(capture::route(s)) == Route::Capture {
+        return capture::unsupported(s);
+    }
     let (data, handle) = (SendPtr(data), SendPtr(h));
     code(exec::submit(s, Vec::new(), Box::new(move || cb(handle.get(), CUDA_SUCCESS, data.get()))).map(|_| ()))
 }

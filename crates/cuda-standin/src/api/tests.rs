@@ -12,7 +12,7 @@ use super::memory::*;
 use super::standin::*;
 use super::stream::*;
 
-fn setup() {
+pub(super) fn setup() {
     unsafe {
         assert_eq!(cuInit(0), CUDA_SUCCESS);
         let mut ctx = null_mut();
@@ -21,7 +21,7 @@ fn setup() {
     }
 }
 
-unsafe fn alloc(n: usize) -> CUdeviceptr {
+pub(super) unsafe fn alloc(n: usize) -> CUdeviceptr {
     let mut p = 0;
     assert_eq!(cuMemAlloc_v2(&mut p, n), CUDA_SUCCESS);
     p

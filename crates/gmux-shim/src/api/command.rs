@@ -6,16 +6,40 @@ use crate::config::config;
 use crate::inflight::StreamKey;
 use crate::cuda::*;
 use crate::predict::{kernel_name, scan};
+use super::pieces::{streamed, Linear};
 use crate::state::{shim, Shim, ShimError, WorkingSet};
 use std::ffi::c_void;
 
 /// What a command runs, for its signature in the history (a kernel is its handle).
-const COPY_OR_MEMSET: u64 = 1;
-const UNANALYSED: u64 = 2;
+pub(super) const COPY_OR_MEMSET: u64 = 1;
 
 /// Runs one command: working set, residency, the real call, bookkeeping. `kind` says
-/// what it runs (a kernel's handle, or one of the constants above).
-fn run(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool, kind: u64, what: impl Fn() -> String, ws: impl FnOnce(&mut Shim) -> WorkingSet) -> CUresult {
+/// what it runs (a kernel's handle, or one of the constants above). A command captured
+/// into a graph runs later, as part of the graph: it passes to the driver, after its
+/// memory is mapped (see [`map_for_capture`]).
+pub(super) fn run(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool, kind: u64, what: impl Fn() -> String, ws: impl FnOnce(&mut Shim) -> WorkingSet) -> CUresult {
+    if crate::capture::captured(stream, ptsz) {
+        crate::capture::relaxed(|| map_for_capture(ws));
+        return real();
+    }
+    crate::capture::relaxed(|| run_now(real, stream, ptsz, kind, what, ws))
+}
+
+/// Makes a captured command's memory resident (mapped) without ordering the capture after
+/// it: the driver checks when it captures a copy or memset that its addresses are mapped,
+/// and memory the program allocated during the capture is not backed yet. The command's
+/// data is not needed until the graph launches, which brings it in again. A working set
+/// that does not fit is left to that launch to refuse.
+fn map_for_capture(ws: impl FnOnce(&mut Shim) -> WorkingSet) {
+    let Ok(mut g) = shim() else { return };
+    let st = g.as_mut().expect("created");
+    let ws = ws(st);
+    if let Err(e) = st.prepare(&ws, None, 0) {
+        crate::log!(Debug, "a captured command's memory was not mapped at capture: {e:?}");
+    }
+}
+
+fn run_now(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool, kind: u64, what: impl Fn() -> String, ws: impl FnOnce(&mut Shim) -> WorkingSet) -> CUresult {
     crate::agent::gate();
     let mut g = match shim() {
         Ok(g) => g,
@@ -35,8 +59,10 @@ fn run(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool, kind: u64,
                 crate::agent::gate();
                 g = crate::state::existing();
                 let st = g.as_mut().expect("created");
-                if let WorkingSet::Allocs(a) = &mut ws {
-                    a.retain(|id| st.is_live(*id));
+                match &mut ws {
+                    WorkingSet::Allocs(a) => a.retain(|id| st.is_live(*id)),
+                    WorkingSet::Spans(s) => s.retain(|x| st.is_live(x.alloc)),
+                    WorkingSet::Tenant => {}
                 }
             }
             Err(e) => return report(e, &what()),
@@ -100,14 +126,41 @@ pub fn op(real: impl FnOnce() -> CUresult, ptrs: &[CUdeviceptr], stream: CUstrea
     run(real, stream, ptsz, COPY_OR_MEMSET, || "copy or memset".into(), |st| WorkingSet::Allocs(st.allocs_of(ptrs)))
 }
 
+/// An asynchronous linear copy or memset on `stream` over byte ranges `(start, len)`.
+fn op_over(real: impl FnOnce() -> CUresult, ranges: &[(CUdeviceptr, u64)], stream: CUstream, ptsz: bool) -> CUresult {
+    run(real, stream, ptsz, COPY_OR_MEMSET, || "copy or memset".into(), |st| WorkingSet::Allocs(st.allocs_over(ranges)))
+}
+
+/// A linear copy or memset: streamed through the limit when it does not fit, else one
+/// command over the byte ranges it touches.
+fn linear(real: impl FnOnce() -> CUresult, op: &Linear, stream: CUstream, ptsz: bool, sync: bool) -> CUresult {
+    match streamed(op, stream, ptsz, sync) {
+        Some(r) => r,
+        None => op_over(real, &op.ranges(), stream, ptsz),
+    }
+}
+
 /// A synchronous copy or memset: on the legacy (or per-thread) default stream.
 pub fn sync_op(real: impl FnOnce() -> CUresult, ptrs: &[CUdeviceptr], ptds: bool) -> CUresult {
     op(real, ptrs, std::ptr::null_mut(), ptds)
 }
 
-/// A command gmux cannot analyse: everything must be resident.
-pub fn whole_tenant(real: impl FnOnce() -> CUresult, name: &str, stream: CUstream, ptsz: bool) -> CUresult {
-    run(real, stream, ptsz, UNANALYSED, || name.to_string(), |_| WorkingSet::Tenant)
+/// A graph launch: its working set is what the executable graph's nodes touch, or all
+/// memory where a node cannot be analysed (logged once per reason).
+pub fn graph(real: impl FnOnce() -> CUresult, exec: CUgraphExec, stream: CUstream, ptsz: bool) -> CUresult {
+    run(real, stream, ptsz, exec as u64, || "graph launch (cuGraphLaunch)".into(), |st| {
+        let touches = match st.graphs.get(exec) {
+            Some(g) => g.touches().map_err(str::to_string),
+            None => Err("a graph instantiated before gmux could see it".to_string()),
+        };
+        match touches {
+            Ok(addresses) => WorkingSet::Allocs(st.allocs_of(&addresses)),
+            Err(why) => {
+                super::refuse::once(&format!("graph {why}"), &format!("cuGraphLaunch: {why}; its launches make all memory resident"), crate::log::Level::Warn);
+                WorkingSet::Tenant
+            }
+        }
+    })
 }
 
 /// After a stream synchronize: its commands are done.
@@ -115,7 +168,7 @@ pub fn synced(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool) -> 
     let r = real();
     if r == CUDA_SUCCESS {
         if let Some(st) = crate::state::existing().as_mut() {
-            let _ = st.inflight.synced(stream, ptsz);
+            let _ = crate::capture::relaxed(|| st.inflight.synced(stream, ptsz));
         }
         crate::agent::poke();
         crate::record::synced();
@@ -128,7 +181,7 @@ pub fn synced_all(real: impl FnOnce() -> CUresult) -> CUresult {
     let r = real();
     if r == CUDA_SUCCESS {
         if let Some(st) = crate::state::existing().as_mut() {
-            let _ = st.inflight.synced_all();
+            let _ = crate::capture::relaxed(|| st.inflight.synced_all());
         }
         crate::agent::poke();
         crate::record::synced();
@@ -153,16 +206,40 @@ pub unsafe fn memcpy2d_ptrs(c: *const c_void) -> [CUdeviceptr; 2] {
     [dev(16, 32), dev(72, 88)]
 }
 
+/// Device addresses of a `CUDA_MEMCPY3D`.
+///
+/// # Safety
+/// `c` is null or points to a valid `CUDA_MEMCPY3D`.
+pub unsafe fn memcpy3d_ptrs(c: *const CUDA_MEMCPY3D) -> Vec<CUdeviceptr> {
+    // SAFETY: per this function's contract.
+    unsafe { c.as_ref() }.map(crate::graph::memcpy3d_devices).unwrap_or_default()
+}
+
+/// Every address of a batched copy (`cuMemcpyBatchAsync`): `count` destinations and
+/// sources (host addresses among them fall outside gmux memory).
+///
+/// # Safety
+/// `dsts` and `srcs` are null or hold `count` addresses each.
+pub unsafe fn batch_ptrs(dsts: *const CUdeviceptr, srcs: *const CUdeviceptr, count: usize) -> Vec<CUdeviceptr> {
+    // SAFETY: per this function's contract, a non-null side holds `count` addresses.
+    let side = |p: *const CUdeviceptr| if p.is_null() { &[][..] } else { unsafe { std::slice::from_raw_parts(p, count) } };
+    side(dsts).iter().chain(side(srcs)).copied().collect()
+}
+
 /// Host-to-device uploads of at most this many bytes are scanned for pointers.
 pub const SCAN_UPLOAD_BYTES: usize = 64 << 10;
 
-/// A host-to-device copy. A small upload (descriptors, pointer arrays, TMA tensor maps)
-/// is scanned: gmux memory it points to becomes part of the working set of every later
-/// command that reads the destination allocation.
+/// A host-to-device copy (`sync`: the synchronous call, on the default stream). A small
+/// upload (descriptors, pointer arrays, TMA tensor maps) is scanned: gmux memory it points
+/// to becomes part of the working set of every later command that reads the destination
+/// allocation. One larger than the limit is streamed through it.
 ///
 /// # Safety
 /// `host` is readable for `n` bytes.
-pub unsafe fn upload(real: impl FnOnce() -> CUresult, dst: CUdeviceptr, host: *const c_void, n: usize, stream: CUstream, ptsz: bool) -> CUresult {
+pub unsafe fn upload(real: impl FnOnce() -> CUresult, dst: CUdeviceptr, host: *const c_void, n: usize, stream: CUstream, ptsz: bool, sync: bool) -> CUresult {
+    let h = host as usize;
+    // SAFETY: the piece lies within the caller's buffers.
+    let issue = |off: u64, len: u64, s: CUstream| crate::real!(cuMemcpyHtoDAsync_v2(dst + off, (h + off as usize) as *const c_void, len as usize, s));
     if !host.is_null() && (8..=SCAN_UPLOAD_BYTES).contains(&n) {
         let bytes = std::slice::from_raw_parts(host as *const u8, n);
         let mut found: Vec<CUdeviceptr> = bytes.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes"))).collect();
@@ -177,5 +254,36 @@ pub unsafe fn upload(real: impl FnOnce() -> CUresult, dst: CUdeviceptr, host: *c
             g.as_mut().expect("created").add_refs(dst, &found);
         }
     }
-    op(real, &[dst], stream, ptsz)
+    linear(real, &Linear { what: "cuMemcpyHtoD", device: &[dst], bytes: n as u64, issue: &issue }, stream, ptsz, sync)
+}
+
+/// A device-to-host copy; one larger than the limit is streamed through it.
+pub fn download(real: impl FnOnce() -> CUresult, host: *mut c_void, src: CUdeviceptr, n: usize, stream: CUstream, ptsz: bool, sync: bool) -> CUresult {
+    let h = host as usize;
+    let issue = |off: u64, len: u64, s: CUstream| crate::real!(cuMemcpyDtoHAsync_v2((h + off as usize) as *mut c_void, src + off, len as usize, s));
+    linear(real, &Linear { what: "cuMemcpyDtoH", device: &[src], bytes: n as u64, issue: &issue }, stream, ptsz, sync)
+}
+
+/// A device-to-device copy; one larger than the limit is streamed through it.
+pub fn device_copy(real: impl FnOnce() -> CUresult, dst: CUdeviceptr, src: CUdeviceptr, n: usize, stream: CUstream, ptsz: bool, sync: bool) -> CUresult {
+    let issue = |off: u64, len: u64, s: CUstream| crate::real!(cuMemcpyDtoDAsync_v2(dst + off, src + off, len as usize, s));
+    linear(real, &Linear { what: "cuMemcpyDtoD", device: &[dst, src], bytes: n as u64, issue: &issue }, stream, ptsz, sync)
+}
+
+/// A memset of `n` elements of `width` bytes (1, 2 or 4) to `value`; one larger than the
+/// limit is streamed through it.
+#[allow(clippy::too_many_arguments)]
+pub fn memset(real: impl FnOnce() -> CUresult, dst: CUdeviceptr, width: u64, value: u32, n: usize, stream: CUstream, ptsz: bool, sync: bool) -> CUresult {
+    // Pieces are whole chunks but the last, so each starts on an element.
+    let issue = |off: u64, len: u64, s: CUstream| match width {
+        1 => crate::real!(cuMemsetD8Async(dst + off, value as u8, len as usize, s)),
+        2 => crate::real!(cuMemsetD16Async(dst + off, value as u16, (len / 2) as usize, s)),
+        _ => crate::real!(cuMemsetD32Async(dst + off, value, (len / 4) as usize, s)),
+    };
+    let what = match width {
+        1 => "cuMemsetD8",
+        2 => "cuMemsetD16",
+        _ => "cuMemsetD32",
+    };
+    linear(real, &Linear { what, device: &[dst], bytes: n as u64 * width, issue: &issue }, stream, ptsz, sync)
 }

@@ -16,7 +16,7 @@ pub unsafe fn alloc(d: *mut CUdeviceptr, bytes: u64) -> CUresult {
         Ok(g) => g,
         Err(code) => return code,
     };
-    match g.as_mut().expect("created").alloc(bytes) {
+    match crate::capture::relaxed(|| g.as_mut().expect("created").alloc(bytes)) {
         Ok(p) => {
             *d = p;
             crate::record::alloc(g.as_ref(), p);
@@ -49,15 +49,48 @@ pub unsafe fn alloc_pitch(d: *mut CUdeviceptr, pitch: *mut usize, width: usize, 
 pub fn free(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr) -> CUresult {
     let mut g = existing();
     match g.as_mut() {
-        Some(st) if st.vmem.find(ptr).is_some() => match st.free(ptr) {
+        Some(st) if st.vmem.find(ptr).is_some() => match crate::capture::relaxed(|| st.free(ptr)) {
             Ok(()) => {
                 crate::record::free(ptr);
                 CUDA_SUCCESS
             }
             Err(e) => report(e, "cuMemFree"),
         },
+        Some(st) if st.managed.contains_key(&ptr) => {
+            let r = real();
+            if r == CUDA_SUCCESS {
+                st.managed.remove(&ptr);
+                let limit = st.limit();
+                st.set_limit(limit);
+            }
+            r
+        }
         _ => real(),
     }
+}
+
+/// `cuMemAllocManaged`: the driver allocates and moves managed memory; gmux counts it
+/// against the limit as if always resident, and refuses what does not fit.
+///
+/// # Safety
+/// `d` is writable or null.
+pub unsafe fn managed(real: impl FnOnce() -> CUresult, d: *mut CUdeviceptr, bytes: usize) -> CUresult {
+    let Ok(mut g) = shim() else { return real() };
+    let st = g.as_mut().expect("created");
+    let need = (bytes as u64).div_ceil(gmux_core::CHUNK_BYTES) * gmux_core::CHUNK_BYTES;
+    if need > st.room() {
+        let (need, room) = (gmux_core::size::format_size(need), gmux_core::size::format_size(st.room()));
+        crate::log!(Error, "cuMemAllocManaged of {need}: managed memory counts against the limit and only {room} of it is left for it; raise --mem-limit (GMUX_MEM_LIMIT) by at least {need}");
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    let r = real();
+    if r == CUDA_SUCCESS && !d.is_null() {
+        // SAFETY: the driver wrote the address.
+        st.managed.insert(unsafe { *d }, need);
+        let limit = st.limit();
+        st.set_limit(limit);
+    }
+    r
 }
 
 /// `cuMemGetInfo`: the limit as total, and what is not yet allocated under it as free.
@@ -116,4 +149,32 @@ pub unsafe fn tensor_map(real: impl FnOnce() -> CUresult, map: *mut std::ffi::c_
         crate::tensormap::record(map as *const u8, addr as u64);
     }
     r
+}
+
+/// `cuMemAllocAsync`: as `cuMemAlloc`, except inside stream capture.
+///
+/// # Safety
+/// `d` is writable or null.
+pub unsafe fn alloc_async(d: *mut CUdeviceptr, bytes: u64, stream: CUstream, ptsz: bool) -> CUresult {
+    if crate::capture::captured(stream, ptsz) {
+        return in_capture("cuMemAllocAsync");
+    }
+    alloc(d, bytes)
+}
+
+/// `cuMemFreeAsync`: as `cuMemFree`, except inside stream capture.
+pub fn free_async(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr, stream: CUstream, ptsz: bool) -> CUresult {
+    if crate::capture::captured(stream, ptsz) && existing().as_ref().is_some_and(|st| st.vmem.find(ptr).is_some()) {
+        return in_capture("cuMemFreeAsync");
+    }
+    free(real, ptr)
+}
+
+/// Stream-ordered allocation captured into a graph (a memory node) would allocate
+/// outside gmux at every launch.
+fn in_capture(name: &str) -> CUresult {
+    super::refuse::call(
+        &format!("{name} inside stream capture"),
+        "a graph memory node allocates device memory outside gmux, which the limit cannot count; allocate before capture (PyTorch: the default caching allocator, not backend:cudaMallocAsync, with CUDA graphs)",
+    )
 }

@@ -2,9 +2,12 @@
 
 pub mod attr;
 pub mod command;
+pub mod graph;
 pub mod guard;
 pub mod memory;
+pub mod pieces;
 pub mod refuse;
+pub mod vmm;
 
 use crate::cuda::*;
 use crate::state::ShimError;

@@ -1,4 +1,5 @@
-//! Calls gmux refuses, each by name with its reason, and calls it only forwards.
+//! Calls gmux refuses, each by name with its reason, calls it only forwards, and the
+//! texture objects it records on the way.
 
 use crate::cuda::*;
 use std::collections::HashSet;
@@ -41,21 +42,30 @@ pub fn if_virtual(real: impl FnOnce() -> CUresult, name: &str, ptr: CUdeviceptr,
     }
 }
 
-/// `cuTexObjectCreate`: refused over gmux memory (kernels then reach it through a handle
-/// gmux cannot see in their parameters).
+/// `cuTexObjectCreate`: a texture over linear or pitched gmux memory is recorded, so that
+/// kernels given its handle bring that memory in ([`crate::texture`]).
 ///
 /// # Safety
-/// `res` is a valid `CUDA_RESOURCE_DESC`.
-pub unsafe fn texture(real: impl FnOnce() -> CUresult, res: *const c_void) -> CUresult {
+/// `obj` is writable and `res` a valid `CUDA_RESOURCE_DESC`, or null.
+pub unsafe fn texture(real: impl FnOnce() -> CUresult, obj: *mut u64, res: *const c_void) -> CUresult {
     const LINEAR: u32 = 2;
     const PITCH2D: u32 = 3;
-    if res.is_null() {
-        return real();
+    let r = real();
+    if r != CUDA_SUCCESS || res.is_null() || obj.is_null() {
+        return r;
     }
-    let kind = std::ptr::read_unaligned(res as *const u32);
-    if kind != LINEAR && kind != PITCH2D {
-        return real();
+    // SAFETY: `res` is a valid resource descriptor: its type, then (for linear and
+    // pitched memory) the device address at byte 8.
+    let (kind, ptr) = unsafe { (std::ptr::read_unaligned(res as *const u32), std::ptr::read_unaligned((res as *const u8).add(8) as *const u64)) };
+    if kind == LINEAR || kind == PITCH2D {
+        // SAFETY: the driver wrote the object's handle.
+        crate::texture::record(unsafe { *obj }, ptr);
     }
-    let ptr = std::ptr::read_unaligned((res as *const u8).add(8) as *const u64);
-    if_virtual(real, "cuTexObjectCreate", ptr, "a texture over gmux memory hides its address from working-set prediction")
+    r
+}
+
+/// `cuTexObjectDestroy`.
+pub fn texture_destroyed(real: impl FnOnce() -> CUresult, obj: u64) -> CUresult {
+    crate::texture::forget(obj);
+    real()
 }

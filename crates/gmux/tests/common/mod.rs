@@ -2,6 +2,8 @@
 //! driver, with or without `libgmux.so` preloaded.
 #![allow(dead_code)]
 
+pub mod summary;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -19,7 +19,9 @@
 //! `loop --buffers N --bytes B --rounds R [--reverse-every K] [--free]` (a training-like loop:
 //! every round adds 1 to each buffer in the same order, reversed every K rounds if K is
 //! given, so that a forecast from history is sometimes wrong; then every buffer is
-//! checked, and freed with `--free`).
+//! checked, and freed with `--free`), `graph --bytes B --rounds R` and `graph-too-big
+//! --bytes B`, `graph-temp --bytes B` (CUDA graphs: see `graphs.rs`), `app-vmm --handles N --bytes B` and
+//! `big-copy --bytes B` (see `memory.rs`).
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
@@ -29,6 +31,9 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use cuda_abi::*;
+
+mod graphs;
+mod memory;
 
 #[link(name = "dl")]
 extern "C" {
@@ -119,6 +124,23 @@ cuda_api! {
     mem_address_reserve = "cuMemAddressReserve" / "cuMemAddressReserve": fn(*mut CUdeviceptr, usize, usize, CUdeviceptr, u64);
     mem_create = "cuMemCreate" / "cuMemCreate": fn(*mut CUmemGenericAllocationHandle, usize, *const CUmemAllocationProp, u64);
     mem_map = "cuMemMap" / "cuMemMap": fn(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, u64);
+    mem_unmap = "cuMemUnmap" / "cuMemUnmap": fn(CUdeviceptr, usize);
+    mem_release = "cuMemRelease" / "cuMemRelease": fn(CUmemGenericAllocationHandle);
+    mem_set_access = "cuMemSetAccess" / "cuMemSetAccess": fn(CUdeviceptr, usize, *const CUmemAccessDesc, usize);
+    mem_address_free = "cuMemAddressFree" / "cuMemAddressFree": fn(CUdeviceptr, usize);
+    memcpy_dtod = "cuMemcpyDtoD" / "cuMemcpyDtoD_v2": fn(CUdeviceptr, CUdeviceptr, usize);
+    stream_begin_capture = "cuStreamBeginCapture" / "cuStreamBeginCapture_v2": fn(CUstream, c_uint);
+    stream_end_capture = "cuStreamEndCapture" / "cuStreamEndCapture": fn(CUstream, *mut CUgraph);
+    thread_exchange_stream_capture_mode = "cuThreadExchangeStreamCaptureMode" / "cuThreadExchangeStreamCaptureMode": fn(*mut c_uint);
+    graph_create = "cuGraphCreate" / "cuGraphCreate": fn(*mut CUgraph, c_uint);
+    graph_add_child_graph_node = "cuGraphAddChildGraphNode" / "cuGraphAddChildGraphNode": fn(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, CUgraph);
+    graph_get_nodes = "cuGraphGetNodes" / "cuGraphGetNodes": fn(CUgraph, *mut CUgraphNode, *mut usize);
+    graph_node_get_type = "cuGraphNodeGetType" / "cuGraphNodeGetType": fn(CUgraphNode, *mut c_uint);
+    graph_kernel_node_get_params = "cuGraphKernelNodeGetParams" / "cuGraphKernelNodeGetParams_v2": fn(CUgraphNode, *mut CUDA_KERNEL_NODE_PARAMS_v2);
+    graph_instantiate = "cuGraphInstantiateWithFlags" / "cuGraphInstantiateWithFlags": fn(*mut CUgraphExec, CUgraph, u64);
+    graph_launch = "cuGraphLaunch" / "cuGraphLaunch": fn(CUgraphExec, CUstream);
+    graph_exec_kernel_node_set_params = "cuGraphExecKernelNodeSetParams" / "cuGraphExecKernelNodeSetParams_v2": fn(CUgraphExec, CUgraphNode, *const CUDA_KERNEL_NODE_PARAMS_v2);
+    graph_exec_update = "cuGraphExecUpdate" / "cuGraphExecUpdate_v2": fn(CUgraphExec, CUgraph, *mut CUgraphExecUpdateResultInfo);
 }
 
 type GetProcAddress = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult;
@@ -473,6 +495,11 @@ fn main() {
         "fault-unmapped" => fault_unmapped(&app, &opts),
         "shared-read" => shared_read(&app, &opts),
         "loop" => loop_rounds(&app, &opts),
+        "graph" => graphs::rounds(&app, &opts),
+        "graph-too-big" => graphs::too_big(&app, &opts),
+        "graph-temp" => graphs::temporary(&app, &opts),
+        "app-vmm" => memory::app_vmm(&app, &opts),
+        "big-copy" => memory::big_copy(&app, &opts),
         other => fail(format!("unknown subcommand {other:?}")),
     };
     std::process::exit(if ok { 0 } else { 1 })

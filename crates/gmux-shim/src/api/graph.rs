@@ -1,0 +1,146 @@
+//! Graph entry points: instantiation and updates read what an executable graph touches
+//! ([`crate::graph`]); a graph launch is a command whose working set is that.
+
+use crate::cuda::*;
+use crate::graph::{self, ExecGraph, Touches};
+use crate::state::shim;
+use std::ffi::c_void;
+
+/// `cuGraphInstantiate*`: reads the graph, refuses one whose memory gmux cannot count,
+/// instantiates, and remembers what the executable graph touches.
+///
+/// # Safety
+/// `exec` is writable or null, as the driver requires.
+pub unsafe fn instantiate(real: impl FnOnce() -> CUresult, exec: *mut CUgraphExec, g: CUgraph) -> CUresult {
+    let Ok(mut guard) = shim() else { return real() };
+    let st = guard.as_mut().expect("created");
+    let read = crate::capture::relaxed(|| graph::read(g, &mut st.layouts));
+    let read = match read {
+        Ok(r) => r,
+        Err(e) => {
+            crate::log!(Warn, "cannot read the graph's nodes ({e}); its launches make all memory resident");
+            let mut r = ExecGraph::default();
+            r.set(std::ptr::null_mut(), Touches::Anything(format!("a graph gmux could not read ({e})")));
+            r
+        }
+    };
+    if let Some(why) = &read.refused {
+        return super::refuse::call("cuGraphInstantiate", &format!("this graph cannot run under gmux: {why}"));
+    }
+    let r = real();
+    if r == CUDA_SUCCESS && !exec.is_null() {
+        st.graphs.insert(*exec, read);
+    }
+    r
+}
+
+/// `cuGraphExecUpdate*`: on success the executable graph touches what `g` does.
+pub fn update(real: impl FnOnce() -> CUresult, exec: CUgraphExec, g: CUgraph) -> CUresult {
+    let r = real();
+    if r != CUDA_SUCCESS {
+        return r;
+    }
+    let mut guard = crate::state::existing();
+    let Some(st) = guard.as_mut() else { return r };
+    let read = crate::capture::relaxed(|| graph::read(g, &mut st.layouts));
+    let mut read = read.unwrap_or_else(|e| {
+        let mut r = ExecGraph::default();
+        r.set(std::ptr::null_mut(), Touches::Anything(format!("a graph gmux could not read ({e})")));
+        r
+    });
+    if let Some(why) = read.refused.take() {
+        // The update already took effect; its launches will need all memory.
+        read.set(std::ptr::null_mut(), Touches::Anything(why));
+    }
+    st.graphs.insert(exec, read);
+    r
+}
+
+/// A set-params call on one node of an executable graph: on success, `touches` says what
+/// the node touches now.
+fn set_node(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, touches: impl FnOnce(&mut crate::state::Shim) -> Touches) -> CUresult {
+    let r = real();
+    if r != CUDA_SUCCESS {
+        return r;
+    }
+    let mut g = crate::state::existing();
+    if let Some(st) = g.as_mut() {
+        let t = touches(st);
+        if let Some(e) = st.graphs.get_mut(exec) {
+            e.set(node, t);
+        }
+    }
+    r
+}
+
+/// `cuGraphExecKernelNodeSetParams_v2`.
+///
+/// # Safety
+/// `p` is a valid `CUDA_KERNEL_NODE_PARAMS_v2` (or null, which the driver refuses).
+pub unsafe fn set_kernel(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, p: *const CUDA_KERNEL_NODE_PARAMS_v2) -> CUresult {
+    // SAFETY: read only after the driver accepted the parameters.
+    set_node(real, exec, node, |st| unsafe { graph::kernel_params(&*p, &mut st.layouts) })
+}
+
+/// `cuGraphExecKernelNodeSetParams` (the version-1 struct, a prefix of version 2).
+///
+/// # Safety
+/// `p` is a valid `CUDA_KERNEL_NODE_PARAMS` (or null, which the driver refuses).
+pub unsafe fn set_kernel_v1(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, p: *const c_void) -> CUresult {
+    set_node(real, exec, node, |st| {
+        // SAFETY: version 1 is version 2 without its last two fields (`kern`, `ctx`),
+        // which stay null here.
+        let mut v2: CUDA_KERNEL_NODE_PARAMS_v2 = unsafe { std::mem::zeroed() };
+        unsafe { std::ptr::copy_nonoverlapping(p as *const u8, &mut v2 as *mut _ as *mut u8, KERNEL_NODE_PARAMS_V1_BYTES) };
+        // SAFETY: as the caller's parameters.
+        unsafe { graph::kernel_params(&v2, &mut st.layouts) }
+    })
+}
+
+/// Size of `CUDA_KERNEL_NODE_PARAMS` (version 1).
+const KERNEL_NODE_PARAMS_V1_BYTES: usize = 56;
+
+/// `cuGraphExecMemsetNodeSetParams`.
+///
+/// # Safety
+/// `p` is a valid `CUDA_MEMSET_NODE_PARAMS`.
+pub unsafe fn set_memset(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, p: *const CUDA_MEMSET_NODE_PARAMS) -> CUresult {
+    // SAFETY: read only after the driver accepted it.
+    set_node(real, exec, node, |_| graph::memset_params(unsafe { &*p }))
+}
+
+/// `cuGraphExecMemcpyNodeSetParams`.
+///
+/// # Safety
+/// `p` is a valid `CUDA_MEMCPY3D`.
+pub unsafe fn set_memcpy(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, p: *const CUDA_MEMCPY3D) -> CUresult {
+    // SAFETY: read only after the driver accepted it.
+    set_node(real, exec, node, |_| graph::memcpy_params(unsafe { &*p }))
+}
+
+/// `cuGraphExecChildGraphNodeSetParams`: the child's nodes are read anew.
+pub fn set_child(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, child: CUgraph) -> CUresult {
+    set_node(real, exec, node, |st| match crate::capture::relaxed(|| graph::read(child, &mut st.layouts)) {
+        Ok(c) => match c.touches() {
+            Ok(a) => Touches::Addresses(a),
+            Err(why) => Touches::Anything(why.to_string()),
+        },
+        Err(e) => Touches::Anything(format!("a child graph gmux could not read ({e})")),
+    })
+}
+
+/// `cuGraphExecNodeSetParams` (any node type): the node may touch anything from now on.
+pub fn set_any(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode) -> CUresult {
+    set_node(real, exec, node, |_| Touches::Anything("a node changed with cuGraphExecNodeSetParams".into()))
+}
+
+/// `cuGraphExecDestroy`.
+pub fn destroy(real: impl FnOnce() -> CUresult, exec: CUgraphExec) -> CUresult {
+    let r = real();
+    if r == CUDA_SUCCESS {
+        if let Some(st) = crate::state::existing().as_mut() {
+            st.graphs.remove(exec);
+        }
+    }
+    r
+}

@@ -1,0 +1,212 @@
+//! The application's own virtual memory management (`cuMemCreate`, `cuMemMap`, …), as
+//! PyTorch's expandable segments, vLLM's sleep mode and similar allocators use it.
+//!
+//! A physical allocation the application creates on this device becomes a handle of
+//! gmux's: it holds no memory. Mapping it makes its address range gmux memory like any
+//! allocation (counted against the limit, backed on first use, evicted under pressure);
+//! setting access is gmux's business; unmapping frees that memory. A handle that was
+//! mapped once is not mapped again (gmux does not keep its contents after the unmap), and
+//! none is exported to another process (PyTorch asks for exportable handles but exports
+//! one only to share it): both are refused by name. Allocations gmux does
+//! not virtualize (host memory, another device) go to the driver untouched.
+
+use crate::cuda::*;
+use crate::state::Shim;
+use gmux_core::CHUNK_BYTES;
+use std::collections::HashMap;
+
+/// Tag of gmux's handles, so they never collide with the driver's.
+const TAG: u64 = 0x676d_7578 << 32;
+
+/// One physical allocation of the application's, virtualized.
+#[derive(Debug)]
+struct Handle {
+    bytes: u64,
+    prop: CUmemAllocationProp,
+    /// `cuMemCreate` and each `cuMemRetainAllocationHandle`, less each `cuMemRelease`.
+    refs: u32,
+    /// Where it is mapped now.
+    mapped_at: Option<CUdeviceptr>,
+    /// It has been mapped before (its contents are gone after the unmap).
+    was_mapped: bool,
+}
+
+/// The application's virtualized physical allocations.
+#[derive(Debug, Default)]
+pub struct AppHandles {
+    next: u64,
+    handles: HashMap<u64, Handle>,
+    /// Mapped ranges: base address → handle.
+    mappings: HashMap<CUdeviceptr, u64>,
+}
+
+/// Why an application's VMM call is refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// A bad argument, answered with this code as the driver would.
+    Invalid(CUresult),
+    /// Something gmux cannot virtualize: the call's name and the reason.
+    Unsupported(&'static str, String),
+}
+
+impl AppHandles {
+    /// Whether `h` is one of gmux's handles.
+    pub fn is_ours(h: CUmemGenericAllocationHandle) -> bool {
+        h & !0xffff_ffff == TAG
+    }
+
+    /// `cuMemCreate` of `bytes` on device `ordinal`: a new handle, or `None` when the
+    /// allocation is not one gmux virtualizes (the driver makes it).
+    pub fn create(&mut self, bytes: u64, prop: &CUmemAllocationProp, ordinal: CUdevice) -> Result<Option<u64>, Refusal> {
+        let ours = prop.type_ == CU_MEM_ALLOCATION_TYPE_PINNED && prop.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE && prop.location.id == ordinal;
+        if !ours {
+            return Ok(None);
+        }
+        if bytes == 0 || !bytes.is_multiple_of(CHUNK_BYTES) {
+            return Err(Refusal::Invalid(CUDA_ERROR_INVALID_VALUE));
+        }
+        self.next += 1;
+        let h = TAG | self.next;
+        self.handles.insert(h, Handle { bytes, prop: *prop, refs: 1, mapped_at: None, was_mapped: false });
+        Ok(Some(h))
+    }
+
+    /// The properties `h` was created with.
+    pub fn prop(&self, h: u64) -> Option<CUmemAllocationProp> {
+        self.handles.get(&h).map(|x| x.prop)
+    }
+
+    /// The handle mapped at the range holding `ptr`, with a new reference to it.
+    pub fn retain(&mut self, base: CUdeviceptr) -> Option<u64> {
+        let h = *self.mappings.get(&base)?;
+        self.handles.get_mut(&h)?.refs += 1;
+        Some(h)
+    }
+
+    /// `cuMemRelease`: drops a reference; the handle goes when none is left and it is
+    /// not mapped (an unmap then finishes the release, as in the driver).
+    pub fn release(&mut self, h: u64) -> Result<(), Refusal> {
+        let x = self.handles.get_mut(&h).ok_or(Refusal::Invalid(CUDA_ERROR_INVALID_VALUE))?;
+        x.refs = x.refs.saturating_sub(1);
+        if x.refs == 0 && x.mapped_at.is_none() {
+            self.handles.remove(&h);
+        }
+        Ok(())
+    }
+
+    /// Checks a `cuMemMap` of `h` at `ptr`, whole; the caller backs the range, then calls
+    /// [`AppHandles::mapped`]. Returns the bytes to back.
+    pub fn check_map(&self, ptr: CUdeviceptr, size: u64, offset: u64, h: u64) -> Result<u64, Refusal> {
+        let x = self.handles.get(&h).ok_or(Refusal::Invalid(CUDA_ERROR_INVALID_HANDLE))?;
+        if x.mapped_at.is_some() || x.was_mapped {
+            return Err(Refusal::Unsupported("cuMemMap", "mapping a physical allocation a second time (aliasing, or again after cuMemUnmap): gmux does not keep one allocation's memory at two addresses".into()));
+        }
+        if offset != 0 || size != x.bytes {
+            return Err(Refusal::Unsupported("cuMemMap", format!("mapping part of a physical allocation (offset {offset}, {size} of {} bytes): gmux maps whole allocations", x.bytes)));
+        }
+        if !ptr.is_multiple_of(CHUNK_BYTES) {
+            return Err(Refusal::Invalid(CUDA_ERROR_INVALID_VALUE));
+        }
+        Ok(x.bytes)
+    }
+
+    /// Records that `h` is now mapped at `ptr`.
+    pub fn mapped(&mut self, ptr: CUdeviceptr, h: u64) {
+        if let Some(x) = self.handles.get_mut(&h) {
+            x.mapped_at = Some(ptr);
+            x.was_mapped = true;
+            self.mappings.insert(ptr, h);
+        }
+    }
+
+    /// The mappings of gmux's handles that start in `[ptr, ptr + size)`.
+    pub fn mapped_in(&self, ptr: CUdeviceptr, size: u64) -> Vec<CUdeviceptr> {
+        let mut v: Vec<CUdeviceptr> = self.mappings.keys().copied().filter(|b| *b >= ptr && *b < ptr.saturating_add(size)).collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Records the unmap of the mapping at `base`; the handle goes if it was released.
+    pub fn unmapped(&mut self, base: CUdeviceptr) {
+        let Some(h) = self.mappings.remove(&base) else { return };
+        if let Some(x) = self.handles.get_mut(&h) {
+            x.mapped_at = None;
+            if x.refs == 0 {
+                self.handles.remove(&h);
+            }
+        }
+    }
+
+    /// Handles alive (for tests and the summary).
+    pub fn len(&self) -> usize {
+        self.handles.len()
+    }
+
+    /// Whether no handle is alive.
+    pub fn is_empty(&self) -> bool {
+        self.handles.is_empty()
+    }
+}
+
+impl Shim {
+    /// Backs the application's mapping of `h` at `ptr`.
+    pub fn map_app(&mut self, ptr: CUdeviceptr, size: u64, offset: u64, h: u64) -> Result<(), Refusal> {
+        let bytes = self.app_vmm.check_map(ptr, size, offset, h)?;
+        if self.vmem.find(ptr).is_some() || self.vmem.find(ptr + bytes - 1).is_some() {
+            return Err(Refusal::Invalid(CUDA_ERROR_INVALID_VALUE));
+        }
+        self.back(ptr, bytes, true).map_err(|_| Refusal::Invalid(CUDA_ERROR_OUT_OF_MEMORY))?;
+        self.app_vmm.mapped(ptr, h);
+        Ok(())
+    }
+
+    /// Unmaps the application's mappings in `[ptr, ptr + size)`: their memory is freed
+    /// once no released command uses it. Returns whether the range held any.
+    pub fn unmap_app(&mut self, ptr: CUdeviceptr, size: u64) -> Result<bool, crate::state::ShimError> {
+        let bases = self.app_vmm.mapped_in(ptr, size);
+        for b in &bases {
+            self.free(*b)?;
+            self.app_vmm.unmapped(*b);
+        }
+        Ok(!bases.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn device(ordinal: i32) -> CUmemAllocationProp {
+        CUmemAllocationProp::device(ordinal)
+    }
+
+    #[test]
+    fn only_this_devices_pinned_memory_is_virtualized() {
+        let mut a = AppHandles::default();
+        let h = a.create(4 << 20, &device(0), 0).unwrap().unwrap();
+        assert!(AppHandles::is_ours(h));
+        assert_eq!(a.create(4 << 20, &device(1), 0), Ok(None), "another device's memory is the driver's");
+        let mut exportable = device(0);
+        exportable.requested_handle_types = 1;
+        assert!(a.create(4 << 20, &exportable, 0).unwrap().is_some(), "exportable handles are virtualized; exporting one is refused");
+        assert_eq!(a.create(3 << 20, &device(0), 0), Err(Refusal::Invalid(CUDA_ERROR_INVALID_VALUE)), "not whole chunks");
+    }
+
+    #[test]
+    fn a_handle_maps_whole_and_once_and_goes_after_release_and_unmap() {
+        let mut a = AppHandles::default();
+        let h = a.create(4 << 20, &device(0), 0).unwrap().unwrap();
+        assert!(matches!(a.check_map(0x2000_0000, 2 << 20, 0, h), Err(Refusal::Unsupported("cuMemMap", _))));
+        assert_eq!(a.check_map(0x2000_0000, 4 << 20, 0, h), Ok(4 << 20));
+        a.mapped(0x2000_0000, h);
+        assert_eq!(a.retain(0x2000_0000), Some(h));
+        assert!(matches!(a.check_map(0x4000_0000, 4 << 20, 0, h), Err(Refusal::Unsupported(..))), "aliasing");
+        a.release(h).unwrap();
+        a.release(h).unwrap();
+        assert_eq!(a.len(), 1, "released while mapped: alive until unmapped");
+        assert_eq!(a.mapped_in(0x1000_0000, 0x2000_0000), vec![0x2000_0000]);
+        a.unmapped(0x2000_0000);
+        assert!(a.is_empty());
+        assert_eq!(a.release(h), Err(Refusal::Invalid(CUDA_ERROR_INVALID_VALUE)));
+    }
+}

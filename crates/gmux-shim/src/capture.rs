@@ -1,0 +1,72 @@
+//! Stream capture: commands captured into a CUDA graph do not run at capture time, so
+//! they pass to the driver untouched; the graph's working set is read from its nodes when
+//! it is instantiated ([`crate::graph`]).
+//!
+//! While any capture is under way, gmux's own driver calls in the calling thread (event
+//! queries, synchronizations, mapping) run in relaxed capture mode: in the default global
+//! mode the driver would refuse them and invalidate the program's capture.
+
+use crate::cuda::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Captures begun and not yet ended, process-wide.
+static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether some stream may be capturing (one atomic load: the launch path's whole cost
+/// when no program captures).
+pub fn any() -> bool {
+    ACTIVE.load(Ordering::Relaxed) > 0
+}
+
+/// `cuStreamBeginCapture*`: forwarded; a capture that began is counted.
+pub fn begin(real: impl FnOnce() -> CUresult) -> CUresult {
+    let r = real();
+    if r == CUDA_SUCCESS {
+        let n = ACTIVE.fetch_add(1, Ordering::Relaxed) + 1;
+        crate::log!(Debug, "stream capture begins ({n} under way)");
+    }
+    r
+}
+
+/// `cuStreamEndCapture`: forwarded; the capture has ended whatever the result (an
+/// invalidated capture ends with an error).
+pub fn end(real: impl FnOnce() -> CUresult) -> CUresult {
+    let r = real();
+    let _ = ACTIVE.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    crate::log!(Debug, "stream capture ends with {r}");
+    r
+}
+
+/// Whether a command on `stream` would be captured rather than run: the stream is
+/// capturing, or its capture was invalidated, or the driver refuses to say (an implicit
+/// dependency on a capturing stream), in which case the driver answers the command too.
+pub fn captured(stream: CUstream, ptsz: bool) -> bool {
+    if !any() {
+        return false;
+    }
+    let mut status = CU_STREAM_CAPTURE_STATUS_NONE;
+    let r = if ptsz { crate::real!(cuStreamIsCapturing_ptsz(stream, &mut status)) } else { crate::real!(cuStreamIsCapturing(stream, &mut status)) };
+    r != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE
+}
+
+/// Runs `f` in relaxed capture mode while any capture is under way, restoring the
+/// thread's mode after.
+pub fn relaxed<R>(f: impl FnOnce() -> R) -> R {
+    if !any() {
+        return f();
+    }
+    let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    let switched = crate::real!(cuThreadExchangeStreamCaptureMode(&mut mode)) == CUDA_SUCCESS;
+    let out = f();
+    if switched {
+        crate::real!(cuThreadExchangeStreamCaptureMode(&mut mode));
+    }
+    out
+}
+
+/// Puts gmux's own threads in relaxed capture mode for good: they never capture, and
+/// their calls must not disturb a program's capture.
+pub fn relax_this_thread() {
+    let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    crate::real!(cuThreadExchangeStreamCaptureMode(&mut mode));
+}

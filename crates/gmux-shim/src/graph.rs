@@ -1,0 +1,189 @@
+//! CUDA graphs: the working set of a graph launch is read from the graph's nodes when it
+//! is instantiated, whether the graph was captured from streams or built node by node.
+//!
+//! Kernel nodes are scanned like launches ([`crate::predict`]), memset and memcpy nodes
+//! give their device addresses, child graphs are walked. Updates of an executable graph
+//! (`cuGraphExecUpdate`, `cuGraphExec*NodeSetParams`) re-read what they change. A node
+//! gmux cannot analyse (a kernel without a parameter layout, a conditional node, …)
+//! makes the launch touch all memory, which is safe whenever all memory fits the limit.
+//! Addresses, not allocations, are kept, so a graph that outlives an allocation follows
+//! whatever is allocated at its addresses at launch.
+
+use crate::cuda::*;
+use crate::driver::{check, CudaError};
+use crate::predict::{kernel_name, scan, Layouts};
+use std::collections::HashMap;
+
+/// What one node touches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Touches {
+    /// Device addresses (any number of them may be outside gmux memory).
+    Addresses(Vec<CUdeviceptr>),
+    /// Unknown: the node may touch any memory. The reason, for the log.
+    Anything(String),
+}
+
+/// The working set of one executable graph, by node of the graph it came from.
+#[derive(Debug, Default)]
+pub struct ExecGraph {
+    nodes: HashMap<usize, Touches>,
+    /// Why gmux cannot run this graph at all (memory it cannot count).
+    pub refused: Option<String>,
+}
+
+impl ExecGraph {
+    /// Every address the graph's nodes touch, or why that cannot be known.
+    pub fn touches(&self) -> Result<Vec<CUdeviceptr>, &str> {
+        let mut all = Vec::new();
+        for t in self.nodes.values() {
+            match t {
+                Touches::Addresses(a) => all.extend_from_slice(a),
+                Touches::Anything(why) => return Err(why),
+            }
+        }
+        all.sort_unstable();
+        all.dedup();
+        Ok(all)
+    }
+
+    /// Replaces what `node` touches.
+    pub fn set(&mut self, node: CUgraphNode, t: Touches) {
+        self.nodes.insert(node as usize, t);
+    }
+}
+
+/// Executable graphs by handle.
+#[derive(Debug, Default)]
+pub struct Graphs {
+    execs: HashMap<usize, ExecGraph>,
+}
+
+impl Graphs {
+    /// Records (or, after an update, replaces) what `exec` touches.
+    pub fn insert(&mut self, exec: CUgraphExec, g: ExecGraph) {
+        self.execs.insert(exec as usize, g);
+    }
+
+    /// The executable graph `exec`, if gmux saw it instantiated.
+    pub fn get_mut(&mut self, exec: CUgraphExec) -> Option<&mut ExecGraph> {
+        self.execs.get_mut(&(exec as usize))
+    }
+
+    /// The executable graph `exec`, if gmux saw it instantiated.
+    pub fn get(&self, exec: CUgraphExec) -> Option<&ExecGraph> {
+        self.execs.get(&(exec as usize))
+    }
+
+    /// Forgets a destroyed executable graph.
+    pub fn remove(&mut self, exec: CUgraphExec) {
+        self.execs.remove(&(exec as usize));
+    }
+}
+
+/// Reads every node of `graph`, child graphs included.
+pub fn read(graph: CUgraph, layouts: &mut Layouts) -> Result<ExecGraph, CudaError> {
+    let mut out = ExecGraph::default();
+    walk(graph, layouts, &mut out, 0)?;
+    Ok(out)
+}
+
+/// Child graphs nest at most this deep (a cycle would be a driver bug).
+const MAX_DEPTH: usize = 64;
+
+fn walk(graph: CUgraph, layouts: &mut Layouts, out: &mut ExecGraph, depth: usize) -> Result<(), CudaError> {
+    let mut n = 0usize;
+    check(crate::real!(cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n)), "cuGraphGetNodes")?;
+    let mut nodes = vec![std::ptr::null_mut(); n];
+    check(crate::real!(cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n)), "cuGraphGetNodes")?;
+    nodes.truncate(n);
+    for node in nodes {
+        let mut ty = 0u32;
+        check(crate::real!(cuGraphNodeGetType(node, &mut ty)), "cuGraphNodeGetType")?;
+        let t = match ty {
+            CU_GRAPH_NODE_TYPE_KERNEL => kernel_node(node, layouts)?,
+            CU_GRAPH_NODE_TYPE_MEMSET => memset_node(node)?,
+            CU_GRAPH_NODE_TYPE_MEMCPY => memcpy_node(node)?,
+            CU_GRAPH_NODE_TYPE_GRAPH if depth < MAX_DEPTH => {
+                let mut child = std::ptr::null_mut();
+                check(crate::real!(cuGraphChildGraphNodeGetGraph(node, &mut child)), "cuGraphChildGraphNodeGetGraph")?;
+                walk(child, layouts, out, depth + 1)?;
+                Touches::Addresses(Vec::new())
+            }
+            CU_GRAPH_NODE_TYPE_EMPTY | CU_GRAPH_NODE_TYPE_HOST | CU_GRAPH_NODE_TYPE_WAIT_EVENT | CU_GRAPH_NODE_TYPE_EVENT_RECORD => Touches::Addresses(Vec::new()),
+            CU_GRAPH_NODE_TYPE_MEM_ALLOC => {
+                out.refused = Some("its memory allocation node (cudaMallocAsync captured into a graph) allocates device memory outside gmux, which the limit cannot count; allocate before capture instead".into());
+                Touches::Addresses(Vec::new())
+            }
+            other => Touches::Anything(format!("a graph node of type {} ({other})", node_type_name(other))),
+        };
+        out.set(node, t);
+    }
+    Ok(())
+}
+
+/// What a kernel node with these parameters touches.
+///
+/// # Safety
+/// `p`'s parameter pointers are valid as `cuGraphKernelNodeGetParams` returns them (or as
+/// an application passes them to a set-params call).
+pub unsafe fn kernel_params(p: &CUDA_KERNEL_NODE_PARAMS_v2, layouts: &mut Layouts) -> Touches {
+    let f = if p.kern.is_null() { p.func } else { p.kern };
+    let mut found = Vec::new();
+    // SAFETY: per this function's contract.
+    let ok = unsafe { scan(layouts.of(f), p.kernel_params, p.extra, |w| found.push(w)) };
+    if ok {
+        Touches::Addresses(found)
+    } else {
+        Touches::Anything(format!("kernel {} without a parameter layout", kernel_name(f)))
+    }
+}
+
+fn kernel_node(node: CUgraphNode, layouts: &mut Layouts) -> Result<Touches, CudaError> {
+    // SAFETY: a plain C struct, all zeros is a valid value.
+    let mut p: CUDA_KERNEL_NODE_PARAMS_v2 = unsafe { std::mem::zeroed() };
+    check(crate::real!(cuGraphKernelNodeGetParams_v2(node, &mut p)), "cuGraphKernelNodeGetParams")?;
+    // SAFETY: the driver's own copy of the node's parameters, valid while the node lives.
+    Ok(unsafe { kernel_params(&p, layouts) })
+}
+
+/// What a memset node with these parameters touches.
+pub fn memset_params(p: &CUDA_MEMSET_NODE_PARAMS) -> Touches {
+    Touches::Addresses(vec![p.dst])
+}
+
+fn memset_node(node: CUgraphNode) -> Result<Touches, CudaError> {
+    // SAFETY: a plain C struct, all zeros is a valid value.
+    let mut p: CUDA_MEMSET_NODE_PARAMS = unsafe { std::mem::zeroed() };
+    check(crate::real!(cuGraphMemsetNodeGetParams(node, &mut p)), "cuGraphMemsetNodeGetParams")?;
+    Ok(memset_params(&p))
+}
+
+/// What a memcpy node (or `cuMemcpy3D`) with these parameters touches.
+pub fn memcpy_params(p: &CUDA_MEMCPY3D) -> Touches {
+    Touches::Addresses(memcpy3d_devices(p))
+}
+
+/// The device addresses of a 3D copy's two sides (arrays and host memory have none).
+pub fn memcpy3d_devices(p: &CUDA_MEMCPY3D) -> Vec<CUdeviceptr> {
+    let dev = |ty: u32, ptr: CUdeviceptr| matches!(ty, CU_MEMORYTYPE_DEVICE | CU_MEMORYTYPE_UNIFIED).then_some(ptr);
+    dev(p.src_memory_type, p.src_device).into_iter().chain(dev(p.dst_memory_type, p.dst_device)).collect()
+}
+
+fn memcpy_node(node: CUgraphNode) -> Result<Touches, CudaError> {
+    // SAFETY: a plain C struct, all zeros is a valid value.
+    let mut p: CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
+    check(crate::real!(cuGraphMemcpyNodeGetParams(node, &mut p)), "cuGraphMemcpyNodeGetParams")?;
+    Ok(memcpy_params(&p))
+}
+
+fn node_type_name(t: u32) -> &'static str {
+    match t {
+        8 => "external semaphore signal",
+        9 => "external semaphore wait",
+        CU_GRAPH_NODE_TYPE_MEM_ALLOC => "memory allocation",
+        CU_GRAPH_NODE_TYPE_MEM_FREE => "memory free",
+        12 => "batched memory operation",
+        13 => "conditional",
+        _ => "unknown",
+    }
+}

@@ -1,0 +1,212 @@
+//! `graph`: CUDA graphs over six buffers whose working sets exclude each other under an
+//! 8 MiB limit (two 4 MiB buffers): captured graphs with kernel, copy and memset nodes, a
+//! launch on another stream in the middle of a capture (gmux must evict without
+//! disturbing the capture), a kernel node changed with `cuGraphExecKernelNodeSetParams`,
+//! an executable graph updated with `cuGraphExecUpdate`, and a child graph node. Every
+//! buffer is checked against a host model at the end.
+//!
+//! `graph-too-big`: one graph over four buffers, launched; under a limit below their sum
+//! gmux must refuse the launch by name.
+//!
+//! `graph-temp`: a buffer allocated in the middle of a capture (in relaxed mode, as
+//! PyTorch's allocator does) and copied to and from in it: the driver checks at capture
+//! that a copy's memory is mapped.
+
+use super::*;
+
+struct Graph<'a> {
+    app: &'a App,
+    s: CUstream,
+    n: u64,
+    bytes: usize,
+}
+
+impl Graph<'_> {
+    /// Captures what `body` enqueues on the capture stream into a graph.
+    fn capture(&self, body: impl FnOnce()) -> CUgraph {
+        let cu = &self.app.cu;
+        check(unsafe { (cu.stream_begin_capture)(self.s, CU_STREAM_CAPTURE_MODE_GLOBAL) }, "cuStreamBeginCapture");
+        body();
+        let mut g = null_mut();
+        check(unsafe { (cu.stream_end_capture)(self.s, &mut g) }, "cuStreamEndCapture");
+        g
+    }
+
+    fn instantiate(&self, g: CUgraph) -> CUgraphExec {
+        let mut e = null_mut();
+        check(unsafe { (self.app.cu.graph_instantiate)(&mut e, g, 0) }, "cuGraphInstantiateWithFlags");
+        e
+    }
+
+    fn launch(&self, e: CUgraphExec) {
+        check(unsafe { (self.app.cu.graph_launch)(e, self.s) }, "cuGraphLaunch");
+    }
+
+    fn add(&self, p: u64, v: u32) {
+        self.app.add(self.s, p, self.n, v);
+    }
+
+    fn memset(&self, p: u64, v: u32) {
+        check(unsafe { (self.app.cu.memset_d32_async)(p, v, self.n as usize, self.s) }, "cuMemsetD32Async");
+    }
+
+    fn copy(&self, dst: u64, src: u64) {
+        check(unsafe { (self.app.cu.memcpy_dtod_async)(dst, src, self.bytes, self.s) }, "cuMemcpyDtoDAsync");
+    }
+
+    /// The first kernel node of `g`.
+    fn kernel_node(&self, g: CUgraph) -> CUgraphNode {
+        let cu = &self.app.cu;
+        let mut count = 0;
+        check(unsafe { (cu.graph_get_nodes)(g, null_mut(), &mut count) }, "cuGraphGetNodes");
+        let mut nodes = vec![null_mut(); count];
+        check(unsafe { (cu.graph_get_nodes)(g, nodes.as_mut_ptr(), &mut count) }, "cuGraphGetNodes");
+        let kernel = nodes.into_iter().find(|&node| {
+            let mut t = u32::MAX;
+            check(unsafe { (cu.graph_node_get_type)(node, &mut t) }, "cuGraphNodeGetType");
+            t == CU_GRAPH_NODE_TYPE_KERNEL
+        });
+        kernel.unwrap_or_else(|| fail("the captured graph has no kernel node"))
+    }
+}
+
+pub fn rounds(app: &App, o: &Opts) -> bool {
+    let bytes = o.bytes("bytes", 4 << 20) as usize;
+    let rounds = o.num("rounds", 3);
+    let n = (bytes / 4) as u64;
+    let g = Graph { app, s: app.stream(CU_STREAM_NON_BLOCKING), n, bytes };
+    let s2 = app.stream(CU_STREAM_NON_BLOCKING);
+    let b: Vec<u64> = (0..6).map(|_| app.alloc(bytes)).collect();
+    let mut model: Vec<Vec<u32>> = (0..6).map(|i| (0..n as u32).map(|j| i * 1_000_000 + j).collect()).collect();
+    for (p, m) in b.iter().zip(&model) {
+        app.htod(*p, m);
+    }
+    let add = |m: &mut Vec<u32>, v: u32| m.iter_mut().for_each(|w| *w = w.wrapping_add(v));
+    let mut launches = 0;
+
+    // b2 and b3 in use, so that the launch on s2 inside the next capture must evict.
+    g.add(b[2], 0);
+    g.add(b[3], 0);
+    app.sync(g.s);
+    let ga = g.capture(|| {
+        g.add(b[0], 1);
+        app.add(s2, b[5], n, 5);
+        g.copy(b[1], b[0]);
+        g.add(b[1], 2);
+    });
+    add(&mut model[5], 5);
+    app.sync(s2);
+    let gb = g.capture(|| {
+        g.add(b[2], 3);
+        g.memset(b[3], 7);
+    });
+    let (ea, eb) = (g.instantiate(ga), g.instantiate(gb));
+    let run_a = |model: &mut Vec<Vec<u32>>| {
+        add(&mut model[0], 1);
+        model[1] = model[0].iter().map(|w| w.wrapping_add(2)).collect();
+    };
+    for _ in 0..rounds {
+        g.launch(ea);
+        g.launch(eb);
+        launches += 2;
+        run_a(&mut model);
+        add(&mut model[2], 3);
+        model[3] = vec![7; n as usize];
+    }
+
+    // The add node of B now adds 4 to b4, a buffer B never touched.
+    let node = g.kernel_node(gb);
+    let mut p = unsafe { std::mem::zeroed::<CUDA_KERNEL_NODE_PARAMS_v2>() };
+    check(unsafe { (app.cu.graph_kernel_node_get_params)(node, &mut p) }, "cuGraphKernelNodeGetParams");
+    let (mut ptr4, mut n4, mut v4) = (b[4], n, 4u32);
+    let mut args = [ptr(&mut ptr4), ptr(&mut n4), ptr(&mut v4)];
+    p.kernel_params = args.as_mut_ptr();
+    check(unsafe { (app.cu.graph_exec_kernel_node_set_params)(eb, node, &p) }, "cuGraphExecKernelNodeSetParams");
+    g.launch(ea);
+    g.launch(eb);
+    launches += 2;
+    run_a(&mut model);
+    add(&mut model[4], 4);
+
+    // B becomes a graph of the same shape over b5.
+    let gb2 = g.capture(|| {
+        g.add(b[5], 6);
+        g.memset(b[3], 7);
+    });
+    let mut info = unsafe { std::mem::zeroed::<CUgraphExecUpdateResultInfo>() };
+    check(unsafe { (app.cu.graph_exec_update)(eb, gb2, &mut info) }, "cuGraphExecUpdate");
+    g.launch(ea);
+    g.launch(eb);
+    launches += 2;
+    run_a(&mut model);
+    add(&mut model[5], 6);
+
+    // A as the child of another graph.
+    let mut gc = null_mut();
+    check(unsafe { (app.cu.graph_create)(&mut gc, 0) }, "cuGraphCreate");
+    let mut child = null_mut();
+    check(unsafe { (app.cu.graph_add_child_graph_node)(&mut child, gc, std::ptr::null(), 0, ga) }, "cuGraphAddChildGraphNode");
+    let ec = g.instantiate(gc);
+    g.launch(eb);
+    g.launch(ec);
+    launches += 2;
+    add(&mut model[5], 6);
+    run_a(&mut model);
+
+    app.sync(g.s);
+    for (i, (p, m)) in b.iter().zip(&model).enumerate() {
+        let got = app.dtoh(*p, n as usize);
+        if let Some(j) = (0..m.len()).find(|&j| got[j] != m[j]) {
+            eprintln!("standin_app: graph: buffer {i} word {j} is {} where {} was expected", got[j], m[j]);
+            return false;
+        }
+    }
+    println!("graph: all 6 buffers checked after {launches} graph launches");
+    true
+}
+
+pub fn too_big(app: &App, o: &Opts) -> bool {
+    let bytes = o.bytes("bytes", 4 << 20) as usize;
+    let n = (bytes / 4) as u64;
+    let g = Graph { app, s: app.stream(CU_STREAM_NON_BLOCKING), n, bytes };
+    let b: Vec<u64> = (0..4).map(|_| app.alloc(bytes)).collect();
+    let all = g.capture(|| b.iter().for_each(|&p| g.add(p, 1)));
+    let e = g.instantiate(all);
+    let r = unsafe { (app.cu.graph_launch)(e, g.s) };
+    app.sync(g.s);
+    println!("graph-too-big: launch result: {r}");
+    r == CUDA_ERROR_OUT_OF_MEMORY
+}
+
+pub fn temporary(app: &App, o: &Opts) -> bool {
+    let bytes = o.bytes("bytes", 4 << 20) as usize;
+    let n = (bytes / 4) as u64;
+    let g = Graph { app, s: app.stream(CU_STREAM_NON_BLOCKING), n, bytes };
+    let b = app.alloc(bytes);
+    let model: Vec<u32> = (0..n as u32).map(|j| j.wrapping_mul(7)).collect();
+    app.htod(b, &model);
+    let graph = g.capture(|| {
+        let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        check(unsafe { (app.cu.thread_exchange_stream_capture_mode)(&mut mode) }, "cuThreadExchangeStreamCaptureMode");
+        let t = app.alloc(bytes);
+        check(unsafe { (app.cu.thread_exchange_stream_capture_mode)(&mut mode) }, "cuThreadExchangeStreamCaptureMode");
+        g.copy(t, b);
+        g.add(t, 1);
+        g.copy(b, t);
+    });
+    let e = g.instantiate(graph);
+    g.launch(e);
+    g.launch(e);
+    app.sync(g.s);
+    let got = app.dtoh(b, n as usize);
+    match (0..n as usize).find(|&j| got[j] != model[j].wrapping_add(2)) {
+        Some(j) => {
+            eprintln!("standin_app: graph-temp: word {j} is {} where {} was expected", got[j], model[j].wrapping_add(2));
+            false
+        }
+        None => {
+            println!("graph-temp: {bytes} bytes checked after 2 launches");
+            true
+        }
+    }
+}

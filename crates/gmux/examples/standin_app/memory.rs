@@ -1,0 +1,91 @@
+//! `app-vmm`: the program's own VMM allocations, as PyTorch's expandable segments make
+//! them: one reserved range, `--handles` physical allocations of `--bytes` mapped in it
+//! one after another, access set per mapping; every handle filled, added to by a kernel
+//! and read back, then unmapped and released, after which a second map of a released
+//! handle's address must still be possible with a new handle. Prints `app-vmm: N handles
+//! checked`.
+//!
+//! `big-copy`: two buffers of `--bytes`, an upload, a memset of the second half, a
+//! device-to-device copy and a download, each over the whole buffer, checked word by word.
+
+use super::*;
+
+fn access(ordinal: i32) -> CUmemAccessDesc {
+    CUmemAccessDesc { location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: ordinal }, flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE }
+}
+
+pub fn app_vmm(app: &App, o: &Opts) -> bool {
+    let cu = &app.cu;
+    let handles = o.num("handles", 4) as usize;
+    let bytes = o.bytes("bytes", 4 << 20) as usize;
+    let words = bytes / 4;
+    let s = app.stream(0);
+    let mut va = 0;
+    check(unsafe { (cu.mem_address_reserve)(&mut va, handles * bytes, 2 << 20, 0, 0) }, "cuMemAddressReserve");
+    let mut hs = Vec::new();
+    for i in 0..handles {
+        let mut h = 0;
+        check(unsafe { (cu.mem_create)(&mut h, bytes, &CUmemAllocationProp::device(0), 0) }, "cuMemCreate");
+        let at = va + (i * bytes) as u64;
+        check(unsafe { (cu.mem_map)(at, bytes, 0, h, 0) }, "cuMemMap");
+        check(unsafe { (cu.mem_set_access)(at, bytes, &access(0), 1) }, "cuMemSetAccess");
+        hs.push(h);
+        let data: Vec<u32> = (0..words as u32).map(|j| (i as u32) << 24 | j).collect();
+        app.htod(at, &data);
+        app.add(s, at, words as u64, i as u32 + 1);
+    }
+    app.sync(s);
+    for i in 0..handles {
+        let got = app.dtoh(va + (i * bytes) as u64, words);
+        if let Some(j) = (0..words).find(|&j| got[j] != ((i as u32) << 24 | j as u32) + i as u32 + 1) {
+            eprintln!("standin_app: app-vmm: handle {i} word {j} is {:#x}", got[j]);
+            return false;
+        }
+    }
+    for (i, h) in hs.iter().enumerate() {
+        check(unsafe { (cu.mem_unmap)(va + (i * bytes) as u64, bytes) }, "cuMemUnmap");
+        check(unsafe { (cu.mem_release)(*h) }, "cuMemRelease");
+    }
+    // The addresses are free again: a new handle maps at the first one.
+    let mut h = 0;
+    check(unsafe { (cu.mem_create)(&mut h, bytes, &CUmemAllocationProp::device(0), 0) }, "cuMemCreate");
+    check(unsafe { (cu.mem_map)(va, bytes, 0, h, 0) }, "cuMemMap");
+    check(unsafe { (cu.mem_set_access)(va, bytes, &access(0), 1) }, "cuMemSetAccess");
+    app.htod(va, &[7, 8, 9]);
+    let again = app.dtoh(va, 3);
+    check(unsafe { (cu.mem_unmap)(va, bytes) }, "cuMemUnmap");
+    check(unsafe { (cu.mem_release)(h) }, "cuMemRelease");
+    check(unsafe { (cu.mem_address_free)(va, handles * bytes) }, "cuMemAddressFree");
+    if again != [7, 8, 9] {
+        eprintln!("standin_app: app-vmm: a remapped range read back {again:?}");
+        return false;
+    }
+    println!("app-vmm: {handles} handles checked");
+    true
+}
+
+pub fn big_copy(app: &App, o: &Opts) -> bool {
+    let cu = &app.cu;
+    let bytes = o.bytes("bytes", 20 << 20) as usize;
+    let words = bytes / 4;
+    let (a, b) = (app.alloc(bytes), app.alloc(bytes));
+    let mut model: Vec<u32> = (0..words as u32).map(|j| j.wrapping_mul(2_654_435_761)).collect();
+    app.htod(a, &model);
+    let half = words / 2;
+    check(unsafe { (cu.memset_d32)(a + (half * 4) as u64, 0x5a5a_5a5a, words - half) }, "cuMemsetD32");
+    model[half..].iter_mut().for_each(|w| *w = 0x5a5a_5a5a);
+    check(unsafe { (cu.memcpy_dtod)(b, a, bytes) }, "cuMemcpyDtoD");
+    let got = app.dtoh(b, words);
+    app.free(a);
+    app.free(b);
+    match (0..words).find(|&j| got[j] != model[j]) {
+        Some(j) => {
+            eprintln!("standin_app: big-copy: word {j} is {:#x} where {:#x} was expected", got[j], model[j]);
+            false
+        }
+        None => {
+            println!("big-copy: {bytes} bytes checked");
+            true
+        }
+    }
+}

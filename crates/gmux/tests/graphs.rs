@@ -1,0 +1,65 @@
+//! CUDA graphs under `libgmux.so` on the CPU stand-in of the driver: captured and
+//! composed graphs, updates of executable graphs, and a launch in the middle of a capture.
+//! The stand-in aborts on any access to a chunk that is not mapped, and refuses (as the
+//! driver does) the synchronizing calls that would break a capture in global mode.
+
+mod common;
+
+use common::summary::{assert_no_shim_complaints, summary};
+use common::{number, run_within, Ran, Sandbox};
+use std::time::Duration;
+
+const MIB: u64 = 1 << 20;
+const DEVICE: u64 = 1 << 30;
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn graph_run(limit: &str, args: &[&str]) -> Ran {
+    let sb = Sandbox::new("graph", DEVICE);
+    run_within(&mut sb.gmux(Some(limit), args), PATIENCE)
+}
+
+#[test]
+fn graph_launches_bring_in_exactly_what_their_nodes_touch() {
+    // Six 4 MiB buffers under 8 MiB: each graph's working set is two buffers, so every
+    // launch evicts the other graph's and a launch that missed a buffer would abort.
+    let r = graph_run("8M", &["graph", "--bytes", "4M", "--rounds", "3"]);
+    assert!(r.status.success(), "{}", r.describe());
+    assert_eq!(number(&r.stdout, "after "), 12, "{}", r.describe());
+    let s = summary(&r);
+    assert!(s.peak_resident <= (8 * MIB) as f64, "{s:?}");
+    // Each of the 12 launches after the first brings in two 4 MiB buffers (two chunks each).
+    assert!(s.populated >= 11 * 4, "launches did not alternate residency: {s:?}\n{}", r.describe());
+    assert!(s.evicted >= 11 * 4, "{s:?}");
+    assert_no_shim_complaints(&r);
+}
+
+#[test]
+fn a_graph_larger_than_the_limit_is_refused_by_name() {
+    let r = graph_run("8M", &["graph-too-big", "--bytes", "4M"]);
+    assert_eq!(r.status.code(), Some(86), "{}", r.describe());
+    let line = r.stderr.lines().find(|l| l.contains("raise --mem-limit")).unwrap_or_else(|| panic!("{}", r.describe()));
+    assert!(line.contains("cuGraphLaunch") && line.contains("16.0 MiB") && line.contains("8.0 MiB"), "{line}");
+
+    let sb = Sandbox::new("graph", DEVICE);
+    let r = run_within(sb.gmux(Some("8M"), ["graph-too-big", "--bytes", "4M"]).env("GMUX_OVERSIZE", "error"), PATIENCE);
+    assert!(r.status.success(), "CUDA_ERROR_OUT_OF_MEMORY expected:\n{}", r.describe());
+    assert_eq!(number(&r.stdout, "launch result: "), 2, "{}", r.describe());
+}
+
+#[test]
+fn graphs_run_natively_on_the_standin() {
+    let sb = Sandbox::new("graph", DEVICE);
+    let r = run_within(&mut sb.app(["graph", "--bytes", "4M", "--rounds", "3"]), PATIENCE);
+    assert!(r.status.success() && r.stdout.contains("6 buffers checked"), "{}", r.describe());
+}
+
+#[test]
+fn memory_allocated_during_a_capture_is_mapped_for_the_copies_captured_into_it() {
+    let r = graph_run("16M", &["graph-temp", "--bytes", "4M"]);
+    assert!(r.status.success(), "{}", r.describe());
+    assert_eq!(number(&r.stdout, "graph-temp: "), 4 * MIB, "{}", r.describe());
+    assert_no_shim_complaints(&r);
+    let sb = Sandbox::new("graph", DEVICE);
+    let r = run_within(&mut sb.app(["graph-temp", "--bytes", "4M"]), PATIENCE);
+    assert!(r.status.success(), "natively:\n{}", r.describe());
+}

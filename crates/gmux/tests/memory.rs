@@ -1,0 +1,60 @@
+//! Memory the program reaches other than through `cuMemAlloc`, and operations larger
+//! than the limit, under `libgmux.so` on the CPU stand-in: the program's own VMM
+//! allocations are counted and evicted like gmux's, and copies and memsets larger than the
+//! limit stream through it. Every byte is checked by the program.
+
+mod common;
+
+use common::summary::{assert_no_shim_complaints, size_at, summary};
+use common::{number, run_within, Ran, Sandbox};
+use std::time::Duration;
+
+const MIB: u64 = 1 << 20;
+const DEVICE: u64 = 1 << 30;
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn under_gmux(limit: &str, args: &[&str]) -> Ran {
+    let sb = Sandbox::new("memory", DEVICE);
+    run_within(&mut sb.gmux(Some(limit), args), PATIENCE)
+}
+
+/// `peak allocated` of the shim's summary, in bytes.
+fn peak_allocated(r: &Ran) -> f64 {
+    let line = r.stderr.lines().find(|l| l.starts_with("gmux: limit ")).unwrap_or_else(|| panic!("{}", r.describe()));
+    size_at(line, "peak allocated ")
+}
+
+#[test]
+fn the_programs_own_vmm_allocations_are_counted_and_evicted() {
+    // Four 4 MiB handles under an 8 MiB limit: two fit at once.
+    let r = under_gmux("8M", &["app-vmm", "--handles", "4", "--bytes", "4M"]);
+    assert!(r.status.success() && r.stdout.contains("app-vmm: 4 handles checked"), "{}", r.describe());
+    assert_eq!(peak_allocated(&r), (16 * MIB) as f64, "every mapped handle counts:\n{}", r.describe());
+    let s = summary(&r);
+    assert!(s.peak_resident <= (8 * MIB) as f64, "{s:?}");
+    assert!(s.evicted >= 4, "two handles must have been evicted (2 chunks each): {s:?}");
+    assert!(s.populated >= 4, "and brought back for the read-back: {s:?}");
+    assert_no_shim_complaints(&r);
+}
+
+#[test]
+fn the_programs_own_vmm_allocations_work_natively() {
+    let sb = Sandbox::new("memory", DEVICE);
+    let r = run_within(&mut sb.app(["app-vmm", "--handles", "4", "--bytes", "4M"]), PATIENCE);
+    assert!(r.status.success() && r.stdout.contains("4 handles checked"), "{}", r.describe());
+}
+
+#[test]
+fn copies_and_memsets_larger_than_the_limit_stream_through_it() {
+    // Two 20 MiB buffers under 8 MiB: an upload, a memset, a device copy and a download,
+    // each over a whole buffer.
+    let r = under_gmux("8M", &["big-copy", "--bytes", "20M"]);
+    assert!(r.status.success(), "{}", r.describe());
+    assert_eq!(number(&r.stdout, "big-copy: "), 20 * MIB, "{}", r.describe());
+    let s = summary(&r);
+    assert!(s.peak_resident <= (8 * MIB) as f64, "{s:?}");
+    // Pieces of 2 MiB (a quarter of the limit): 10 for the upload, 5 for the memset of
+    // half the buffer, 10 for the device copy and 10 for the download.
+    assert_eq!(s.commands, 35, "{s:?}");
+    assert_no_shim_complaints(&r);
+}
