@@ -1,11 +1,12 @@
 //! CUDA graphs: graphs of nodes, their clones, and executable snapshots of them.
 //!
 //! Graphs, nodes and executable graphs live in one registry, and each one's id is its
-//! handle. A node depends only on earlier nodes of its graph, so insertion order is a
-//! topological order; executing nodes one after another in that order on one stream
-//! respects every edge. A child graph node owns its embedded graph. An executable graph
-//! is a flattened copy: child graphs inlined, each step remembering the node it came from,
-//! so later changes to the graph do not reach it.
+//! handle. A child graph node owns its embedded graph. A clone remembers the graph it was
+//! cloned from, and each of its nodes the node it copies. An executable graph is a
+//! flattened copy: child graphs inlined, each step remembering the node it came from, so
+//! later changes to the graph do not reach it. Its steps are in a topological order of the
+//! graph's edges (ties in insertion order, see [`topology`]), so executing them one after
+//! another on one stream respects every edge.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
@@ -14,8 +15,10 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 use cuda_abi::*;
 
 mod op;
+mod topology;
 
 pub use op::{check_memset, HostCall, KernelCall, Op};
+pub use topology::{destroy_node, edges, find_in_clone};
 
 /// A graph's id, which is also its `CUgraph`.
 pub type GraphId = usize;
@@ -37,12 +40,16 @@ struct Node {
     op: Op,
     /// `kernelParams` handed out by `cuGraphKernelNodeGetParams`: addresses in the args.
     param_ptrs: Vec<usize>,
+    /// The node this one copies, in a clone.
+    origin: Option<NodeId>,
 }
 
 struct Graph {
     nodes: Vec<NodeId>,
     /// The child graph node that embeds this graph.
     owner: Option<NodeId>,
+    /// The graph this one is a clone of.
+    origin: Option<GraphId>,
 }
 
 /// One node of an executable graph; `deps` are indices of earlier steps.
@@ -115,7 +122,7 @@ impl Registry {
 
     fn new_graph(&mut self) -> GraphId {
         let g = self.id(GRAPH);
-        self.graphs.insert(g, Graph { nodes: Vec::new(), owner: None });
+        self.graphs.insert(g, Graph { nodes: Vec::new(), owner: None, origin: None });
         g
     }
 
@@ -132,23 +139,26 @@ impl Registry {
                 _ => return Err(CUDA_ERROR_INVALID_VALUE),
             }
         }
-        self.nodes.insert(n, Node { graph: g, deps: deps.to_vec(), op, param_ptrs: Vec::new() });
+        self.nodes.insert(n, Node { graph: g, deps: deps.to_vec(), op, param_ptrs: Vec::new(), origin: None });
         self.graphs.get_mut(&g).unwrap().nodes.push(n);
         Ok(n)
     }
 
     fn clone_graph(&mut self, g: GraphId) -> Res<GraphId> {
-        let order = self.graph(g)?.nodes.clone();
+        self.graph(g)?;
         let copy = self.new_graph();
+        self.graphs.get_mut(&copy).unwrap().origin = Some(g);
         let mut map = HashMap::new();
-        for n in order {
+        for n in self.order(g) {
             let node = &self.nodes[&n];
             let deps: Vec<NodeId> = node.deps.iter().map(|d| map[d]).collect();
             let op = match node.op.clone() {
                 Op::Child(c) => Op::Child(self.clone_graph(c)?),
                 op => op,
             };
-            map.insert(n, self.add(copy, &deps, op)?);
+            let c = self.add(copy, &deps, op)?;
+            self.nodes.get_mut(&c).unwrap().origin = Some(n);
+            map.insert(n, c);
         }
         Ok(copy)
     }
@@ -171,7 +181,7 @@ impl Registry {
         index: &mut HashMap<NodeId, usize>,
     ) -> Vec<usize> {
         let first = steps.len();
-        for &n in &self.graphs[&g].nodes {
+        for n in self.order(g) {
             let node = &self.nodes[&n];
             let mut deps: Vec<usize> = node.deps.iter().map(|d| index[d]).collect();
             if deps.is_empty() {
@@ -332,12 +342,14 @@ pub fn graph_of_exec(e: ExecId) -> Res<GraphId> {
 }
 
 /// `cuGraphExecKernelNodeSetParams` and the like: `node` is a node the executable graph
-/// was instantiated or updated from; the op must keep its type.
+/// was instantiated or updated from, still in its graph; the op must keep its type, and a
+/// memset or copy must be one-dimensional before and after ([`Op::exec_settable`]).
 pub fn exec_set_op(e: ExecId, node: NodeId, op: Op) -> Res<()> {
     let mut r = reg();
+    r.node(node)?;
     let exec = r.exec(e)?;
     let step = exec.index.get(&node).map(|&i| &mut exec.steps[i]).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    if step.ty != op.ty() {
+    if step.ty != op.ty() || !step.op.exec_settable() || !op.exec_settable() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     step.op = op;

@@ -93,6 +93,17 @@ driver_table! {
     cuGraphMemsetNodeGetParams(CUgraphNode, *mut CUDA_MEMSET_NODE_PARAMS);
     cuGraphMemcpyNodeGetParams(CUgraphNode, *mut CUDA_MEMCPY3D);
     cuGraphChildGraphNodeGetGraph(CUgraphNode, *mut CUgraph);
+    cuGraphClone(*mut CUgraph, CUgraph);
+    cuGraphDestroy(CUgraph);
+    cuGraphGetEdges_v2(CUgraph, *mut CUgraphNode, *mut CUgraphNode, *mut CUgraphEdgeData, *mut usize);
+    cuGraphNodeFindInClone(*mut CUgraphNode, CUgraphNode, CUgraph);
+    cuGraphDestroyNode(CUgraphNode);
+    cuGraphInstantiateWithFlags(*mut CUgraphExec, CUgraph, u64);
+    cuGraphExecDestroy(CUgraphExec);
+    cuGraphLaunch(CUgraphExec, CUstream);
+    cuGraphKernelNodeSetParams_v2(CUgraphNode, *const CUDA_KERNEL_NODE_PARAMS_v2);
+    cuGraphMemsetNodeSetParams(CUgraphNode, *const CUDA_MEMSET_NODE_PARAMS);
+    cuGraphMemcpyNodeSetParams(CUgraphNode, *const CUDA_MEMCPY3D);
 }
 
 // SAFETY: the handle and function pointers are process-global and immutable.

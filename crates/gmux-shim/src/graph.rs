@@ -7,11 +7,13 @@
 //! gmux cannot analyse (a kernel without a parameter layout, a conditional node, …)
 //! makes the launch touch all memory, which is safe whenever all memory fits the limit.
 //! Addresses, not allocations, are kept, so a graph that outlives an allocation follows
-//! whatever is allocated at its addresses at launch.
+//! whatever is allocated at its addresses at launch. A graph larger than the limit runs
+//! in parts ([`crate::graph_split`]).
 
 use crate::cuda::*;
 use crate::driver::{check, CudaError};
 use crate::predict::{kernel_name, scan, Layouts};
+pub use crate::graph_split::{Part, Splittable};
 use std::collections::HashMap;
 
 /// What one node touches.
@@ -29,6 +31,9 @@ pub struct ExecGraph {
     nodes: HashMap<usize, Touches>,
     /// Why gmux cannot run this graph at all (memory it cannot count).
     pub refused: Option<String>,
+    /// A copy of the graph to run in parts when it does not fit the limit; `None` once an
+    /// update could not be carried over to it.
+    pub split: Option<Splittable>,
 }
 
 impl ExecGraph {
@@ -80,22 +85,29 @@ impl Graphs {
     }
 }
 
-/// Reads every node of `graph`, child graphs included.
+/// Reads every node of `graph`, child graphs included, and keeps a copy of the graph to
+/// split when it is too large for the limit (unless a node cannot be analysed).
 pub fn read(graph: CUgraph, layouts: &mut Layouts) -> Result<ExecGraph, CudaError> {
     let mut out = ExecGraph::default();
-    walk(graph, layouts, &mut out, 0)?;
+    let top = walk(graph, layouts, &mut out, 0)?;
+    if top.iter().all(|(_, t)| matches!(t, Touches::Addresses(_))) && out.refused.is_none() {
+        out.split = Some(Splittable::new(graph, top)?);
+    }
     Ok(out)
 }
 
 /// Child graphs nest at most this deep (a cycle would be a driver bug).
 const MAX_DEPTH: usize = 64;
 
-fn walk(graph: CUgraph, layouts: &mut Layouts, out: &mut ExecGraph, depth: usize) -> Result<(), CudaError> {
+/// Records what each node of `graph` touches in `out`, and returns the graph's own nodes,
+/// each with what it touches (a child graph node: all its child's nodes do).
+fn walk(graph: CUgraph, layouts: &mut Layouts, out: &mut ExecGraph, depth: usize) -> Result<Vec<(CUgraphNode, Touches)>, CudaError> {
     let mut n = 0usize;
     check(crate::real!(cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n)), "cuGraphGetNodes")?;
     let mut nodes = vec![std::ptr::null_mut(); n];
     check(crate::real!(cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n)), "cuGraphGetNodes")?;
     nodes.truncate(n);
+    let mut top = Vec::with_capacity(n);
     for node in nodes {
         let mut ty = 0u32;
         check(crate::real!(cuGraphNodeGetType(node, &mut ty)), "cuGraphNodeGetType")?;
@@ -106,8 +118,9 @@ fn walk(graph: CUgraph, layouts: &mut Layouts, out: &mut ExecGraph, depth: usize
             CU_GRAPH_NODE_TYPE_GRAPH if depth < MAX_DEPTH => {
                 let mut child = std::ptr::null_mut();
                 check(crate::real!(cuGraphChildGraphNodeGetGraph(node, &mut child)), "cuGraphChildGraphNodeGetGraph")?;
-                walk(child, layouts, out, depth + 1)?;
-                Touches::Addresses(Vec::new())
+                let inner = walk(child, layouts, out, depth + 1)?;
+                top.push((node, union(inner.into_iter().map(|(_, t)| t))));
+                continue;
             }
             CU_GRAPH_NODE_TYPE_EMPTY | CU_GRAPH_NODE_TYPE_HOST | CU_GRAPH_NODE_TYPE_WAIT_EVENT | CU_GRAPH_NODE_TYPE_EVENT_RECORD => Touches::Addresses(Vec::new()),
             CU_GRAPH_NODE_TYPE_MEM_ALLOC => {
@@ -116,9 +129,22 @@ fn walk(graph: CUgraph, layouts: &mut Layouts, out: &mut ExecGraph, depth: usize
             }
             other => Touches::Anything(format!("a graph node of type {} ({other})", node_type_name(other))),
         };
-        out.set(node, t);
+        out.set(node, t.clone());
+        top.push((node, t));
     }
-    Ok(())
+    Ok(top)
+}
+
+/// What several nodes touch together.
+fn union(all: impl Iterator<Item = Touches>) -> Touches {
+    let mut v = Vec::new();
+    for t in all {
+        match t {
+            Touches::Addresses(a) => v.extend(a),
+            anything => return anything,
+        }
+    }
+    Touches::Addresses(v)
 }
 
 /// What a kernel node with these parameters touches.

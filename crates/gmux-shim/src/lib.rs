@@ -23,6 +23,7 @@ pub mod cuda;
 pub mod driver;
 pub mod exports;
 pub mod graph;
+pub mod graph_split;
 pub mod hostpool;
 pub mod inflight;
 pub mod intercept;

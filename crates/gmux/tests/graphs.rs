@@ -34,16 +34,28 @@ fn graph_launches_bring_in_exactly_what_their_nodes_touch() {
 }
 
 #[test]
-fn a_graph_larger_than_the_limit_is_refused_by_name() {
-    let r = graph_run("8M", &["graph-too-big", "--bytes", "4M"]);
+fn a_graph_larger_than_the_limit_runs_in_parts() {
+    // Four 4 MiB buffers chained by copies under 8 MiB: parts of at most two buffers.
+    let r = graph_run("8M", &["graph-split", "--buffers", "4", "--bytes", "4M"]);
+    assert!(r.status.success() && r.stdout.contains("4 buffers checked after 2 launches"), "{}", r.describe());
+    let s = summary(&r);
+    assert!(s.peak_resident <= (8 * MIB) as f64, "{s:?}");
+    // Each launch runs at least two parts, each a command of its own.
+    assert!(s.commands >= 4 + 4, "{s:?}\n{}", r.describe());
+    assert_no_shim_complaints(&r);
+}
+
+#[test]
+fn a_graph_node_larger_than_the_limit_is_refused_by_name() {
+    let r = graph_run("8M", &["graph-split", "--buffers", "2", "--bytes", "12M"]);
     assert_eq!(r.status.code(), Some(86), "{}", r.describe());
     let line = r.stderr.lines().find(|l| l.contains("raise --mem-limit")).unwrap_or_else(|| panic!("{}", r.describe()));
-    assert!(line.contains("cuGraphLaunch") && line.contains("16.0 MiB") && line.contains("8.0 MiB"), "{line}");
+    assert!(line.contains("cuGraphLaunch") && line.contains("8.0 MiB"), "{line}");
+    assert!(r.stderr.contains("cannot run in parts"), "the reason it was not split:\n{}", r.describe());
 
     let sb = Sandbox::new("graph", DEVICE);
-    let r = run_within(sb.gmux(Some("8M"), ["graph-too-big", "--bytes", "4M"]).env("GMUX_OVERSIZE", "error"), PATIENCE);
-    assert!(r.status.success(), "CUDA_ERROR_OUT_OF_MEMORY expected:\n{}", r.describe());
-    assert_eq!(number(&r.stdout, "launch result: "), 2, "{}", r.describe());
+    let r = run_within(sb.gmux(Some("8M"), ["graph-split", "--buffers", "2", "--bytes", "12M"]).env("GMUX_OVERSIZE", "error"), PATIENCE);
+    assert_eq!(number(&r.stdout, "launch result: "), 2, "CUDA_ERROR_OUT_OF_MEMORY expected:\n{}", r.describe());
 }
 
 #[test]
@@ -51,6 +63,8 @@ fn graphs_run_natively_on_the_standin() {
     let sb = Sandbox::new("graph", DEVICE);
     let r = run_within(&mut sb.app(["graph", "--bytes", "4M", "--rounds", "3"]), PATIENCE);
     assert!(r.status.success() && r.stdout.contains("6 buffers checked"), "{}", r.describe());
+    let r = run_within(&mut sb.app(["graph-split", "--buffers", "4", "--bytes", "4M"]), PATIENCE);
+    assert!(r.status.success() && r.stdout.contains("4 buffers checked"), "{}", r.describe());
 }
 
 #[test]

@@ -26,13 +26,15 @@ unsafe fn status(s: CUstream) -> u32 {
     st
 }
 
-unsafe fn event() -> CUevent {
+/// A new event.
+pub(super) unsafe fn event() -> CUevent {
     let mut e = null_mut();
     assert_eq!(cuEventCreate(&mut e, 0), CUDA_SUCCESS);
     e
 }
 
-unsafe fn launch(args: &mut ScaleArgs, s: CUstream) -> CUresult {
+/// Launches `scale` with `args` on `s`.
+pub(super) unsafe fn launch(args: &mut ScaleArgs, s: CUstream) -> CUresult {
     cuLaunchKernel(scale_fn(), 1, 1, 1, 32, 1, 1, 0, s, args.params(), null_mut())
 }
 

@@ -61,6 +61,86 @@ pub unsafe extern "C" fn cuGraphGetNodes(g: CUgraph, nodes: *mut CUgraphNode, n:
     CUDA_SUCCESS
 }
 
+/// Writes the graph's edges as parallel arrays: `from[i]` is a dependency of `to[i]`. With
+/// `from` and `to` null, writes the edge count; otherwise fills up to `*n` edges (grouped
+/// by the dependent node in insertion order), nulls the rest and writes how many it
+/// filled. `data`, if not null, gets all-zero edge data (plain dependencies) alongside.
+unsafe fn get_edges(
+    g: CUgraph,
+    from: *mut CUgraphNode,
+    to: *mut CUgraphNode,
+    data: *mut CUgraphEdgeData,
+    n: *mut usize,
+) -> CUresult {
+    tri!(ctx::require_init());
+    let all = tri!(graph::edges(graph_id(g)));
+    let Some(n) = n.as_mut() else { return CUDA_ERROR_INVALID_VALUE };
+    if from.is_null() != to.is_null() || (from.is_null() && !data.is_null()) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if from.is_null() {
+        *n = all.len();
+        return CUDA_SUCCESS;
+    }
+    for i in 0..*n {
+        let (f, t) = all.get(i).map_or((0, 0), |&e| e);
+        *from.add(i) = f as CUgraphNode;
+        *to.add(i) = t as CUgraphNode;
+        if !data.is_null() {
+            *data.add(i) = CUgraphEdgeData::default();
+        }
+    }
+    *n = (*n).min(all.len());
+    CUDA_SUCCESS
+}
+
+/// The pre-CUDA 12.3 form, without edge data; see [`get_edges`].
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphGetEdges(
+    g: CUgraph,
+    from: *mut CUgraphNode,
+    to: *mut CUgraphNode,
+    n: *mut usize,
+) -> CUresult {
+    get_edges(g, from, to, std::ptr::null_mut(), n)
+}
+
+/// The CUDA 12.3 form, with edge data (may be null); see [`get_edges`].
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphGetEdges_v2(
+    g: CUgraph,
+    from: *mut CUgraphNode,
+    to: *mut CUgraphNode,
+    data: *mut CUgraphEdgeData,
+    n: *mut usize,
+) -> CUresult {
+    get_edges(g, from, to, data, n)
+}
+
+/// Writes the node of `clone` that `cuGraphClone` copied from `original`; refused when
+/// `clone` is not a clone of `original`'s graph or that copy has been destroyed.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphNodeFindInClone(
+    out: *mut CUgraphNode,
+    original: CUgraphNode,
+    clone: CUgraph,
+) -> CUresult {
+    tri!(ctx::require_init());
+    if out.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    code(graph::find_in_clone(node_id(original), graph_id(clone)).and_then(|n| put(out, n as CUgraphNode)))
+}
+
+/// Removes the node and every edge to or from it (a dependent loses the dependency and
+/// gains none); a child graph node's embedded graph goes with it. Executable graphs
+/// already instantiated keep running it, but can no longer name it.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphDestroyNode(node: CUgraphNode) -> CUresult {
+    tri!(ctx::require_init());
+    code(graph::destroy_node(node_id(node)))
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphNodeGetType(node: CUgraphNode, ty: *mut c_uint) -> CUresult {
     tri!(ctx::require_init());
@@ -166,8 +246,7 @@ pub unsafe extern "C" fn cuGraphAddMemsetNode(
     p: *const CUDA_MEMSET_NODE_PARAMS,
     _ctx: CUcontext,
 ) -> CUresult {
-    let Some(&p) = p.as_ref() else { return CUDA_ERROR_INVALID_VALUE };
-    tri!(graph::check_memset(&p));
+    let p = tri!(memset_params(p));
     code(add(out, g, deps, ndeps, Op::Memset(p)))
 }
 
@@ -180,6 +259,22 @@ pub unsafe extern "C" fn cuGraphMemsetNodeGetParams(node: CUgraphNode, p: *mut C
     }
 }
 
+/// Replaces a memset node's parameters (validated as for `cuGraphAddMemsetNode`); later
+/// instantiations use them, executable graphs made before do not.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphMemsetNodeSetParams(node: CUgraphNode, p: *const CUDA_MEMSET_NODE_PARAMS) -> CUresult {
+    tri!(ctx::require_init());
+    let p = tri!(memset_params(p));
+    code(graph::set_op(node_id(node), Op::Memset(p)))
+}
+
+/// Validated memset node parameters.
+pub(super) unsafe fn memset_params(p: *const CUDA_MEMSET_NODE_PARAMS) -> Result<CUDA_MEMSET_NODE_PARAMS, CUresult> {
+    let p = *p.as_ref().ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    graph::check_memset(&p)?;
+    Ok(p)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphAddMemcpyNode(
     out: *mut CUgraphNode,
@@ -189,8 +284,7 @@ pub unsafe extern "C" fn cuGraphAddMemcpyNode(
     p: *const CUDA_MEMCPY3D,
     _ctx: CUcontext,
 ) -> CUresult {
-    let Some(p) = p.as_ref() else { return CUDA_ERROR_INVALID_VALUE };
-    let c = tri!(Copy3d::from_abi(p));
+    let c = tri!(memcpy_params(p));
     code(add(out, g, deps, ndeps, Op::Memcpy(c)))
 }
 
@@ -201,6 +295,20 @@ pub unsafe extern "C" fn cuGraphMemcpyNodeGetParams(node: CUgraphNode, p: *mut C
         Op::Memcpy(c) => code(put(p, c.to_abi())),
         _ => CUDA_ERROR_INVALID_VALUE,
     }
+}
+
+/// Replaces a memcpy node's parameters (validated as for `cuGraphAddMemcpyNode`); later
+/// instantiations use them, executable graphs made before do not.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphMemcpyNodeSetParams(node: CUgraphNode, p: *const CUDA_MEMCPY3D) -> CUresult {
+    tri!(ctx::require_init());
+    let c = tri!(memcpy_params(p));
+    code(graph::set_op(node_id(node), Op::Memcpy(c)))
+}
+
+/// Validated memcpy node parameters.
+pub(super) unsafe fn memcpy_params(p: *const CUDA_MEMCPY3D) -> Result<Copy3d, CUresult> {
+    Copy3d::from_abi(p.as_ref().ok_or(CUDA_ERROR_INVALID_VALUE)?)
 }
 
 /// The node embeds a clone of `child`.

@@ -5,7 +5,7 @@ use std::ffi::c_char;
 
 use cuda_abi::*;
 
-use super::graph::{graph_id, kernel_call, node_id};
+use super::graph::{graph_id, kernel_call, memcpy_params, memset_params, node_id};
 use super::{code, put, resolve_stream, NullStream};
 use crate::capture::{self, Route};
 use crate::graph::{self, ExecId, Op, Segment};
@@ -83,7 +83,7 @@ pub unsafe extern "C" fn cuGraphInstantiateWithParams_ptsz(
     instantiate_with_params(out, g, p)
 }
 
-/// Enqueues the executable graph's steps on the stream in instantiation order: runs of
+/// Enqueues the executable graph's steps on the stream in their (topological) order: runs of
 /// kernel, copy, memset and host steps as one operation each, event steps as the stream
 /// operations they stand for. On a capturing stream the launch becomes a child graph node.
 unsafe fn launch(e: CUgraphExec, h: CUstream, null: NullStream) -> CUresult {
@@ -159,6 +159,36 @@ pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2(
     tri!(ctx::require_current());
     let call = tri!(kernel_call(p));
     code(graph::exec_set_op(exec_id(e), node_id(node), Op::Kernel(call)))
+}
+
+/// `node` is a memset node of the graph `e` was instantiated (or last updated) from; the
+/// next launch of `e` uses the new parameters. As in the driver, the instantiated memset
+/// and the new one must both be one-dimensional (one row of at least one element).
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphExecMemsetNodeSetParams(
+    e: CUgraphExec,
+    node: CUgraphNode,
+    p: *const CUDA_MEMSET_NODE_PARAMS,
+    _ctx: CUcontext,
+) -> CUresult {
+    tri!(ctx::require_current());
+    let p = tri!(memset_params(p));
+    code(graph::exec_set_op(exec_id(e), node_id(node), Op::Memset(p)))
+}
+
+/// `node` is a memcpy node of the graph `e` was instantiated (or last updated) from; the
+/// next launch of `e` uses the new parameters. As in the driver, the instantiated copy
+/// and the new one must both be one-dimensional (one row, one slice, at least one byte).
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphExecMemcpyNodeSetParams(
+    e: CUgraphExec,
+    node: CUgraphNode,
+    p: *const CUDA_MEMCPY3D,
+    _ctx: CUcontext,
+) -> CUresult {
+    tri!(ctx::require_current());
+    let c = tri!(memcpy_params(p));
+    code(graph::exec_set_op(exec_id(e), node_id(node), Op::Memcpy(c)))
 }
 
 /// Succeeds when `g` has the topology of the graph `e` came from (the same node types and

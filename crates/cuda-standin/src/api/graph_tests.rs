@@ -130,20 +130,23 @@ pub(super) unsafe fn launch_and_wait(e: CUgraphExec, s: CUstream) {
     assert_eq!(cuStreamSynchronize(s), CUDA_SUCCESS);
 }
 
-unsafe fn add_kernel(g: CUgraph, deps: &[CUgraphNode], args: &mut ScaleArgs) -> CUgraphNode {
+/// Adds a `scale` kernel node for `args` after `deps`.
+pub(super) unsafe fn add_kernel(g: CUgraph, deps: &[CUgraphNode], args: &mut ScaleArgs) -> CUgraphNode {
     let mut n = null_mut();
     assert_eq!(cuGraphAddKernelNode_v2(&mut n, g, deps.as_ptr(), deps.len(), &args.node()), CUDA_SUCCESS);
     n
 }
 
-unsafe fn add_memset(g: CUgraph, deps: &[CUgraphNode], dst: u64, value: u32, n: usize) -> CUgraphNode {
+/// Adds a memset node after `deps`: `n` u32s of `value` at `dst`.
+pub(super) unsafe fn add_memset(g: CUgraph, deps: &[CUgraphNode], dst: u64, value: u32, n: usize) -> CUgraphNode {
     let p = CUDA_MEMSET_NODE_PARAMS { dst, pitch: n * 4, value, element_size: 4, width: n, height: 1 };
     let mut node = null_mut();
     assert_eq!(cuGraphAddMemsetNode(&mut node, g, deps.as_ptr(), deps.len(), &p, null_mut()), CUDA_SUCCESS);
     node
 }
 
-fn dtoh(dst: &mut [u32], src: u64) -> CUDA_MEMCPY3D {
+/// A copy of `dst.len()` u32s from device address `src` into `dst`.
+pub(super) fn dtoh(dst: &mut [u32], src: u64) -> CUDA_MEMCPY3D {
     CUDA_MEMCPY3D {
         src_memory_type: CU_MEMORYTYPE_DEVICE,
         src_device: src,

@@ -92,4 +92,6 @@ mod capture_tests;
 #[cfg(test)]
 mod graph_tests;
 #[cfg(test)]
+mod graph_topology_tests;
+#[cfg(test)]
 mod tests;

@@ -28,6 +28,8 @@ fn own_handle() -> *mut c_void {
 /// the caller's CUDA version. (symbol, first CUDA version, exported name), newest first.
 const VERSIONED: &[(&str, c_int, &str)] = &[
     ("cuGraphInstantiate", 12000, "cuGraphInstantiateWithFlags"),
+    ("cuGraphGetEdges", 12030, "cuGraphGetEdges_v2"),
+    ("cuGraphGetEdges", 0, "cuGraphGetEdges"),
     ("cuStreamGetCaptureInfo", 12030, "cuStreamGetCaptureInfo_v3"),
     ("cuStreamGetCaptureInfo", 11030, "cuStreamGetCaptureInfo_v2"),
     ("cuStreamGetCaptureInfo", 0, "cuStreamGetCaptureInfo"),
@@ -139,5 +141,8 @@ mod tests {
         assert_eq!(per_thread[0], "cuStreamGetCaptureInfo_v3_ptsz");
         assert_eq!(candidates("cuStreamGetCaptureInfo", 12000, 0), ["cuStreamGetCaptureInfo_v2"]);
         assert_eq!(candidates("cuStreamGetCaptureInfo", 10000, 0), ["cuStreamGetCaptureInfo"]);
+        assert_eq!(candidates("cuGraphGetEdges", 12030, 0), ["cuGraphGetEdges_v2"]);
+        assert_eq!(candidates("cuGraphGetEdges", 13000, 0), ["cuGraphGetEdges_v2"]);
+        assert_eq!(candidates("cuGraphGetEdges", 12020, 0), ["cuGraphGetEdges"], "the form without edge data");
     }
 }

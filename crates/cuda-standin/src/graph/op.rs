@@ -80,6 +80,18 @@ impl Op {
         }
     }
 
+    /// Whether `cuGraphExec*NodeSetParams` may replace this op, or put it in place: the
+    /// driver takes only one-dimensional memsets and copies there (one row, one slice, at
+    /// least one element), for the instantiated node and the new parameters alike. Other
+    /// kinds have no such rule.
+    pub fn exec_settable(&self) -> bool {
+        match self {
+            Op::Memset(m) => m.height == 1 && m.width > 0,
+            Op::Memcpy(c) => c.height == 1 && c.depth == 1 && c.width > 0,
+            _ => true,
+        }
+    }
+
     /// Executes a kernel, copy, memset or host node on the calling stream thread; other
     /// kinds do nothing here (see [`super::Segment`]).
     ///

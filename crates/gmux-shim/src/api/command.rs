@@ -146,8 +146,23 @@ pub fn sync_op(real: impl FnOnce() -> CUresult, ptrs: &[CUdeviceptr], ptds: bool
 }
 
 /// A graph launch: its working set is what the executable graph's nodes touch, or all
-/// memory where a node cannot be analysed (logged once per reason).
+/// memory where a node cannot be analysed (logged once per reason). A graph whose memory
+/// does not fit the limit runs in parts ([`crate::graph_split`]).
 pub fn graph(real: impl FnOnce() -> CUresult, exec: CUgraphExec, stream: CUstream, ptsz: bool) -> CUresult {
+    if !crate::capture::captured(stream, ptsz) {
+        if let Some(parts) = graph_parts(exec) {
+            let on = if ptsz && stream.is_null() { CU_STREAM_PER_THREAD } else { stream };
+            let n = parts.len();
+            for (k, (part, touches)) in parts.into_iter().enumerate() {
+                let what = || format!("graph launch (cuGraphLaunch), part {} of {n}", k + 1);
+                let r = run(|| crate::real!(cuGraphLaunch(part, on)), on, false, part as u64, what, |st| WorkingSet::Allocs(st.allocs_of(&touches)));
+                if r != CUDA_SUCCESS {
+                    return r;
+                }
+            }
+            return CUDA_SUCCESS;
+        }
+    }
     run(real, stream, ptsz, exec as u64, || "graph launch (cuGraphLaunch)".into(), |st| {
         let touches = match st.graphs.get(exec) {
             Some(g) => g.touches().map_err(str::to_string),
@@ -286,4 +301,31 @@ pub fn memset(real: impl FnOnce() -> CUresult, dst: CUdeviceptr, width: u64, val
         _ => "cuMemsetD32",
     };
     linear(real, &Linear { what, device: &[dst], bytes: n as u64 * width, issue: &issue }, stream, ptsz, sync)
+}
+
+/// The parts to launch in place of `exec` (each part's executable graph and the addresses
+/// it touches), when the graph's memory does not fit the room under the limit and it can
+/// be cut; `None` launches it whole (and a graph that does not fit is refused by name).
+fn graph_parts(exec: CUgraphExec) -> Option<Vec<(CUgraphExec, Vec<CUdeviceptr>)>> {
+    let mut g = shim().ok()?;
+    let st = g.as_mut().expect("created");
+    let touches = st.graphs.get(exec)?.touches().ok()?;
+    let room = st.room();
+    let bytes = |st: &Shim, ptrs: &[CUdeviceptr]| -> Vec<(u64, u64)> { st.allocs_of(ptrs).into_iter().filter_map(|a| st.vmem.of(a).map(|r| (a.0 as u64, r.reserved))).collect() };
+    if bytes(st, &touches).iter().map(|(_, b)| b).sum::<u64>() <= room {
+        return None;
+    }
+    // Taken out while it is cut, which reads the rest of the state.
+    let mut split = st.graphs.get_mut(exec)?.split.take()?;
+    let parts = split.parts(room, |ptrs| bytes(st, ptrs)).map(|p| p.iter().map(|p| (p.exec, p.touches.clone())).collect());
+    if let Some(e) = st.graphs.get_mut(exec) {
+        e.split = Some(split);
+    }
+    match parts {
+        Ok(p) => Some(p),
+        Err(why) => {
+            super::refuse::once(&format!("split {why}"), &format!("cuGraphLaunch: the graph does not fit the limit and cannot run in parts: {why}"), crate::log::Level::Warn);
+            None
+        }
+    }
 }

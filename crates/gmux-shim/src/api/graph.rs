@@ -2,7 +2,8 @@
 //! ([`crate::graph`]); a graph launch is a command whose working set is that.
 
 use crate::cuda::*;
-use crate::graph::{self, ExecGraph, Touches};
+use crate::driver::CudaError;
+use crate::graph::{self, ExecGraph, Splittable, Touches};
 use crate::state::shim;
 use std::ffi::c_void;
 
@@ -57,8 +58,9 @@ pub fn update(real: impl FnOnce() -> CUresult, exec: CUgraphExec, g: CUgraph) ->
 }
 
 /// A set-params call on one node of an executable graph: on success, `touches` says what
-/// the node touches now.
-fn set_node(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, touches: impl FnOnce(&mut crate::state::Shim) -> Touches) -> CUresult {
+/// the node touches now, and `carry` applies the same change to the copy kept for running
+/// the graph in parts (which is dropped where it cannot).
+fn set_node(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, touches: impl FnOnce(&mut crate::state::Shim) -> Touches, carry: impl FnOnce(&mut Splittable) -> Result<(), CudaError>) -> CUresult {
     let r = real();
     if r != CUDA_SUCCESS {
         return r;
@@ -67,10 +69,21 @@ fn set_node(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNod
     if let Some(st) = g.as_mut() {
         let t = touches(st);
         if let Some(e) = st.graphs.get_mut(exec) {
-            e.set(node, t);
+            e.set(node, t.clone());
+            if let Some(split) = e.split.as_mut() {
+                match (split.copied(node), t) {
+                    (Some(c), Touches::Addresses(a)) if carry(split).is_ok() => split.updated(c, a),
+                    _ => e.split = None,
+                }
+            }
         }
     }
     r
+}
+
+/// For set-params calls gmux cannot carry over to the copy.
+fn cannot(_: &mut Splittable) -> Result<(), CudaError> {
+    Err(CudaError { call: "carrying an update over", code: CUDA_ERROR_NOT_SUPPORTED })
 }
 
 /// `cuGraphExecKernelNodeSetParams_v2`.
@@ -79,7 +92,7 @@ fn set_node(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNod
 /// `p` is a valid `CUDA_KERNEL_NODE_PARAMS_v2` (or null, which the driver refuses).
 pub unsafe fn set_kernel(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, p: *const CUDA_KERNEL_NODE_PARAMS_v2) -> CUresult {
     // SAFETY: read only after the driver accepted the parameters.
-    set_node(real, exec, node, |st| unsafe { graph::kernel_params(&*p, &mut st.layouts) })
+    set_node(real, exec, node, |st| unsafe { graph::kernel_params(&*p, &mut st.layouts) }, |split| unsafe { split.set_kernel(node, p) })
 }
 
 /// `cuGraphExecKernelNodeSetParams` (the version-1 struct, a prefix of version 2).
@@ -94,7 +107,7 @@ pub unsafe fn set_kernel_v1(real: impl FnOnce() -> CUresult, exec: CUgraphExec, 
         unsafe { std::ptr::copy_nonoverlapping(p as *const u8, &mut v2 as *mut _ as *mut u8, KERNEL_NODE_PARAMS_V1_BYTES) };
         // SAFETY: as the caller's parameters.
         unsafe { graph::kernel_params(&v2, &mut st.layouts) }
-    })
+    }, cannot)
 }
 
 /// Size of `CUDA_KERNEL_NODE_PARAMS` (version 1).
@@ -106,7 +119,7 @@ const KERNEL_NODE_PARAMS_V1_BYTES: usize = 56;
 /// `p` is a valid `CUDA_MEMSET_NODE_PARAMS`.
 pub unsafe fn set_memset(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, p: *const CUDA_MEMSET_NODE_PARAMS) -> CUresult {
     // SAFETY: read only after the driver accepted it.
-    set_node(real, exec, node, |_| graph::memset_params(unsafe { &*p }))
+    set_node(real, exec, node, |_| graph::memset_params(unsafe { &*p }), |split| split.set_memset(node, p))
 }
 
 /// `cuGraphExecMemcpyNodeSetParams`.
@@ -115,7 +128,7 @@ pub unsafe fn set_memset(real: impl FnOnce() -> CUresult, exec: CUgraphExec, nod
 /// `p` is a valid `CUDA_MEMCPY3D`.
 pub unsafe fn set_memcpy(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, p: *const CUDA_MEMCPY3D) -> CUresult {
     // SAFETY: read only after the driver accepted it.
-    set_node(real, exec, node, |_| graph::memcpy_params(unsafe { &*p }))
+    set_node(real, exec, node, |_| graph::memcpy_params(unsafe { &*p }), |split| split.set_memcpy(node, p))
 }
 
 /// `cuGraphExecChildGraphNodeSetParams`: the child's nodes are read anew.
@@ -126,12 +139,12 @@ pub fn set_child(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgra
             Err(why) => Touches::Anything(why.to_string()),
         },
         Err(e) => Touches::Anything(format!("a child graph gmux could not read ({e})")),
-    })
+    }, cannot)
 }
 
 /// `cuGraphExecNodeSetParams` (any node type): the node may touch anything from now on.
 pub fn set_any(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode) -> CUresult {
-    set_node(real, exec, node, |_| Touches::Anything("a node changed with cuGraphExecNodeSetParams".into()))
+    set_node(real, exec, node, |_| Touches::Anything("a node changed with cuGraphExecNodeSetParams".into()), cannot)
 }
 
 /// `cuGraphExecDestroy`.

@@ -5,8 +5,9 @@
 //! an executable graph updated with `cuGraphExecUpdate`, and a child graph node. Every
 //! buffer is checked against a host model at the end.
 //!
-//! `graph-too-big`: one graph over four buffers, launched; under a limit below their sum
-//! gmux must refuse the launch by name.
+//! `graph-split --buffers N --bytes B`: one graph over N buffers, chained by copies, launched
+//! twice: under a limit below their sum gmux runs it in parts; a single buffer above the
+//! limit cannot be split, and gmux refuses the launch by name.
 //!
 //! `graph-temp`: a buffer allocated in the middle of a capture (in relaxed mode, as
 //! PyTorch's allocator does) and copied to and from in it: the driver checks at capture
@@ -165,17 +166,45 @@ pub fn rounds(app: &App, o: &Opts) -> bool {
     true
 }
 
-pub fn too_big(app: &App, o: &Opts) -> bool {
+pub fn split(app: &App, o: &Opts) -> bool {
     let bytes = o.bytes("bytes", 4 << 20) as usize;
+    let buffers = o.num("buffers", 4) as usize;
     let n = (bytes / 4) as u64;
     let g = Graph { app, s: app.stream(CU_STREAM_NON_BLOCKING), n, bytes };
-    let b: Vec<u64> = (0..4).map(|_| app.alloc(bytes)).collect();
-    let all = g.capture(|| b.iter().for_each(|&p| g.add(p, 1)));
+    let b: Vec<u64> = (0..buffers).map(|_| app.alloc(bytes)).collect();
+    for (i, p) in b.iter().enumerate() {
+        app.htod(*p, &vec![i as u32 * 100; n as usize]);
+    }
+    // Each buffer gets 1, then the next buffer gets what the last one holds: a chain of
+    // dependencies through every buffer.
+    let all = g.capture(|| {
+        for (i, &p) in b.iter().enumerate() {
+            g.add(p, 1);
+            if let Some(&next) = b.get(i + 1) {
+                g.copy(next, p);
+            }
+        }
+    });
     let e = g.instantiate(all);
     let r = unsafe { (app.cu.graph_launch)(e, g.s) };
+    println!("graph-split: launch result: {r}");
+    if r != CUDA_SUCCESS {
+        return false;
+    }
+    g.launch(e);
     app.sync(g.s);
-    println!("graph-too-big: launch result: {r}");
-    r == CUDA_ERROR_OUT_OF_MEMORY
+    // Each launch adds 1 to buffer 0 (which starts at 0), and buffer i gets buffer i - 1
+    // plus 1: after two launches buffer i holds 2 + i.
+    let model: Vec<u32> = (0..buffers as u32).map(|i| 2 + i).collect();
+    for (i, p) in b.iter().enumerate() {
+        let got = app.dtoh(*p, n as usize);
+        if got.iter().any(|&w| w != model[i]) {
+            eprintln!("standin_app: graph-split: buffer {i} holds {} where {} was expected", got[0], model[i]);
+            return false;
+        }
+    }
+    println!("graph-split: {buffers} buffers checked after 2 launches");
+    true
 }
 
 pub fn temporary(app: &App, o: &Opts) -> bool {

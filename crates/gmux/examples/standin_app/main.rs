@@ -19,8 +19,8 @@
 //! `loop --buffers N --bytes B --rounds R [--reverse-every K] [--free]` (a training-like loop:
 //! every round adds 1 to each buffer in the same order, reversed every K rounds if K is
 //! given, so that a forecast from history is sometimes wrong; then every buffer is
-//! checked, and freed with `--free`), `graph --bytes B --rounds R` and `graph-too-big
-//! --bytes B`, `graph-temp --bytes B` (CUDA graphs: see `graphs.rs`), `app-vmm --handles N --bytes B` and
+//! checked, and freed with `--free`), `graph --bytes B --rounds R`, `graph-split
+//! --buffers N --bytes B`, `graph-temp --bytes B` (CUDA graphs: see `graphs.rs`), `app-vmm --handles N --bytes B` and
 //! `big-copy --bytes B` (see `memory.rs`).
 
 use std::collections::HashMap;
@@ -496,7 +496,7 @@ fn main() {
         "shared-read" => shared_read(&app, &opts),
         "loop" => loop_rounds(&app, &opts),
         "graph" => graphs::rounds(&app, &opts),
-        "graph-too-big" => graphs::too_big(&app, &opts),
+        "graph-split" => graphs::split(&app, &opts),
         "graph-temp" => graphs::temporary(&app, &opts),
         "app-vmm" => memory::app_vmm(&app, &opts),
         "big-copy" => memory::big_copy(&app, &opts),
