@@ -146,8 +146,15 @@ exports! {
     cuGraphExecMemsetNodeSetParams(e: CUgraphExec, n: CUgraphNode, p: *const CUDA_MEMSET_NODE_PARAMS, c: CUcontext) => |real| graph::set_memset(real, e, n, p);
     cuGraphExecMemcpyNodeSetParams(e: CUgraphExec, n: CUgraphNode, p: *const CUDA_MEMCPY3D, c: CUcontext) => |real| graph::set_memcpy(real, e, n, p);
     cuGraphExecChildGraphNodeSetParams(e: CUgraphExec, n: CUgraphNode, g: CUgraph) => |real| graph::set_child(real, e, n, g);
-    cuGraphExecNodeSetParams(e: CUgraphExec, n: CUgraphNode, p: P) => |real| graph::set_any(real, e, n);
+    cuGraphExecNodeSetParams(e: CUgraphExec, n: CUgraphNode, p: P) => |real| graph::node_over(|| graph::set_any(real, e, n), &graph::generic_ptrs(p));
     cuGraphExecDestroy(e: CUgraphExec) => |real| graph::destroy(real, e);
+    cuGraphAddMemcpyNode(n: *mut CUgraphNode, g: CUgraph, d: P, k: usize, p: *const CUDA_MEMCPY3D, c: CUcontext) => |real| graph::node_over(real, &cmd::memcpy3d_ptrs(p));
+    cuGraphAddMemsetNode(n: *mut CUgraphNode, g: CUgraph, d: P, k: usize, p: *const CUDA_MEMSET_NODE_PARAMS, c: CUcontext) => |real| graph::node_over(real, &p.as_ref().map(|p| vec![p.dst]).unwrap_or_default());
+    cuGraphMemcpyNodeSetParams(n: CUgraphNode, p: *const CUDA_MEMCPY3D) => |real| graph::node_over(real, &cmd::memcpy3d_ptrs(p));
+    cuGraphMemsetNodeSetParams(n: CUgraphNode, p: *const CUDA_MEMSET_NODE_PARAMS) => |real| graph::node_over(real, &p.as_ref().map(|p| vec![p.dst]).unwrap_or_default());
+    cuGraphAddNode(n: *mut CUgraphNode, g: CUgraph, d: P, k: usize, p: P) => |real| graph::node_over(real, &graph::generic_ptrs(p));
+    cuGraphAddNode_v2(n: *mut CUgraphNode, g: CUgraph, d: P, e: P, k: usize, p: P) => |real| graph::node_over(real, &graph::generic_ptrs(p));
+    cuGraphNodeSetParams(n: CUgraphNode, p: P) => |real| graph::node_over(real, &graph::generic_ptrs(p));
     cuGraphLaunch(g: CUgraphExec, s: CUstream) => |real| cmd::graph(real, g, s, false);
     cuGraphLaunch_ptsz(g: CUgraphExec, s: CUstream) => |real| cmd::graph(real, g, s, true);
 

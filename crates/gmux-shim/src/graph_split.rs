@@ -65,11 +65,13 @@ fn nodes_of(graph: CUgraph) -> Result<Vec<CUgraphNode>, CudaError> {
 /// `nodes` in a topological order of `graph`'s edges, ties in the order given.
 fn topological(graph: CUgraph, nodes: &[CUgraphNode]) -> Result<Vec<usize>, CudaError> {
     let mut n = 0usize;
+    let none: CUgraphNode = std::ptr::null_mut();
     let (null, no_data) = (std::ptr::null_mut(), std::ptr::null_mut());
     check(crate::real!(cuGraphGetEdges_v2(graph, null, null, no_data, &mut n)), "cuGraphGetEdges")?;
-    let none: CUgraphNode = std::ptr::null_mut();
-    let (mut from, mut to) = (vec![none; n], vec![none; n]);
-    check(crate::real!(cuGraphGetEdges_v2(graph, from.as_mut_ptr(), to.as_mut_ptr(), no_data, &mut n)), "cuGraphGetEdges")?;
+    // Edge data must be asked for: the driver refuses a lossy query of edges that carry
+    // some (programmatic dependent launch ports, as XLA's graphs have).
+    let (mut from, mut to, mut data) = (vec![none; n], vec![none; n], vec![CUgraphEdgeData::default(); n]);
+    check(crate::real!(cuGraphGetEdges_v2(graph, from.as_mut_ptr(), to.as_mut_ptr(), data.as_mut_ptr(), &mut n)), "cuGraphGetEdges")?;
     let index: HashMap<usize, usize> = nodes.iter().enumerate().map(|(i, x)| (*x as usize, i)).collect();
     let mut after = vec![Vec::new(); nodes.len()];
     let mut waiting = vec![0usize; nodes.len()];

@@ -124,6 +124,9 @@ pub struct Shim {
     pub(crate) missing: HashMap<AllocId, u32>,
     /// Allocations whose contents point into other allocations.
     refs: HashMap<AllocId, std::collections::HashSet<AllocId>>,
+    /// Allocations that pointers uploaded into memory outside gmux point to, by the
+    /// address they were uploaded to.
+    global_refs: HashMap<CUdeviceptr, Vec<AllocId>>,
     alloc_tick: HashMap<AllocId, u64>,
     tick: u64,
     pub(crate) limit: u64,
@@ -221,6 +224,7 @@ impl Shim {
             managed: HashMap::new(),
             missing: HashMap::new(),
             refs: HashMap::new(),
+            global_refs: HashMap::new(),
             alloc_tick: HashMap::new(),
             tick: 0,
             limit,
@@ -305,6 +309,10 @@ impl Shim {
         self.vmem.remove(base);
         self.missing.remove(&r.alloc);
         self.refs.remove(&r.alloc);
+        self.global_refs.retain(|_, v| {
+            v.retain(|a| *a != r.alloc);
+            !v.is_empty()
+        });
         for set in self.refs.values_mut() {
             set.remove(&r.alloc);
         }
@@ -337,6 +345,7 @@ impl Shim {
     fn with_referred(&self, v: &mut Vec<AllocId>) {
         let referred: Vec<AllocId> = v.iter().filter_map(|a| self.refs.get(a)).flatten().copied().collect();
         v.extend(referred);
+        v.extend(self.global_refs.values().flatten().copied());
         v.sort_unstable();
         v.dedup();
     }
@@ -344,8 +353,20 @@ impl Shim {
     /// Records that allocation `holder` now holds `ptrs` (pointers or tensor-map
     /// addresses uploaded into it): a command that reads `holder` may follow them, so
     /// their allocations join its working set from now on.
+    ///
+    /// A holder outside gmux memory (a module's `__device__` or `__constant__` variable,
+    /// written with `cudaMemcpyToSymbol`) may be read by any kernel: its pointers join
+    /// every command's working set until the holder is written again.
     pub fn add_refs(&mut self, holder: CUdeviceptr, ptrs: &[CUdeviceptr]) {
-        let Some(h) = self.vmem.find(holder).map(|r| r.alloc) else { return };
+        let Some(h) = self.vmem.find(holder).map(|r| r.alloc) else {
+            let found: Vec<AllocId> = ptrs.iter().filter_map(|p| self.vmem.find(*p)).map(|r| r.alloc).collect();
+            if found.is_empty() {
+                self.global_refs.remove(&holder);
+            } else {
+                self.global_refs.insert(holder, found);
+            }
+            return;
+        };
         let found: Vec<AllocId> = ptrs.iter().filter_map(|p| self.vmem.find(*p)).map(|r| r.alloc).filter(|a| *a != h).collect();
         if !found.is_empty() {
             let set = self.refs.entry(h).or_default();

@@ -118,6 +118,8 @@ const KERNEL_NODE_PARAMS_V1_BYTES: usize = 56;
 /// # Safety
 /// `p` is a valid `CUDA_MEMSET_NODE_PARAMS`.
 pub unsafe fn set_memset(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, p: *const CUDA_MEMSET_NODE_PARAMS) -> CUresult {
+    // SAFETY: per this function's contract.
+    mapped(&[unsafe { &*p }.dst]);
     // SAFETY: read only after the driver accepted it.
     set_node(real, exec, node, |_| graph::memset_params(unsafe { &*p }), |split| split.set_memset(node, p))
 }
@@ -127,6 +129,8 @@ pub unsafe fn set_memset(real: impl FnOnce() -> CUresult, exec: CUgraphExec, nod
 /// # Safety
 /// `p` is a valid `CUDA_MEMCPY3D`.
 pub unsafe fn set_memcpy(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, p: *const CUDA_MEMCPY3D) -> CUresult {
+    // SAFETY: per this function's contract.
+    mapped(&unsafe { crate::api::command::memcpy3d_ptrs(p) });
     // SAFETY: read only after the driver accepted it.
     set_node(real, exec, node, |_| graph::memcpy_params(unsafe { &*p }), |split| split.set_memcpy(node, p))
 }
@@ -156,4 +160,49 @@ pub fn destroy(real: impl FnOnce() -> CUresult, exec: CUgraphExec) -> CUresult {
         }
     }
     r
+}
+
+/// Makes the gmux memory at `ptrs` resident (mapped) now: the driver checks, when a graph's
+/// memcpy or memset node is created or changed, that its addresses are mapped, and gmux
+/// backs memory only on first use. The graph's launch brings the memory in again.
+fn mapped(ptrs: &[CUdeviceptr]) {
+    crate::capture::relaxed(|| {
+        let Ok(mut g) = shim() else { return };
+        let st = g.as_mut().expect("created");
+        let ws = crate::state::WorkingSet::Allocs(st.allocs_of(ptrs));
+        if let Err(e) = st.prepare(&ws, None, 0) {
+            crate::log!(Debug, "a graph node's memory was not mapped when it was made: {e:?}");
+        }
+    })
+}
+
+/// A call that creates or changes a memcpy or memset node over `ptrs`: the memory is
+/// mapped first ([`mapped`]).
+pub fn node_over(real: impl FnOnce() -> CUresult, ptrs: &[CUdeviceptr]) -> CUresult {
+    mapped(ptrs);
+    real()
+}
+
+/// The device addresses of a `CUgraphNodeParams` (the generic node parameters of
+/// `cuGraphAddNode`, `cuGraphNodeSetParams`, `cuGraphExecNodeSetParams`): a memcpy
+/// node's sides or a memset node's destination; none for other node types.
+///
+/// # Safety
+/// `p` is null or points to a valid `CUgraphNodeParams` (256 bytes).
+pub unsafe fn generic_ptrs(p: *const c_void) -> Vec<CUdeviceptr> {
+    /// The union of node parameters starts after the type and three reserved ints; a
+    /// memcpy node's `CUDA_MEMCPY3D` after its flags, a reserved int and its context.
+    const UNION: usize = 16;
+    const MEMCPY3D: usize = UNION + 16;
+    if p.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: per this function's contract, the type comes first and the union follows.
+    unsafe {
+        match std::ptr::read_unaligned(p as *const u32) {
+            CU_GRAPH_NODE_TYPE_MEMSET => vec![std::ptr::read_unaligned((p as *const u8).add(UNION) as *const u64)],
+            CU_GRAPH_NODE_TYPE_MEMCPY => crate::api::command::memcpy3d_ptrs((p as *const u8).add(MEMCPY3D) as *const CUDA_MEMCPY3D),
+            _ => Vec::new(),
+        }
+    }
 }
