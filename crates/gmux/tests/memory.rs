@@ -58,3 +58,19 @@ fn copies_and_memsets_larger_than_the_limit_stream_through_it() {
     assert_eq!(s.commands, 35, "{s:?}");
     assert_no_shim_complaints(&r);
 }
+
+#[test]
+fn pointers_a_kernel_reads_from_a_module_global_are_brought_in() {
+    // Two 2 MiB buffers reached only through a module global, and two 4 MiB ballasts used
+    // before each gather: together they fill the 8 MiB limit, so unless the buffers count
+    // in every working set they are evicted and the gather touches unmapped memory.
+    let r = under_gmux("8M", &["global-refs", "--buffers", "2", "--bytes", "2M", "--ballast", "4M", "--rounds", "3"]);
+    assert!(r.status.success() && r.stdout.contains("2 buffers checked after 3 rounds"), "{}", r.describe());
+    let s = summary(&r);
+    assert!(s.peak_resident <= (8 * MIB) as f64, "{s:?}");
+    assert!(s.evicted >= 2 * 3, "the ballasts replace each other every round: {s:?}");
+    assert_no_shim_complaints(&r);
+    let sb = Sandbox::new("memory", DEVICE);
+    let r = run_within(&mut sb.app(["global-refs"]), PATIENCE);
+    assert!(r.status.success(), "natively:\n{}", r.describe());
+}

@@ -20,6 +20,38 @@ unsafe fn find(out: *mut *mut c_void, name: *const c_char, kind: HandleKind) -> 
     }
 }
 
+/// Bytes of each module global (`cuModuleGetGlobal`).
+const GLOBAL_BYTES: u64 = 64 << 10;
+
+/// A module's `__device__` variable: device memory of the stand-in's own, one buffer of
+/// [`GLOBAL_BYTES`] per name, made on first request; the module handle is not consulted.
+/// Programs write it with copies and kernels read it, as with `cudaMemcpyToSymbol`.
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleGetGlobal_v2(dptr: *mut CUdeviceptr, bytes: *mut usize, _module: CUmodule, name: *const c_char) -> CUresult {
+    static GLOBALS: std::sync::Mutex<Vec<(std::ffi::CString, u64)>> = std::sync::Mutex::new(Vec::new());
+    tri!(ctx::require_current());
+    if name.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    let name = CStr::from_ptr(name).to_owned();
+    let mut globals = GLOBALS.lock().unwrap_or_else(|p| p.into_inner());
+    let addr = match globals.iter().find(|(n, _)| *n == name) {
+        Some(&(_, a)) => a,
+        None => {
+            let a = tri!(crate::memory::mem_mut().alloc(GLOBAL_BYTES));
+            globals.push((name, a));
+            a
+        }
+    };
+    if !dptr.is_null() {
+        *dptr = addr;
+    }
+    if !bytes.is_null() {
+        *bytes = GLOBAL_BYTES as usize;
+    }
+    CUDA_SUCCESS
+}
+
 /// Finds a registered kernel by name; the module handle is not consulted.
 #[no_mangle]
 pub unsafe extern "C" fn cuModuleGetFunction(hfunc: *mut CUfunction, _module: CUmodule, name: *const c_char) -> CUresult {

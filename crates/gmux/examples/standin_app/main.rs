@@ -21,7 +21,7 @@
 //! given, so that a forecast from history is sometimes wrong; then every buffer is
 //! checked, and freed with `--free`), `graph --bytes B --rounds R`, `graph-split
 //! --buffers N --bytes B`, `graph-temp --bytes B` (CUDA graphs: see `graphs.rs`), `app-vmm --handles N --bytes B` and
-//! `big-copy --bytes B` (see `memory.rs`).
+//! `big-copy --bytes B`, `global-refs --buffers N --bytes B --rounds R` (see `memory.rs`).
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
@@ -118,6 +118,7 @@ cuda_api! {
     );
     launch_kernel_ex = "cuLaunchKernelEx" / "cuLaunchKernelEx": fn(*const CUlaunchConfig, CUfunction, *mut *mut c_void, *mut *mut c_void);
     module_get_function = "cuModuleGetFunction" / "cuModuleGetFunction": fn(*mut CUfunction, CUmodule, *const c_char);
+    module_get_global = "cuModuleGetGlobal" / "cuModuleGetGlobal_v2": fn(*mut CUdeviceptr, *mut usize, CUmodule, *const c_char);
     library_get_kernel = "cuLibraryGetKernel" / "cuLibraryGetKernel": fn(*mut CUkernel, CUlibrary, *const c_char);
     func_get_param_info = "cuFuncGetParamInfo" / "cuFuncGetParamInfo": fn(CUfunction, usize, *mut usize, *mut usize);
     kernel_get_param_info = "cuKernelGetParamInfo" / "cuKernelGetParamInfo": fn(CUkernel, usize, *mut usize, *mut usize);
@@ -229,6 +230,19 @@ unsafe extern "C" fn k_add(args: *const *mut c_void) {
     KERNELS_DONE.fetch_add(1, Ordering::SeqCst);
 }
 
+/// `gather(u32** table, u64 count, u32 v)`: adds v to the first 1024 words of each of the
+/// `count` buffers whose addresses `table` holds: pointers the kernel finds in memory, not
+/// in its parameters.
+unsafe extern "C" fn k_gather(args: *const *mut c_void) {
+    let (table, count, v) = (arg::<u64>(args, 0), arg::<u64>(args, 1), arg::<u32>(args, 2));
+    let mut ptrs = vec![0u64; count as usize];
+    dev_read(table, std::slice::from_raw_parts_mut(ptrs.as_mut_ptr() as *mut u32, count as usize * 2));
+    for p in ptrs {
+        blocks(p, 1024, true, |_, b| b.iter_mut().for_each(|w| *w = w.wrapping_add(v)));
+    }
+    KERNELS_DONE.fetch_add(1, Ordering::SeqCst);
+}
+
 /// `copy(u32* dst, u32* src, u64 n)`.
 unsafe extern "C" fn k_copy(args: *const *mut c_void) {
     let (dst, src, n) = (arg::<u64>(args, 0), arg::<u64>(args, 1), arg::<u64>(args, 2));
@@ -270,6 +284,7 @@ struct Kernels {
     add: CUfunction,
     copy: CUfunction,
     slow: CUfunction,
+    gather: CUfunction,
     /// A `CUkernel`, launched cast to `CUfunction` as the runtime does.
     mix: CUkernel,
 }
@@ -329,11 +344,12 @@ impl App {
 
     unsafe fn kernels(cu: &Cuda) -> Kernels {
         let s = STANDIN.get().unwrap();
-        let table: [(&str, StandinKernel, &[usize], i32); 5] = [
+        let table: [(&str, StandinKernel, &[usize], i32); 6] = [
             ("fill", k_fill, &[8, 8, 4], 0),
             ("add", k_add, &[8, 8, 4], 0),
             ("copy", k_copy, &[8, 8, 8], 0),
             ("slow", k_slow, &[8, 4], 0),
+            ("gather", k_gather, &[8, 8, 4], 0),
             ("mix", k_mix, &[std::mem::size_of::<MixArgs>(), 4], 1),
         ];
         for (name, f, sizes, as_kernel) in table {
@@ -348,7 +364,7 @@ impl App {
         };
         let mut mix = null_mut();
         check((cu.library_get_kernel)(&mut mix, null_mut(), c"mix".as_ptr()), "cuLibraryGetKernel");
-        Kernels { fill: func("fill"), add: func("add"), copy: func("copy"), slow: func("slow"), mix }
+        Kernels { fill: func("fill"), add: func("add"), copy: func("copy"), slow: func("slow"), gather: func("gather"), mix }
     }
 
     fn alloc(&self, bytes: usize) -> u64 {
@@ -500,6 +516,7 @@ fn main() {
         "graph-temp" => graphs::temporary(&app, &opts),
         "app-vmm" => memory::app_vmm(&app, &opts),
         "big-copy" => memory::big_copy(&app, &opts),
+        "global-refs" => memory::global_refs(&app, &opts),
         other => fail(format!("unknown subcommand {other:?}")),
     };
     std::process::exit(if ok { 0 } else { 1 })

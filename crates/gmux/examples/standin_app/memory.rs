@@ -7,6 +7,12 @@
 //!
 //! `big-copy`: two buffers of `--bytes`, an upload, a memset of the second half, a
 //! device-to-device copy and a download, each over the whole buffer, checked word by word.
+//!
+//! `global-refs`: the addresses of `--buffers` buffers uploaded into a module global (as
+//! `cudaMemcpyToSymbol` does), then `--rounds` rounds of a kernel over each of two ballast
+//! buffers of `--ballast` bytes (together enough to push the buffers out of the limit)
+//! followed by `gather`, which adds 1 to each buffer through the pointers it reads from
+//! the global; every buffer checked at the end.
 
 use super::*;
 
@@ -88,4 +94,40 @@ pub fn big_copy(app: &App, o: &Opts) -> bool {
             true
         }
     }
+}
+
+pub fn global_refs(app: &App, o: &Opts) -> bool {
+    let cu = &app.cu;
+    let buffers = o.num("buffers", 2) as usize;
+    let bytes = o.bytes("bytes", 2 << 20) as usize;
+    let rounds = o.num("rounds", 3) as u32;
+    let ballast_bytes = o.bytes("ballast", 4 << 20) as usize;
+    let s = app.stream(0);
+    let b: Vec<u64> = (0..buffers).map(|_| app.alloc(bytes)).collect();
+    for (i, p) in b.iter().enumerate() {
+        app.htod(*p, &vec![i as u32 * 1000; bytes / 4]);
+    }
+    let ballast = [app.alloc(ballast_bytes), app.alloc(ballast_bytes)];
+    let (mut table, mut size) = (0, 0);
+    check(unsafe { (cu.module_get_global)(&mut table, &mut size, null_mut(), c"gmux_table".as_ptr()) }, "cuModuleGetGlobal");
+    let ptrs: Vec<u32> = b.iter().flat_map(|p| [*p as u32, (*p >> 32) as u32]).collect();
+    app.htod(table, &ptrs);
+    for _ in 0..rounds {
+        for p in ballast {
+            app.add(s, p, (ballast_bytes / 4) as u64, 1);
+        }
+        let (mut t, mut n, mut v) = (table, buffers as u64, 1u32);
+        app.launch(app.k.gather, s, &mut [ptr(&mut t), ptr(&mut n), ptr(&mut v)]);
+    }
+    app.sync(s);
+    for (i, p) in b.iter().enumerate() {
+        let got = app.dtoh(*p, bytes / 4);
+        let expect = |j: usize| i as u32 * 1000 + if j < 1024 { rounds } else { 0 };
+        if let Some(j) = (0..got.len()).find(|&j| got[j] != expect(j)) {
+            eprintln!("standin_app: global-refs: buffer {i} word {j} is {} where {} was expected", got[j], expect(j));
+            return false;
+        }
+    }
+    println!("global-refs: {buffers} buffers checked after {rounds} rounds");
+    true
 }
