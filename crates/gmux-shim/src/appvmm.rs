@@ -76,7 +76,7 @@ impl AppHandles {
         self.handles.get(&h).map(|x| x.prop)
     }
 
-    /// The handle mapped at the range holding `ptr`, with a new reference to it.
+    /// The handle mapped at `base`, with a new reference to it.
     pub fn retain(&mut self, base: CUdeviceptr) -> Option<u64> {
         let h = *self.mappings.get(&base)?;
         self.handles.get_mut(&h)?.refs += 1;
@@ -152,7 +152,7 @@ impl Shim {
     /// Backs the application's mapping of `h` at `ptr`.
     pub fn map_app(&mut self, ptr: CUdeviceptr, size: u64, offset: u64, h: u64) -> Result<(), Refusal> {
         let bytes = self.app_vmm.check_map(ptr, size, offset, h)?;
-        if self.vmem.find(ptr).is_some() || self.vmem.find(ptr + bytes - 1).is_some() {
+        if ptr.checked_add(bytes).is_none() || self.vmem.overlapping(ptr, bytes).next().is_some() {
             return Err(Refusal::Invalid(CUDA_ERROR_INVALID_VALUE));
         }
         self.back(ptr, bytes, true).map_err(|_| Refusal::Invalid(CUDA_ERROR_OUT_OF_MEMORY))?;
@@ -161,14 +161,14 @@ impl Shim {
     }
 
     /// Unmaps the application's mappings in `[ptr, ptr + size)`: their memory is freed
-    /// once no released command uses it. Returns whether the range held any.
-    pub fn unmap_app(&mut self, ptr: CUdeviceptr, size: u64) -> Result<bool, crate::state::ShimError> {
+    /// once no released command uses it. Returns the mappings' base addresses.
+    pub fn unmap_app(&mut self, ptr: CUdeviceptr, size: u64) -> Result<Vec<CUdeviceptr>, crate::state::ShimError> {
         let bases = self.app_vmm.mapped_in(ptr, size);
         for b in &bases {
             self.free(*b)?;
             self.app_vmm.unmapped(*b);
         }
-        Ok(!bases.is_empty())
+        Ok(bases)
     }
 }
 

@@ -28,40 +28,49 @@ pub fn begin(real: impl FnOnce() -> CUresult) -> CUresult {
     r
 }
 
-/// `cuStreamEndCapture`: forwarded; the capture has ended whatever the result (an
-/// invalidated capture ends with an error).
-pub fn end(real: impl FnOnce() -> CUresult) -> CUresult {
+/// `cuStreamEndCapture`: forwarded; a capture that was under way on `stream` has ended
+/// whatever the result (an invalidated capture ends with an error). A call on a stream
+/// that was not capturing ends none.
+pub fn end(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool) -> CUresult {
+    let was = any() && status(stream, ptsz).is_some_and(|s| s != CU_STREAM_CAPTURE_STATUS_NONE);
     let r = real();
-    let _ = ACTIVE.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-    crate::log!(Debug, "stream capture ends with {r}");
+    if was {
+        let _ = ACTIVE.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        crate::log!(Debug, "stream capture ends with {r}");
+    }
     r
+}
+
+/// The capture status of `stream`, if the driver tells it.
+fn status(stream: CUstream, ptsz: bool) -> Option<u32> {
+    let mut status = CU_STREAM_CAPTURE_STATUS_NONE;
+    let r = if ptsz { crate::real!(cuStreamIsCapturing_ptsz(stream, &mut status)) } else { crate::real!(cuStreamIsCapturing(stream, &mut status)) };
+    (r == CUDA_SUCCESS).then_some(status)
 }
 
 /// Whether a command on `stream` would be captured rather than run: the stream is
 /// capturing, or its capture was invalidated, or the driver refuses to say (an implicit
 /// dependency on a capturing stream), in which case the driver answers the command too.
 pub fn captured(stream: CUstream, ptsz: bool) -> bool {
-    if !any() {
-        return false;
-    }
-    let mut status = CU_STREAM_CAPTURE_STATUS_NONE;
-    let r = if ptsz { crate::real!(cuStreamIsCapturing_ptsz(stream, &mut status)) } else { crate::real!(cuStreamIsCapturing(stream, &mut status)) };
-    r != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE
+    any() && status(stream, ptsz) != Some(CU_STREAM_CAPTURE_STATUS_NONE)
 }
 
 /// Runs `f` in relaxed capture mode while any capture is under way, restoring the
-/// thread's mode after.
+/// thread's mode after (also when `f` panics).
 pub fn relaxed<R>(f: impl FnOnce() -> R) -> R {
+    /// The thread's mode before, restored on drop.
+    struct Restore(u32);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            crate::real!(cuThreadExchangeStreamCaptureMode(&mut self.0));
+        }
+    }
     if !any() {
         return f();
     }
     let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    let switched = crate::real!(cuThreadExchangeStreamCaptureMode(&mut mode)) == CUDA_SUCCESS;
-    let out = f();
-    if switched {
-        crate::real!(cuThreadExchangeStreamCaptureMode(&mut mode));
-    }
-    out
+    let _restore = (crate::real!(cuThreadExchangeStreamCaptureMode(&mut mode)) == CUDA_SUCCESS).then_some(Restore(mode));
+    f()
 }
 
 /// Puts gmux's own threads in relaxed capture mode for good: they never capture, and

@@ -77,6 +77,7 @@ driver_table! {
     cuMemcpyHtoDAsync_v2(CUdeviceptr, *const c_void, usize, CUstream);
     cuMemcpyDtoHAsync_v2(*mut c_void, CUdeviceptr, usize, CUstream);
     cuMemcpyDtoDAsync_v2(CUdeviceptr, CUdeviceptr, usize, CUstream);
+    cuMemcpyAsync(CUdeviceptr, CUdeviceptr, usize, CUstream);
     cuMemsetD8Async(CUdeviceptr, u8, usize, CUstream);
     cuMemsetD16Async(CUdeviceptr, u16, usize, CUstream);
     cuMemsetD32Async(CUdeviceptr, c_uint, usize, CUstream);

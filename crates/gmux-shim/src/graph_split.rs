@@ -12,6 +12,7 @@ use crate::cuda::*;
 use crate::driver::{check, CudaError};
 use crate::graph::Touches;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// A copy of a graph, its nodes in a topological order with what each touches.
 #[derive(Debug)]
@@ -21,13 +22,17 @@ pub struct Splittable {
     by_original: HashMap<usize, CUgraphNode>,
     order: Vec<(CUgraphNode, Vec<CUdeviceptr>)>,
     parts: Option<Parts>,
+    /// Recorded after the last part of each launch: the next launch's first part waits for
+    /// it, as CUDA orders launches of one executable graph even across streams.
+    done: Option<CUevent>,
 }
 
-/// The graph cut into parts for one budget.
+/// The graph cut into parts for one budget. Shared with launches under way, so that a
+/// new cut never destroys a part a launch is about to issue.
 #[derive(Debug)]
 struct Parts {
     budget: u64,
-    parts: Vec<Part>,
+    parts: Arc<[Part]>,
 }
 
 /// One part: an executable graph and the addresses its nodes touch.
@@ -49,6 +54,9 @@ impl Drop for Splittable {
     fn drop(&mut self) {
         self.parts = None;
         crate::real!(cuGraphDestroy(self.copy));
+        if let Some(e) = self.done.take() {
+            crate::real!(cuEventDestroy_v2(e));
+        }
     }
 }
 
@@ -100,7 +108,7 @@ impl Splittable {
     pub fn new(graph: CUgraph, top: Vec<(CUgraphNode, Touches)>) -> Result<Splittable, CudaError> {
         let mut copy = std::ptr::null_mut();
         check(crate::real!(cuGraphClone(&mut copy, graph)), "cuGraphClone")?;
-        let mut s = Splittable { copy, by_original: HashMap::new(), order: Vec::new(), parts: None };
+        let mut s = Splittable { copy, by_original: HashMap::new(), order: Vec::new(), parts: None, done: None };
         let originals: Vec<CUgraphNode> = top.iter().map(|(n, _)| *n).collect();
         let mut copied = Vec::with_capacity(top.len());
         for (node, t) in top {
@@ -123,6 +131,12 @@ impl Splittable {
         self.by_original.get(&(original as usize)).copied()
     }
 
+    /// Drops the parts cut so far (a change the copy does not follow was made to the
+    /// executable graph; the caller drops the whole copy then).
+    pub fn invalidate(&mut self) {
+        self.parts = None;
+    }
+
     /// Sets what a node of the copy touches after an update, dropping parts cut before.
     pub fn updated(&mut self, copied: CUgraphNode, touches: Vec<CUdeviceptr>) {
         if let Some(e) = self.order.iter_mut().find(|(n, _)| *n == copied) {
@@ -131,23 +145,37 @@ impl Splittable {
         self.parts = None;
     }
 
-    /// The parts for `budget` bytes, cut anew if the last cut was for another budget.
-    /// `bytes` gives, for a set of addresses, the memory each allocation they reach takes
-    /// (allocation, bytes). Fails naming the first node that does not fit alone.
-    pub fn parts(&mut self, budget: u64, bytes: impl Fn(&[CUdeviceptr]) -> Vec<(u64, u64)>) -> Result<&[Part], String> {
-        if self.parts.as_ref().is_none_or(|p| p.budget != budget) {
+    /// The parts for `budget` bytes, cut anew if the last cut was for another budget or
+    /// a part no longer fits it (allocations at its addresses changed). `bytes` gives, for
+    /// a set of addresses, the memory each allocation they reach takes (allocation,
+    /// bytes). Fails naming the first node that does not fit alone.
+    pub fn parts(&mut self, budget: u64, bytes: impl Fn(&[CUdeviceptr]) -> Vec<(u64, u64)>) -> Result<Arc<[Part]>, String> {
+        let size = |p: &Part| bytes(&p.touches).iter().map(|(_, b)| b).sum::<u64>();
+        let fits = |cut: &Parts| cut.budget == budget && cut.parts.iter().all(|p| size(p) <= budget);
+        if !self.parts.as_ref().is_some_and(fits) {
             self.parts = None;
-            let cut = self.cut(budget, bytes)?;
+            let cut = self.cut(budget, &bytes)?;
             let parts = cut.into_iter().map(|idx| self.instantiate(&idx)).collect::<Result<Vec<Part>, CudaError>>().map_err(|e| e.to_string())?;
             crate::log!(Debug, "a graph of {} nodes runs in {} parts of at most {budget} bytes", self.order.len(), parts.len());
-            self.parts = Some(Parts { budget, parts });
+            self.parts = Some(Parts { budget, parts: parts.into() });
         }
-        Ok(&self.parts.as_ref().expect("just cut").parts)
+        Ok(self.parts.as_ref().expect("just cut").parts.clone())
+    }
+
+    /// The event recorded after each launch's last part (created on first use).
+    pub fn done_event(&mut self) -> Result<CUevent, CudaError> {
+        if let Some(e) = self.done {
+            return Ok(e);
+        }
+        let mut e = std::ptr::null_mut();
+        check(crate::real!(cuEventCreate(&mut e, CU_EVENT_DISABLE_TIMING)), "cuEventCreate")?;
+        self.done = Some(e);
+        Ok(e)
     }
 
     /// Indexes into `order` of each part, greedily: a node joins the current part while
     /// the part's allocations fit `budget`.
-    fn cut(&self, budget: u64, bytes: impl Fn(&[CUdeviceptr]) -> Vec<(u64, u64)>) -> Result<Vec<Vec<usize>>, String> {
+    fn cut(&self, budget: u64, bytes: &impl Fn(&[CUdeviceptr]) -> Vec<(u64, u64)>) -> Result<Vec<Vec<usize>>, String> {
         let mut parts: Vec<Vec<usize>> = Vec::new();
         let (mut current, mut held, mut total) = (Vec::new(), HashMap::new(), 0u64);
         for (i, (_, touches)) in self.order.iter().enumerate() {

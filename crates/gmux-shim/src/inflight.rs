@@ -33,6 +33,17 @@ impl StreamKey {
     }
 }
 
+/// The stream handle a call's null stream stands for: a `_ptsz`/`_ptds` call's null
+/// stream is the calling thread's default stream, which other calls name
+/// `CU_STREAM_PER_THREAD`.
+pub fn default_stream(stream: CUstream, ptsz: bool) -> CUstream {
+    if ptsz && stream.is_null() {
+        CU_STREAM_PER_THREAD
+    } else {
+        stream
+    }
+}
+
 #[derive(Debug, Default)]
 struct Track {
     next: u64,

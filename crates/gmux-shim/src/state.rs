@@ -59,8 +59,11 @@ pub enum WorkingSet {
 /// `len` bytes from `offset` in an allocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Span {
+    /// The allocation.
     pub alloc: AllocId,
+    /// First byte, from the allocation's start.
     pub offset: u64,
+    /// Bytes.
     pub len: u64,
 }
 

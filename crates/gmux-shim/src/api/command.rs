@@ -14,7 +14,7 @@ use std::ffi::c_void;
 pub(super) const COPY_OR_MEMSET: u64 = 1;
 
 /// Runs one command: working set, residency, the real call, bookkeeping. `kind` says
-/// what it runs (a kernel's handle, or one of the constants above). A command captured
+/// what it runs (a kernel's or graph's handle, or [`COPY_OR_MEMSET`]). A command captured
 /// into a graph runs later, as part of the graph: it passes to the driver, after its
 /// memory is mapped (see [`map_for_capture`]).
 pub(super) fn run(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool, kind: u64, what: impl Fn() -> String, ws: impl FnOnce(&mut Shim) -> WorkingSet) -> CUresult {
@@ -150,17 +150,22 @@ pub fn sync_op(real: impl FnOnce() -> CUresult, ptrs: &[CUdeviceptr], ptds: bool
 /// does not fit the limit runs in parts ([`crate::graph_split`]).
 pub fn graph(real: impl FnOnce() -> CUresult, exec: CUgraphExec, stream: CUstream, ptsz: bool) -> CUresult {
     if !crate::capture::captured(stream, ptsz) {
-        if let Some(parts) = graph_parts(exec) {
-            let on = if ptsz && stream.is_null() { CU_STREAM_PER_THREAD } else { stream };
+        if let Some((parts, done)) = graph_parts(exec) {
+            let on = crate::inflight::default_stream(stream, ptsz);
+            // After the last launch of this graph, wherever it ran.
+            let r = crate::capture::relaxed(|| crate::real!(cuStreamWaitEvent(on, done, 0)));
+            if r != CUDA_SUCCESS {
+                return r;
+            }
             let n = parts.len();
-            for (k, (part, touches)) in parts.into_iter().enumerate() {
+            for (k, part) in parts.iter().enumerate() {
                 let what = || format!("graph launch (cuGraphLaunch), part {} of {n}", k + 1);
-                let r = run(|| crate::real!(cuGraphLaunch(part, on)), on, false, part as u64, what, |st| WorkingSet::Allocs(st.allocs_of(&touches)));
+                let r = run(|| crate::real!(cuGraphLaunch(part.exec, on)), on, false, part.exec as u64, what, |st| WorkingSet::Allocs(st.allocs_of(&part.touches)));
                 if r != CUDA_SUCCESS {
                     return r;
                 }
             }
-            return CUDA_SUCCESS;
+            return crate::capture::relaxed(|| crate::real!(cuEventRecord(done, on)));
         }
     }
     run(real, stream, ptsz, exec as u64, || "graph launch (cuGraphLaunch)".into(), |st| {
@@ -279,6 +284,13 @@ pub fn download(real: impl FnOnce() -> CUresult, host: *mut c_void, src: CUdevic
     linear(real, &Linear { what: "cuMemcpyDtoH", device: &[src], bytes: n as u64, issue: &issue }, stream, ptsz, sync)
 }
 
+/// A copy between addresses of any kind (`cuMemcpy`, `cuMemcpyAsync`: the driver tells
+/// host from device by the address); one larger than the limit is streamed through it.
+pub fn unified_copy(real: impl FnOnce() -> CUresult, dst: CUdeviceptr, src: CUdeviceptr, n: usize, stream: CUstream, ptsz: bool, sync: bool) -> CUresult {
+    let issue = |off: u64, len: u64, s: CUstream| crate::real!(cuMemcpyAsync(dst + off, src + off, len as usize, s));
+    linear(real, &Linear { what: "cuMemcpy", device: &[dst, src], bytes: n as u64, issue: &issue }, stream, ptsz, sync)
+}
+
 /// A device-to-device copy; one larger than the limit is streamed through it.
 pub fn device_copy(real: impl FnOnce() -> CUresult, dst: CUdeviceptr, src: CUdeviceptr, n: usize, stream: CUstream, ptsz: bool, sync: bool) -> CUresult {
     let issue = |off: u64, len: u64, s: CUstream| crate::real!(cuMemcpyDtoDAsync_v2(dst + off, src + off, len as usize, s));
@@ -300,13 +312,14 @@ pub fn memset(real: impl FnOnce() -> CUresult, dst: CUdeviceptr, width: u64, val
         2 => "cuMemsetD16",
         _ => "cuMemsetD32",
     };
-    linear(real, &Linear { what, device: &[dst], bytes: n as u64 * width, issue: &issue }, stream, ptsz, sync)
+    let Some(bytes) = (n as u64).checked_mul(width) else { return CUDA_ERROR_INVALID_VALUE };
+    linear(real, &Linear { what, device: &[dst], bytes, issue: &issue }, stream, ptsz, sync)
 }
 
-/// The parts to launch in place of `exec` (each part's executable graph and the addresses
-/// it touches), when the graph's memory does not fit the room under the limit and it can
-/// be cut; `None` launches it whole (and a graph that does not fit is refused by name).
-fn graph_parts(exec: CUgraphExec) -> Option<Vec<(CUgraphExec, Vec<CUdeviceptr>)>> {
+/// The parts to launch in place of `exec`, and the event that orders its launches, when
+/// the graph's memory does not fit the room under the limit and it can be cut; `None`
+/// launches it whole (and a graph that does not fit is refused by name).
+fn graph_parts(exec: CUgraphExec) -> Option<(std::sync::Arc<[crate::graph::Part]>, CUevent)> {
     let mut g = shim().ok()?;
     let st = g.as_mut().expect("created");
     let touches = st.graphs.get(exec)?.touches().ok()?;
@@ -317,7 +330,7 @@ fn graph_parts(exec: CUgraphExec) -> Option<Vec<(CUgraphExec, Vec<CUdeviceptr>)>
     }
     // Taken out while it is cut, which reads the rest of the state.
     let mut split = st.graphs.get_mut(exec)?.split.take()?;
-    let parts = split.parts(room, |ptrs| bytes(st, ptrs)).map(|p| p.iter().map(|p| (p.exec, p.touches.clone())).collect());
+    let parts = split.parts(room, |ptrs| bytes(st, ptrs)).and_then(|p| split.done_event().map(|e| (p, e)).map_err(|e| e.to_string()));
     if let Some(e) = st.graphs.get_mut(exec) {
         e.split = Some(split);
     }

@@ -30,30 +30,46 @@ pub unsafe fn instantiate(real: impl FnOnce() -> CUresult, exec: *mut CUgraphExe
     }
     let r = real();
     if r == CUDA_SUCCESS && !exec.is_null() {
-        st.graphs.insert(*exec, read);
+        // SAFETY: the driver wrote the new executable graph there.
+        st.graphs.insert(unsafe { *exec }, read);
     }
     r
 }
 
-/// `cuGraphExecUpdate*`: on success the executable graph touches what `g` does.
+/// `cuGraphExecUpdate*`: refuses a graph whose memory gmux cannot count, as
+/// instantiation does; on success the executable graph touches what `g` does.
 pub fn update(real: impl FnOnce() -> CUresult, exec: CUgraphExec, g: CUgraph) -> CUresult {
-    let r = real();
-    if r != CUDA_SUCCESS {
-        return r;
-    }
     let mut guard = crate::state::existing();
-    let Some(st) = guard.as_mut() else { return r };
+    let Some(st) = guard.as_mut() else {
+        drop(guard);
+        return real();
+    };
     let read = crate::capture::relaxed(|| graph::read(g, &mut st.layouts));
-    let mut read = read.unwrap_or_else(|e| {
+    let read = read.unwrap_or_else(|e| {
         let mut r = ExecGraph::default();
         r.set(std::ptr::null_mut(), Touches::Anything(format!("a graph gmux could not read ({e})")));
         r
     });
-    if let Some(why) = read.refused.take() {
-        // The update already took effect; its launches will need all memory.
-        read.set(std::ptr::null_mut(), Touches::Anything(why));
+    if let Some(why) = &read.refused {
+        return super::refuse::call("cuGraphExecUpdate", &format!("this graph cannot run under gmux: {why}"));
     }
-    st.graphs.insert(exec, read);
+    let r = real();
+    if r == CUDA_SUCCESS {
+        st.graphs.insert(exec, read);
+    }
+    r
+}
+
+/// A change to an executable graph's node that the copy kept for running it in parts
+/// does not follow (enabling a node, host, event and semaphore nodes): the copy goes, and
+/// a launch that does not fit is refused by name.
+pub fn changed(real: impl FnOnce() -> CUresult, exec: CUgraphExec) -> CUresult {
+    let r = real();
+    if r == CUDA_SUCCESS {
+        if let Some(e) = crate::state::existing().as_mut().and_then(|st| st.graphs.get_mut(exec)) {
+            e.split = None;
+        }
+    }
     r
 }
 
@@ -101,9 +117,10 @@ pub unsafe fn set_kernel(real: impl FnOnce() -> CUresult, exec: CUgraphExec, nod
 /// `p` is a valid `CUDA_KERNEL_NODE_PARAMS` (or null, which the driver refuses).
 pub unsafe fn set_kernel_v1(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, p: *const c_void) -> CUresult {
     set_node(real, exec, node, |st| {
-        // SAFETY: version 1 is version 2 without its last two fields (`kern`, `ctx`),
-        // which stay null here.
+        // SAFETY: a plain C struct, all zeros is a valid value.
         let mut v2: CUDA_KERNEL_NODE_PARAMS_v2 = unsafe { std::mem::zeroed() };
+        // SAFETY: version 1 is version 2 without its last two fields (`kern`, `ctx`),
+        // which stay null here; the driver accepted `p`, so it is readable.
         unsafe { std::ptr::copy_nonoverlapping(p as *const u8, &mut v2 as *mut _ as *mut u8, KERNEL_NODE_PARAMS_V1_BYTES) };
         // SAFETY: as the caller's parameters.
         unsafe { graph::kernel_params(&v2, &mut st.layouts) }
@@ -118,10 +135,10 @@ const KERNEL_NODE_PARAMS_V1_BYTES: usize = 56;
 /// # Safety
 /// `p` is a valid `CUDA_MEMSET_NODE_PARAMS`.
 pub unsafe fn set_memset(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, p: *const CUDA_MEMSET_NODE_PARAMS) -> CUresult {
-    // SAFETY: per this function's contract.
-    mapped(&[unsafe { &*p }.dst]);
-    // SAFETY: read only after the driver accepted it.
-    set_node(real, exec, node, |_| graph::memset_params(unsafe { &*p }), |split| split.set_memset(node, p))
+    // SAFETY: null or valid, per this function's contract.
+    let Some(params) = (unsafe { p.as_ref() }) else { return real() };
+    mapped(&[params.dst]);
+    set_node(real, exec, node, |_| graph::memset_params(params), |split| split.set_memset(node, p))
 }
 
 /// `cuGraphExecMemcpyNodeSetParams`.
@@ -129,10 +146,10 @@ pub unsafe fn set_memset(real: impl FnOnce() -> CUresult, exec: CUgraphExec, nod
 /// # Safety
 /// `p` is a valid `CUDA_MEMCPY3D`.
 pub unsafe fn set_memcpy(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, p: *const CUDA_MEMCPY3D) -> CUresult {
-    // SAFETY: per this function's contract.
-    mapped(&unsafe { crate::api::command::memcpy3d_ptrs(p) });
-    // SAFETY: read only after the driver accepted it.
-    set_node(real, exec, node, |_| graph::memcpy_params(unsafe { &*p }), |split| split.set_memcpy(node, p))
+    // SAFETY: null or valid, per this function's contract.
+    let Some(params) = (unsafe { p.as_ref() }) else { return real() };
+    mapped(&crate::graph::memcpy3d_devices(params));
+    set_node(real, exec, node, |_| graph::memcpy_params(params), |split| split.set_memcpy(node, p))
 }
 
 /// `cuGraphExecChildGraphNodeSetParams`: the child's nodes are read anew.

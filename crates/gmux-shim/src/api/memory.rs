@@ -77,7 +77,7 @@ pub fn free(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr) -> CUresult {
 pub unsafe fn managed(real: impl FnOnce() -> CUresult, d: *mut CUdeviceptr, bytes: usize) -> CUresult {
     let Ok(mut g) = shim() else { return real() };
     let st = g.as_mut().expect("created");
-    let need = (bytes as u64).div_ceil(gmux_core::CHUNK_BYTES) * gmux_core::CHUNK_BYTES;
+    let need = (bytes as u64).div_ceil(gmux_core::CHUNK_BYTES).saturating_mul(gmux_core::CHUNK_BYTES);
     if need > st.room() {
         let (need, room) = (gmux_core::size::format_size(need), gmux_core::size::format_size(st.room()));
         crate::log!(Error, "cuMemAllocManaged of {need}: managed memory counts against the limit and only {room} of it is left for it; raise --mem-limit (GMUX_MEM_LIMIT) by at least {need}");
@@ -107,7 +107,7 @@ pub unsafe fn info(real: impl FnOnce() -> CUresult, free: *mut usize, total: *mu
         return CUDA_ERROR_INVALID_VALUE;
     }
     *total = st.limit() as usize;
-    *free = st.limit().saturating_sub(st.allocated()) as usize;
+    *free = st.room().saturating_sub(st.allocated()) as usize;
     CUDA_SUCCESS
 }
 

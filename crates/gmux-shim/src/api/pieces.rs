@@ -34,6 +34,9 @@ impl Linear<'_> {
 /// Streams `op` through the limit when its allocations do not fit the room left, and
 /// returns the call's result; `None` when it fits (the caller runs it whole).
 pub fn streamed(op: &Linear, stream: CUstream, ptsz: bool, sync: bool) -> Option<CUresult> {
+    if op.device.iter().any(|p| p.checked_add(op.bytes).is_none()) {
+        return Some(CUDA_ERROR_INVALID_VALUE);
+    }
     let piece = {
         let g = shim().ok()?;
         let st = g.as_ref().expect("created");
@@ -45,8 +48,7 @@ pub fn streamed(op: &Linear, stream: CUstream, ptsz: bool, sync: bool) -> Option
         (st.room() / 4 / CHUNK_BYTES * CHUNK_BYTES).clamp(CHUNK_BYTES, MAX_PIECE)
     };
     crate::log!(Debug, "{} of {} bytes streamed in pieces of {piece}", op.what, op.bytes);
-    // A null stream of a `_ptsz`/`_ptds` call is the calling thread's default stream.
-    let on = if ptsz && stream.is_null() { CU_STREAM_PER_THREAD } else { stream };
+    let on = crate::inflight::default_stream(stream, ptsz);
     let mut offset = 0;
     while offset < op.bytes {
         let len = piece.min(op.bytes - offset);
@@ -68,5 +70,8 @@ pub fn streamed(op: &Linear, stream: CUstream, ptsz: bool, sync: bool) -> Option
         }
         offset += len;
     }
-    Some(if sync { crate::capture::relaxed(|| crate::real!(cuStreamSynchronize(on))) } else { CUDA_SUCCESS })
+    // Captured pieces become graph nodes, each mapped at capture ([`super::command`]): no
+    // synchronize, which would break the capture.
+    let captured = crate::capture::captured(on, false);
+    Some(if sync && !captured { crate::capture::relaxed(|| crate::real!(cuStreamSynchronize(on))) } else { CUDA_SUCCESS })
 }

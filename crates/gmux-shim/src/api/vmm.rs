@@ -75,13 +75,13 @@ pub fn unmap(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr, size: usize) -> 
         return real();
     };
     match crate::capture::relaxed(|| st.unmap_app(ptr, size as u64)) {
-        Ok(true) => {
-            crate::record::free(ptr);
-            CUDA_SUCCESS
-        }
-        Ok(false) => {
+        Ok(bases) if bases.is_empty() => {
             drop(g);
             real()
+        }
+        Ok(bases) => {
+            bases.into_iter().for_each(crate::record::free);
+            CUDA_SUCCESS
         }
         Err(e) => super::report(e, "cuMemUnmap"),
     }
@@ -89,7 +89,8 @@ pub fn unmap(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr, size: usize) -> 
 
 /// `cuMemSetAccess`: gmux grants access to its own memory when it backs it.
 pub fn set_access(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr, size: usize) -> CUresult {
-    let ours = existing().as_ref().is_some_and(|st| st.vmem.find(ptr).is_some_and(|r| r.app) && st.vmem.find(ptr + size.max(1) as u64 - 1).is_some_and(|r| r.app));
+    let Some(last) = ptr.checked_add((size as u64).max(1) - 1) else { return CUDA_ERROR_INVALID_VALUE };
+    let ours = existing().as_ref().is_some_and(|st| st.vmem.find(ptr).is_some_and(|r| r.app) && st.vmem.find(last).is_some_and(|r| r.app));
     if ours {
         CUDA_SUCCESS
     } else {

@@ -11,7 +11,8 @@
 //!
 //! `graph-temp`: a buffer allocated in the middle of a capture (in relaxed mode, as
 //! PyTorch's allocator does) and copied to and from in it: the driver checks at capture
-//! that a copy's memory is mapped.
+//! that a copy's memory is mapped. A stray `cuStreamEndCapture` on a stream that is not
+//! capturing comes before the copies.
 
 use super::*;
 
@@ -219,6 +220,11 @@ pub fn temporary(app: &App, o: &Opts) -> bool {
         check(unsafe { (app.cu.thread_exchange_stream_capture_mode)(&mut mode) }, "cuThreadExchangeStreamCaptureMode");
         let t = app.alloc(bytes);
         check(unsafe { (app.cu.thread_exchange_stream_capture_mode)(&mut mode) }, "cuThreadExchangeStreamCaptureMode");
+        // Ending a capture on a stream that is not capturing fails and ends none.
+        let (idle, mut none) = (app.stream(CU_STREAM_NON_BLOCKING), null_mut());
+        if unsafe { (app.cu.stream_end_capture)(idle, &mut none) } == CUDA_SUCCESS {
+            fail("cuStreamEndCapture on a stream that is not capturing succeeded");
+        }
         g.copy(t, b);
         g.add(t, 1);
         g.copy(b, t);
