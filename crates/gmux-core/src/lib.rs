@@ -7,6 +7,7 @@
 pub mod device;
 pub mod error;
 pub mod evict;
+pub mod graph_cut;
 pub mod hbm;
 pub mod history;
 pub mod hooks;

@@ -1,5 +1,5 @@
 //! Graphs larger than the limit run in parts: the graph's nodes in a topological order,
-//! cut into consecutive parts whose memory fits, each part a graph of its own (a copy of
+//! cut into consecutive parts whose memory fits ([`gmux_core::graph_cut`]), each part a graph of its own (a copy of
 //! the graph with every other node removed, so each node keeps its parameters and the
 //! edges among the part's nodes). Launched one after another on the launch's stream, the
 //! parts keep every dependency: a node never depends on a node of a later part. Each part
@@ -11,6 +11,7 @@
 use crate::cuda::*;
 use crate::driver::{check, CudaError};
 use crate::graph::Touches;
+use gmux_core::graph_cut;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -81,26 +82,8 @@ fn topological(graph: CUgraph, nodes: &[CUgraphNode]) -> Result<Vec<usize>, Cuda
     let (mut from, mut to, mut data) = (vec![none; n], vec![none; n], vec![CUgraphEdgeData::default(); n]);
     check(crate::real!(cuGraphGetEdges_v2(graph, from.as_mut_ptr(), to.as_mut_ptr(), data.as_mut_ptr(), &mut n)), "cuGraphGetEdges")?;
     let index: HashMap<usize, usize> = nodes.iter().enumerate().map(|(i, x)| (*x as usize, i)).collect();
-    let mut after = vec![Vec::new(); nodes.len()];
-    let mut waiting = vec![0usize; nodes.len()];
-    for (f, t) in from.iter().zip(&to).take(n) {
-        if let (Some(&f), Some(&t)) = (index.get(&(*f as usize)), index.get(&(*t as usize))) {
-            after[f].push(t);
-            waiting[t] += 1;
-        }
-    }
-    let mut ready: std::collections::BTreeSet<usize> = (0..nodes.len()).filter(|&i| waiting[i] == 0).collect();
-    let mut order = Vec::with_capacity(nodes.len());
-    while let Some(i) = ready.pop_first() {
-        order.push(i);
-        for &t in &after[i] {
-            waiting[t] -= 1;
-            if waiting[t] == 0 {
-                ready.insert(t);
-            }
-        }
-    }
-    Ok(order)
+    let edges: Vec<(usize, usize)> = from.iter().zip(&to).take(n).filter_map(|(f, t)| Some((*index.get(&(*f as usize))?, *index.get(&(*t as usize))?))).collect();
+    graph_cut::topological(nodes.len(), &edges).ok_or(CudaError { call: "cuGraphGetEdges (a cycle)", code: CUDA_ERROR_INVALID_VALUE })
 }
 
 impl Splittable {
@@ -118,9 +101,6 @@ impl Splittable {
             copied.push((c, if let Touches::Addresses(a) = t { a } else { Vec::new() }));
         }
         let order = topological(graph, &originals)?;
-        if order.len() != copied.len() {
-            return Err(CudaError { call: "cuGraphGetEdges (a cycle)", code: CUDA_ERROR_INVALID_VALUE });
-        }
         s.order = order.into_iter().map(|i| std::mem::take(&mut copied[i])).collect();
         Ok(s)
     }
@@ -173,32 +153,11 @@ impl Splittable {
         Ok(e)
     }
 
-    /// Indexes into `order` of each part, greedily: a node joins the current part while
-    /// the part's allocations fit `budget`.
+    /// Indexes into `order` of each part ([`graph_cut::cut`]).
     fn cut(&self, budget: u64, bytes: &impl Fn(&[CUdeviceptr]) -> Vec<(u64, u64)>) -> Result<Vec<Vec<usize>>, String> {
-        let mut parts: Vec<Vec<usize>> = Vec::new();
-        let (mut current, mut held, mut total) = (Vec::new(), HashMap::new(), 0u64);
-        for (i, (_, touches)) in self.order.iter().enumerate() {
-            let allocs = bytes(touches);
-            let alone: u64 = allocs.iter().map(|(_, b)| b).sum();
-            if alone > budget {
-                return Err(format!("its node {i} alone needs {}", gmux_core::size::format_size(alone)));
-            }
-            let more: u64 = allocs.iter().filter(|(a, _)| !held.contains_key(a)).map(|(_, b)| b).sum();
-            if total + more > budget {
-                parts.push(std::mem::take(&mut current));
-                held.clear();
-                total = 0;
-            }
-            for (a, b) in allocs {
-                if held.insert(a, b).is_none() {
-                    total += b;
-                }
-            }
-            current.push(i);
-        }
-        parts.push(current);
-        Ok(parts)
+        let nodes: Vec<Vec<(u64, u64)>> = self.order.iter().map(|(_, touches)| bytes(touches)).collect();
+        let parts = graph_cut::cut(&nodes, budget).map_err(|e| format!("its node {} alone needs {}", e.node, gmux_core::size::format_size(e.bytes)))?;
+        Ok(parts.into_iter().map(|r| r.collect()).collect())
     }
 
     /// A part holding the nodes at `keep` (indexes into `order`).
