@@ -20,6 +20,7 @@ Each gmux run (the footprint run included, as level "fp") is classified:
   identical    exit 0 and the result equals the native one (bit for bit or within tolerance)
   clear-error  non-zero exit, and a `gmux:` line naming the working set and the limit
                ("needs ... limit"), or exit status 86 (the shim's oversize exit)
+  refused      non-zero exit after gmux refused, by name, a call it does not support
   wrong        exit 0 but the result differs or is missing
   crash        killed by a signal (SIGSEGV/SIGBUS/SIGILL/SIGFPE always), timed out, or a
                non-zero exit without such a message
@@ -61,7 +62,7 @@ CHUNK = 2 * MIB
 MIN_LIMIT = 64 * MIB
 OVERSIZE_EXIT = 86
 FAULT_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE}
-CLASSES = ["identical", "clear-error", "wrong", "crash", "skipped"]
+CLASSES = ["identical", "clear-error", "refused", "wrong", "crash", "skipped"]
 
 # Estimated slowdown of a run relative to a native one, for splitting into parts:
 # native x2, the footprint run, then each level (more eviction at lower limits).
@@ -176,6 +177,8 @@ def classify(exit_code, timed_out, stderr_text, cmp_status):
     clear = any(is_oversize_line(l) for l in gmux_lines(stderr_text))
     if clear or exit_code == OVERSIZE_EXIT:
         return "clear-error", f"exit {exit_code}" + (" (oversize message)" if clear else "")
+    if exit_code > 0 and any(is_refusal_line(l) for l in gmux_lines(stderr_text)):
+        return "refused", f"exit {exit_code} (a call gmux does not support, refused by name)"
     if exit_code < 0:
         return "crash", f"signal {signal_name(-exit_code)}"
     return "crash", f"exit {exit_code}"

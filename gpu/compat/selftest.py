@@ -105,7 +105,8 @@ def classification():
     assert c(-int(signal.SIGKILL), True, need, "x") == ("crash", "timeout")
     assert c(0, True, "", "identical") == ("crash", "timeout")
     refused = "gmux: cuStreamBeginCapture is not supported under gmux: capture records launches; it returns CUDA_ERROR_NOT_SUPPORTED"
-    assert c(1, False, refused, "x")[0] == "crash"
+    assert c(1, False, refused, "x")[0] == "refused"
+    assert c(-11, False, refused, "x")[0] == "crash", "a fault is a crash whatever was refused before"
     # The relevant line: the oversize message first, then a refusal, then other gmux lines, else stderr's last line.
     info = "gmux: virtualizing device memory: limit 1.0 GiB, device 0 of 79.1 GiB free\ngmux: limit 1.0 GiB, allocated 3 B"
     assert run.relevant_line(info + "\n" + refused + "\n" + need) == need
@@ -334,7 +335,7 @@ EXPECT = {
     "segv": ["identical", "identical", "identical", "crash"],
     "abort_clear": ["identical", "identical", "clear-error", "clear-error"],
     "hang": ["identical", "identical", "identical", "crash"],
-    "refused": ["crash"] * 4,
+    "refused": ["refused"] * 4,
     "missing": ["wrong"] * 4,
     "overlimit": ["identical"] * 4,
     "nosummary": ["identical"] * 4,
