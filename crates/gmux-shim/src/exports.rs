@@ -4,7 +4,7 @@
 //! calls the driver's own entry point of the same name with the same arguments.
 //! Everything not listed reaches the real driver untouched.
 
-use crate::api::{attr, command as cmd, graph, memory as mem, refuse, vmm};
+use crate::api::{attr, command as cmd, graph, linear as lin, memory as mem, refuse, vmm};
 use crate::capture;
 use crate::cuda::*;
 use std::collections::HashMap;
@@ -166,22 +166,22 @@ exports! {
     cuGraphLaunch_ptsz(g: CUgraphExec, s: CUstream) => |real| cmd::graph(real, g, s, true);
 
     // Copies: synchronous ones run on the legacy (or, `_ptds`, per-thread) default stream.
-    cuMemcpyHtoD_v2(d: Dp, h: *const c_void, n: usize) => |real| cmd::upload(real, d, h, n, std::ptr::null_mut(), false, true);
-    cuMemcpyHtoD_v2_ptds(d: Dp, h: *const c_void, n: usize) => |real| cmd::upload(real, d, h, n, std::ptr::null_mut(), true, true);
-    cuMemcpyDtoH_v2(h: P, d: Dp, n: usize) => |real| cmd::download(real, h, d, n, std::ptr::null_mut(), false, true);
-    cuMemcpyDtoH_v2_ptds(h: P, d: Dp, n: usize) => |real| cmd::download(real, h, d, n, std::ptr::null_mut(), true, true);
-    cuMemcpyDtoD_v2(d: Dp, s: Dp, n: usize) => |real| cmd::device_copy(real, d, s, n, std::ptr::null_mut(), false, true);
-    cuMemcpyDtoD_v2_ptds(d: Dp, s: Dp, n: usize) => |real| cmd::device_copy(real, d, s, n, std::ptr::null_mut(), true, true);
-    cuMemcpy(d: Dp, s: Dp, n: usize) => |real| cmd::unified_copy(real, d, s, n, std::ptr::null_mut(), false, true);
-    cuMemcpy_ptds(d: Dp, s: Dp, n: usize) => |real| cmd::unified_copy(real, d, s, n, std::ptr::null_mut(), true, true);
-    cuMemcpyHtoDAsync_v2(d: Dp, h: *const c_void, n: usize, s: CUstream) => |real| cmd::upload(real, d, h, n, s, false, false);
-    cuMemcpyHtoDAsync_v2_ptsz(d: Dp, h: *const c_void, n: usize, s: CUstream) => |real| cmd::upload(real, d, h, n, s, true, false);
-    cuMemcpyDtoHAsync_v2(h: P, d: Dp, n: usize, s: CUstream) => |real| cmd::download(real, h, d, n, s, false, false);
-    cuMemcpyDtoHAsync_v2_ptsz(h: P, d: Dp, n: usize, s: CUstream) => |real| cmd::download(real, h, d, n, s, true, false);
-    cuMemcpyDtoDAsync_v2(d: Dp, x: Dp, n: usize, s: CUstream) => |real| cmd::device_copy(real, d, x, n, s, false, false);
-    cuMemcpyDtoDAsync_v2_ptsz(d: Dp, x: Dp, n: usize, s: CUstream) => |real| cmd::device_copy(real, d, x, n, s, true, false);
-    cuMemcpyAsync(d: Dp, x: Dp, n: usize, s: CUstream) => |real| cmd::unified_copy(real, d, x, n, s, false, false);
-    cuMemcpyAsync_ptsz(d: Dp, x: Dp, n: usize, s: CUstream) => |real| cmd::unified_copy(real, d, x, n, s, true, false);
+    cuMemcpyHtoD_v2(d: Dp, h: *const c_void, n: usize) => |real| lin::upload(real, d, h, n, std::ptr::null_mut(), false, true);
+    cuMemcpyHtoD_v2_ptds(d: Dp, h: *const c_void, n: usize) => |real| lin::upload(real, d, h, n, std::ptr::null_mut(), true, true);
+    cuMemcpyDtoH_v2(h: P, d: Dp, n: usize) => |real| lin::download(real, h, d, n, std::ptr::null_mut(), false, true);
+    cuMemcpyDtoH_v2_ptds(h: P, d: Dp, n: usize) => |real| lin::download(real, h, d, n, std::ptr::null_mut(), true, true);
+    cuMemcpyDtoD_v2(d: Dp, s: Dp, n: usize) => |real| lin::device_copy(real, d, s, n, std::ptr::null_mut(), false, true);
+    cuMemcpyDtoD_v2_ptds(d: Dp, s: Dp, n: usize) => |real| lin::device_copy(real, d, s, n, std::ptr::null_mut(), true, true);
+    cuMemcpy(d: Dp, s: Dp, n: usize) => |real| lin::unified_copy(real, d, s, n, std::ptr::null_mut(), false, true);
+    cuMemcpy_ptds(d: Dp, s: Dp, n: usize) => |real| lin::unified_copy(real, d, s, n, std::ptr::null_mut(), true, true);
+    cuMemcpyHtoDAsync_v2(d: Dp, h: *const c_void, n: usize, s: CUstream) => |real| lin::upload(real, d, h, n, s, false, false);
+    cuMemcpyHtoDAsync_v2_ptsz(d: Dp, h: *const c_void, n: usize, s: CUstream) => |real| lin::upload(real, d, h, n, s, true, false);
+    cuMemcpyDtoHAsync_v2(h: P, d: Dp, n: usize, s: CUstream) => |real| lin::download(real, h, d, n, s, false, false);
+    cuMemcpyDtoHAsync_v2_ptsz(h: P, d: Dp, n: usize, s: CUstream) => |real| lin::download(real, h, d, n, s, true, false);
+    cuMemcpyDtoDAsync_v2(d: Dp, x: Dp, n: usize, s: CUstream) => |real| lin::device_copy(real, d, x, n, s, false, false);
+    cuMemcpyDtoDAsync_v2_ptsz(d: Dp, x: Dp, n: usize, s: CUstream) => |real| lin::device_copy(real, d, x, n, s, true, false);
+    cuMemcpyAsync(d: Dp, x: Dp, n: usize, s: CUstream) => |real| lin::unified_copy(real, d, x, n, s, false, false);
+    cuMemcpyAsync_ptsz(d: Dp, x: Dp, n: usize, s: CUstream) => |real| lin::unified_copy(real, d, x, n, s, true, false);
     cuMemcpy2D_v2(c: *const c_void) => |real| cmd::sync_op(real, &cmd::memcpy2d_ptrs(c), false);
     cuMemcpy2D_v2_ptds(c: *const c_void) => |real| cmd::sync_op(real, &cmd::memcpy2d_ptrs(c), true);
     cuMemcpy2DUnaligned_v2(c: *const c_void) => |real| cmd::sync_op(real, &cmd::memcpy2d_ptrs(c), false);
@@ -194,18 +194,18 @@ exports! {
     cuMemcpy3DAsync_v2_ptsz(c: *const CUDA_MEMCPY3D, s: CUstream) => |real| cmd::op(real, &cmd::memcpy3d_ptrs(c), s, true);
 
     // Memsets.
-    cuMemsetD8_v2(d: Dp, v: u8, n: usize) => |real| cmd::memset(real, d, 1, v as u32, n, std::ptr::null_mut(), false, true);
-    cuMemsetD8_v2_ptds(d: Dp, v: u8, n: usize) => |real| cmd::memset(real, d, 1, v as u32, n, std::ptr::null_mut(), true, true);
-    cuMemsetD16_v2(d: Dp, v: u16, n: usize) => |real| cmd::memset(real, d, 2, v as u32, n, std::ptr::null_mut(), false, true);
-    cuMemsetD16_v2_ptds(d: Dp, v: u16, n: usize) => |real| cmd::memset(real, d, 2, v as u32, n, std::ptr::null_mut(), true, true);
-    cuMemsetD32_v2(d: Dp, v: c_uint, n: usize) => |real| cmd::memset(real, d, 4, v as u32, n, std::ptr::null_mut(), false, true);
-    cuMemsetD32_v2_ptds(d: Dp, v: c_uint, n: usize) => |real| cmd::memset(real, d, 4, v as u32, n, std::ptr::null_mut(), true, true);
-    cuMemsetD8Async(d: Dp, v: u8, n: usize, s: CUstream) => |real| cmd::memset(real, d, 1, v as u32, n, s, false, false);
-    cuMemsetD8Async_ptsz(d: Dp, v: u8, n: usize, s: CUstream) => |real| cmd::memset(real, d, 1, v as u32, n, s, true, false);
-    cuMemsetD16Async(d: Dp, v: u16, n: usize, s: CUstream) => |real| cmd::memset(real, d, 2, v as u32, n, s, false, false);
-    cuMemsetD16Async_ptsz(d: Dp, v: u16, n: usize, s: CUstream) => |real| cmd::memset(real, d, 2, v as u32, n, s, true, false);
-    cuMemsetD32Async(d: Dp, v: c_uint, n: usize, s: CUstream) => |real| cmd::memset(real, d, 4, v as u32, n, s, false, false);
-    cuMemsetD32Async_ptsz(d: Dp, v: c_uint, n: usize, s: CUstream) => |real| cmd::memset(real, d, 4, v as u32, n, s, true, false);
+    cuMemsetD8_v2(d: Dp, v: u8, n: usize) => |real| lin::memset(real, d, 1, v as u32, n, std::ptr::null_mut(), false, true);
+    cuMemsetD8_v2_ptds(d: Dp, v: u8, n: usize) => |real| lin::memset(real, d, 1, v as u32, n, std::ptr::null_mut(), true, true);
+    cuMemsetD16_v2(d: Dp, v: u16, n: usize) => |real| lin::memset(real, d, 2, v as u32, n, std::ptr::null_mut(), false, true);
+    cuMemsetD16_v2_ptds(d: Dp, v: u16, n: usize) => |real| lin::memset(real, d, 2, v as u32, n, std::ptr::null_mut(), true, true);
+    cuMemsetD32_v2(d: Dp, v: c_uint, n: usize) => |real| lin::memset(real, d, 4, v as u32, n, std::ptr::null_mut(), false, true);
+    cuMemsetD32_v2_ptds(d: Dp, v: c_uint, n: usize) => |real| lin::memset(real, d, 4, v as u32, n, std::ptr::null_mut(), true, true);
+    cuMemsetD8Async(d: Dp, v: u8, n: usize, s: CUstream) => |real| lin::memset(real, d, 1, v as u32, n, s, false, false);
+    cuMemsetD8Async_ptsz(d: Dp, v: u8, n: usize, s: CUstream) => |real| lin::memset(real, d, 1, v as u32, n, s, true, false);
+    cuMemsetD16Async(d: Dp, v: u16, n: usize, s: CUstream) => |real| lin::memset(real, d, 2, v as u32, n, s, false, false);
+    cuMemsetD16Async_ptsz(d: Dp, v: u16, n: usize, s: CUstream) => |real| lin::memset(real, d, 2, v as u32, n, s, true, false);
+    cuMemsetD32Async(d: Dp, v: c_uint, n: usize, s: CUstream) => |real| lin::memset(real, d, 4, v as u32, n, s, false, false);
+    cuMemsetD32Async_ptsz(d: Dp, v: c_uint, n: usize, s: CUstream) => |real| lin::memset(real, d, 4, v as u32, n, s, true, false);
     cuMemsetD2D8_v2(d: Dp, p: usize, v: u8, w: usize, h: usize) => |real| cmd::sync_op(real, &[d], false);
     cuMemsetD2D8_v2_ptds(d: Dp, p: usize, v: u8, w: usize, h: usize) => |real| cmd::sync_op(real, &[d], true);
     cuMemsetD2D16_v2(d: Dp, p: usize, v: u16, w: usize, h: usize) => |real| cmd::sync_op(real, &[d], false);

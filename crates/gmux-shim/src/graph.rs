@@ -90,7 +90,14 @@ impl Graphs {
 pub fn read(graph: CUgraph, layouts: &mut Layouts) -> Result<ExecGraph, CudaError> {
     let mut out = ExecGraph::default();
     let top = walk(graph, layouts, &mut out, 0)?;
-    if top.iter().all(|(_, t)| matches!(t, Touches::Addresses(_))) && out.refused.is_none() {
+    let addresses: Option<Vec<(CUgraphNode, Vec<CUdeviceptr>)>> = top
+        .into_iter()
+        .map(|(n, t)| match t {
+            Touches::Addresses(a) => Some((n, a)),
+            Touches::Anything(_) => None,
+        })
+        .collect();
+    if let Some(top) = addresses.filter(|_| out.refused.is_none()) {
         match Splittable::new(graph, top) {
             Ok(s) => out.split = Some(s),
             Err(e) => crate::log!(Debug, "a graph gmux cannot copy ({e}) runs whole, never in parts"),

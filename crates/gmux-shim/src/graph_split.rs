@@ -10,7 +10,6 @@
 
 use crate::cuda::*;
 use crate::driver::{check, CudaError};
-use crate::graph::Touches;
 use gmux_core::graph_cut;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -87,8 +86,8 @@ fn topological(graph: CUgraph, nodes: &[CUgraphNode]) -> Result<Vec<usize>, Cuda
 }
 
 impl Splittable {
-    /// Copies `graph`, whose own nodes touch what `top` says (every entry `Addresses`).
-    pub fn new(graph: CUgraph, top: Vec<(CUgraphNode, Touches)>) -> Result<Splittable, CudaError> {
+    /// Copies `graph`, whose own nodes touch the addresses `top` gives.
+    pub fn new(graph: CUgraph, top: Vec<(CUgraphNode, Vec<CUdeviceptr>)>) -> Result<Splittable, CudaError> {
         let mut copy = std::ptr::null_mut();
         check(crate::real!(cuGraphClone(&mut copy, graph)), "cuGraphClone")?;
         let mut s = Splittable { copy, by_original: HashMap::new(), order: Vec::new(), parts: None, done: None };
@@ -98,7 +97,7 @@ impl Splittable {
             let mut c = std::ptr::null_mut();
             check(crate::real!(cuGraphNodeFindInClone(&mut c, node, copy)), "cuGraphNodeFindInClone")?;
             s.by_original.insert(node as usize, c);
-            copied.push((c, if let Touches::Addresses(a) = t { a } else { Vec::new() }));
+            copied.push((c, t));
         }
         let order = topological(graph, &originals)?;
         s.order = order.into_iter().map(|i| std::mem::take(&mut copied[i])).collect();

@@ -1,12 +1,12 @@
 //! Commands: kernels, copies, memsets, graph launches. Each is released only once its
 //! working set is resident or on its way (the stream waits for the mover on the GPU).
+//! Linear copies and memsets, which may stream through the limit, are in [`super::linear`].
 
 use super::report;
 use crate::config::config;
 use crate::inflight::StreamKey;
 use crate::cuda::*;
 use crate::predict::{kernel_name, scan};
-use super::pieces::{streamed, Linear};
 use crate::state::{shim, Shim, ShimError, WorkingSet};
 use std::ffi::c_void;
 
@@ -31,11 +31,17 @@ pub(super) fn run(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool,
 /// data is not needed until the graph launches, which brings it in again. A working set
 /// that does not fit is left to that launch to refuse.
 fn map_for_capture(ws: impl FnOnce(&mut Shim) -> WorkingSet) {
+    map_now(ws, "a captured command's");
+}
+
+/// Makes the memory of `ws` resident now, for the driver's checks that it is mapped (a
+/// captured command, a graph node being made), without any stream waiting for it.
+pub(super) fn map_now(ws: impl FnOnce(&mut Shim) -> WorkingSet, whose: &str) {
     let Ok(mut g) = shim() else { return };
     let st = g.as_mut().expect("created");
     let ws = ws(st);
     if let Err(e) = st.prepare(&ws, None, 0) {
-        crate::log!(Debug, "a captured command's memory was not mapped at capture: {e:?}");
+        crate::log!(Debug, "{whose} memory was not mapped: {e:?}");
     }
 }
 
@@ -124,20 +130,6 @@ pub unsafe fn kernel(real: impl FnOnce() -> CUresult, f: CUfunction, stream: CUs
 /// An asynchronous copy, memset or memory operation on `stream` touching `ptrs`.
 pub fn op(real: impl FnOnce() -> CUresult, ptrs: &[CUdeviceptr], stream: CUstream, ptsz: bool) -> CUresult {
     run(real, stream, ptsz, COPY_OR_MEMSET, || "copy or memset".into(), |st| WorkingSet::Allocs(st.allocs_of(ptrs)))
-}
-
-/// An asynchronous linear copy or memset on `stream` over byte ranges `(start, len)`.
-fn op_over(real: impl FnOnce() -> CUresult, ranges: &[(CUdeviceptr, u64)], stream: CUstream, ptsz: bool) -> CUresult {
-    run(real, stream, ptsz, COPY_OR_MEMSET, || "copy or memset".into(), |st| WorkingSet::Allocs(st.allocs_over(ranges)))
-}
-
-/// A linear copy or memset: streamed through the limit when it does not fit, else one
-/// command over the byte ranges it touches.
-fn linear(real: impl FnOnce() -> CUresult, op: &Linear, stream: CUstream, ptsz: bool, sync: bool) -> CUresult {
-    match streamed(op, stream, ptsz, sync) {
-        Some(r) => r,
-        None => op_over(real, &op.ranges(), stream, ptsz),
-    }
 }
 
 /// A synchronous copy or memset: on the legacy (or per-thread) default stream.
@@ -244,76 +236,6 @@ pub unsafe fn batch_ptrs(dsts: *const CUdeviceptr, srcs: *const CUdeviceptr, cou
     // SAFETY: per this function's contract, a non-null side holds `count` addresses.
     let side = |p: *const CUdeviceptr| if p.is_null() { &[][..] } else { unsafe { std::slice::from_raw_parts(p, count) } };
     side(dsts).iter().chain(side(srcs)).copied().collect()
-}
-
-/// Host-to-device uploads of at most this many bytes are scanned for pointers.
-pub const SCAN_UPLOAD_BYTES: usize = 64 << 10;
-
-/// A host-to-device copy (`sync`: the synchronous call, on the default stream). A small
-/// upload (descriptors, pointer arrays, TMA tensor maps) is scanned: gmux memory it points
-/// to becomes part of the working set of every later command that reads the destination
-/// allocation. One larger than the limit is streamed through it.
-///
-/// # Safety
-/// `host` is readable for `n` bytes.
-pub unsafe fn upload(real: impl FnOnce() -> CUresult, dst: CUdeviceptr, host: *const c_void, n: usize, stream: CUstream, ptsz: bool, sync: bool) -> CUresult {
-    let h = host as usize;
-    // SAFETY: the piece lies within the caller's buffers.
-    let issue = |off: u64, len: u64, s: CUstream| crate::real!(cuMemcpyHtoDAsync_v2(dst + off, (h + off as usize) as *const c_void, len as usize, s));
-    if !host.is_null() && (8..=SCAN_UPLOAD_BYTES).contains(&n) {
-        let bytes = std::slice::from_raw_parts(host as *const u8, n);
-        let mut found: Vec<CUdeviceptr> = bytes.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes"))).collect();
-        if crate::tensormap::any() {
-            let mut k = 0;
-            while k + crate::tensormap::MAP_BYTES <= n {
-                found.extend(crate::tensormap::lookup(&bytes[k..k + crate::tensormap::MAP_BYTES]));
-                k += crate::tensormap::MAP_ALIGN;
-            }
-        }
-        if let Ok(mut g) = shim() {
-            g.as_mut().expect("created").add_refs(dst, &found);
-        }
-    }
-    linear(real, &Linear { what: "cuMemcpyHtoD", device: &[dst], bytes: n as u64, issue: &issue }, stream, ptsz, sync)
-}
-
-/// A device-to-host copy; one larger than the limit is streamed through it.
-pub fn download(real: impl FnOnce() -> CUresult, host: *mut c_void, src: CUdeviceptr, n: usize, stream: CUstream, ptsz: bool, sync: bool) -> CUresult {
-    let h = host as usize;
-    let issue = |off: u64, len: u64, s: CUstream| crate::real!(cuMemcpyDtoHAsync_v2((h + off as usize) as *mut c_void, src + off, len as usize, s));
-    linear(real, &Linear { what: "cuMemcpyDtoH", device: &[src], bytes: n as u64, issue: &issue }, stream, ptsz, sync)
-}
-
-/// A copy between addresses of any kind (`cuMemcpy`, `cuMemcpyAsync`: the driver tells
-/// host from device by the address); one larger than the limit is streamed through it.
-pub fn unified_copy(real: impl FnOnce() -> CUresult, dst: CUdeviceptr, src: CUdeviceptr, n: usize, stream: CUstream, ptsz: bool, sync: bool) -> CUresult {
-    let issue = |off: u64, len: u64, s: CUstream| crate::real!(cuMemcpyAsync(dst + off, src + off, len as usize, s));
-    linear(real, &Linear { what: "cuMemcpy", device: &[dst, src], bytes: n as u64, issue: &issue }, stream, ptsz, sync)
-}
-
-/// A device-to-device copy; one larger than the limit is streamed through it.
-pub fn device_copy(real: impl FnOnce() -> CUresult, dst: CUdeviceptr, src: CUdeviceptr, n: usize, stream: CUstream, ptsz: bool, sync: bool) -> CUresult {
-    let issue = |off: u64, len: u64, s: CUstream| crate::real!(cuMemcpyDtoDAsync_v2(dst + off, src + off, len as usize, s));
-    linear(real, &Linear { what: "cuMemcpyDtoD", device: &[dst, src], bytes: n as u64, issue: &issue }, stream, ptsz, sync)
-}
-
-/// A memset of `n` elements of `width` bytes (1, 2 or 4) to `value`; one larger than the
-/// limit is streamed through it.
-#[allow(clippy::too_many_arguments)]
-pub fn memset(real: impl FnOnce() -> CUresult, dst: CUdeviceptr, width: u64, value: u32, n: usize, stream: CUstream, ptsz: bool, sync: bool) -> CUresult {
-    // Pieces are whole chunks but the last, so each starts on an element.
-    let issue = |off: u64, len: u64, s: CUstream| match width {
-        1 => crate::real!(cuMemsetD8Async(dst + off, value as u8, len as usize, s)),
-        2 => crate::real!(cuMemsetD16Async(dst + off, value as u16, (len / 2) as usize, s)),
-        _ => crate::real!(cuMemsetD32Async(dst + off, value, (len / 4) as usize, s)),
-    };
-    let what = match width {
-        1 => "cuMemsetD8",
-        2 => "cuMemsetD16",
-        _ => "cuMemsetD32",
-    };
-    let Some(bytes) = (n as u64).checked_mul(width) else { return CUDA_ERROR_INVALID_VALUE };
-    linear(real, &Linear { what, device: &[dst], bytes, issue: &issue }, stream, ptsz, sync)
 }
 
 /// The parts to launch in place of `exec`, and the event that orders its launches, when

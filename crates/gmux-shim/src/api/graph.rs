@@ -183,14 +183,7 @@ pub fn destroy(real: impl FnOnce() -> CUresult, exec: CUgraphExec) -> CUresult {
 /// memcpy or memset node is created or changed, that its addresses are mapped, and gmux
 /// backs memory only on first use. The graph's launch brings the memory in again.
 fn mapped(ptrs: &[CUdeviceptr]) {
-    crate::capture::relaxed(|| {
-        let Ok(mut g) = shim() else { return };
-        let st = g.as_mut().expect("created");
-        let ws = crate::state::WorkingSet::Allocs(st.allocs_of(ptrs));
-        if let Err(e) = st.prepare(&ws, None, 0) {
-            crate::log!(Debug, "a graph node's memory was not mapped when it was made: {e:?}");
-        }
-    })
+    crate::capture::relaxed(|| super::command::map_now(|st| crate::state::WorkingSet::Allocs(st.allocs_of(ptrs)), "a graph node's"));
 }
 
 /// A call that creates or changes a memcpy or memset node over `ptrs`: the memory is

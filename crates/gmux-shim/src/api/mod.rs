@@ -3,9 +3,9 @@
 pub mod attr;
 pub mod command;
 pub mod graph;
+pub mod linear;
 pub mod guard;
 pub mod memory;
-pub mod pieces;
 pub mod refuse;
 pub mod vmm;
 
