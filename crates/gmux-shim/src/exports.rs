@@ -100,8 +100,8 @@ exports! {
     cuMemRetainAllocationHandle(h: *mut CUmemGenericAllocationHandle, d: P) => |real| vmm::retain(real, h, d as Dp);
     cuMemExportToShareableHandle(s: P, h: CUmemGenericAllocationHandle, t: c_uint, fl: u64) => |real| vmm::export(real, h);
     cuIpcGetMemHandle(h: P, d: Dp) => |real| refuse::if_virtual(real, "cuIpcGetMemHandle", d, "CUDA IPC cannot share memory gmux migrates");
-    cuTexObjectCreate(o: *mut u64, res: *const c_void, tex: P, view: P) => |real| refuse::texture(real, o, res);
-    cuTexObjectDestroy(o: u64) => |real| refuse::texture_destroyed(real, o);
+    cuTexObjectCreate(o: *mut u64, res: *const c_void, tex: P, view: P) => |real| crate::texture::created(real, o, res);
+    cuTexObjectDestroy(o: u64) => |real| crate::texture::destroyed(real, o);
 
     // TMA tensor maps: their address is remembered for prediction.
     cuTensorMapEncodeTiled(m: P, dt: c_uint, rank: c_uint, a: P, dims: P, strides: P, bx: P, es: P, il: c_uint, sw: c_uint, l2: c_uint, oob: c_uint)

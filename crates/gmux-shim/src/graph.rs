@@ -34,26 +34,32 @@ pub struct ExecGraph {
     /// A copy of the graph to run in parts when it does not fit the limit; `None` once an
     /// update could not be carried over to it.
     pub split: Option<Splittable>,
+    /// The union of `nodes`, made at the first launch after a change.
+    union: std::cell::OnceCell<Result<Vec<CUdeviceptr>, String>>,
 }
 
 impl ExecGraph {
     /// Every address the graph's nodes touch, or why that cannot be known.
-    pub fn touches(&self) -> Result<Vec<CUdeviceptr>, &str> {
-        let mut all = Vec::new();
-        for t in self.nodes.values() {
-            match t {
-                Touches::Addresses(a) => all.extend_from_slice(a),
-                Touches::Anything(why) => return Err(why),
+    pub fn touches(&self) -> Result<&[CUdeviceptr], &str> {
+        let union = self.union.get_or_init(|| {
+            let mut all = Vec::new();
+            for t in self.nodes.values() {
+                match t {
+                    Touches::Addresses(a) => all.extend_from_slice(a),
+                    Touches::Anything(why) => return Err(why.clone()),
+                }
             }
-        }
-        all.sort_unstable();
-        all.dedup();
-        Ok(all)
+            all.sort_unstable();
+            all.dedup();
+            Ok(all)
+        });
+        union.as_deref().map_err(String::as_str)
     }
 
     /// Replaces what `node` touches.
     pub fn set(&mut self, node: CUgraphNode, t: Touches) {
         self.nodes.insert(node as usize, t);
+        self.union = Default::default();
     }
 }
 

@@ -53,13 +53,14 @@ fn collect(get: impl Fn(usize, &mut usize, &mut usize) -> CUresult) -> Option<La
 /// `kernel_params` / `extra` must be valid as `cuLaunchKernel` defines them.
 pub unsafe fn scan(layout: Option<&Layout>, kernel_params: *mut *mut c_void, extra: *mut *mut c_void, mut visit: impl FnMut(u64)) -> bool {
     let maps = tensormap::any();
-    let textures = crate::texture::any();
+    // The texture table, locked once for the whole scan (none when no texture exists).
+    let textures = crate::texture::any().then(crate::texture::table);
     // `off` is the parameter's offset in the block, for tensor-map alignment.
     let mut words = |base: *const u8, off: usize, size: usize| {
         for k in 0..size / 8 {
             let w = std::ptr::read_unaligned(base.add(k * 8) as *const u64);
             visit(w);
-            if let Some(addr) = textures.then(|| crate::texture::lookup(w)).flatten() {
+            if let Some(&addr) = textures.as_ref().and_then(|t| t.as_ref()?.get(&w)) {
                 visit(addr);
             }
         }

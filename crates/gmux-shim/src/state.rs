@@ -332,7 +332,14 @@ impl Shim {
     /// A pointer into the application's own mappings brings every mapping back to back
     /// with it ([`Vmem::extent_of`]).
     pub fn allocs_of(&self, ptrs: &[CUdeviceptr]) -> Vec<AllocId> {
-        let mut v: Vec<AllocId> = ptrs.iter().flat_map(|p| self.vmem.extent_of(*p)).map(|r| r.alloc).collect();
+        let mut v = Vec::with_capacity(ptrs.len());
+        for r in ptrs.iter().filter_map(|p| self.vmem.find(*p)) {
+            if r.app {
+                v.extend(self.vmem.extent_of(r.base).into_iter().map(|x| x.alloc));
+            } else {
+                v.push(r.alloc);
+            }
+        }
         self.with_referred(&mut v);
         v
     }

@@ -8,6 +8,7 @@ use crate::inflight::StreamKey;
 use crate::cuda::*;
 use crate::predict::{kernel_name, scan};
 use crate::state::{shim, Shim, ShimError, WorkingSet};
+use gmux_core::AllocId;
 use std::ffi::c_void;
 
 /// What a command runs, for its signature in the history (a kernel is its handle).
@@ -141,38 +142,88 @@ pub fn sync_op(real: impl FnOnce() -> CUresult, ptrs: &[CUdeviceptr], ptds: bool
 /// memory where a node cannot be analysed (logged once per reason). A graph whose memory
 /// does not fit the limit runs in parts ([`crate::graph_split`]).
 pub fn graph(real: impl FnOnce() -> CUresult, exec: CUgraphExec, stream: CUstream, ptsz: bool) -> CUresult {
-    if !crate::capture::captured(stream, ptsz) {
-        if let Some((parts, done)) = graph_parts(exec) {
-            let on = crate::inflight::default_stream(stream, ptsz);
-            // After the last launch of this graph, wherever it ran.
-            let r = crate::capture::relaxed(|| crate::real!(cuStreamWaitEvent(on, done, 0)));
-            if r != CUDA_SUCCESS {
-                return r;
-            }
-            let n = parts.len();
-            for (k, part) in parts.iter().enumerate() {
-                let what = || format!("graph launch (cuGraphLaunch), part {} of {n}", k + 1);
-                let r = run(|| crate::real!(cuGraphLaunch(part.exec, on)), on, false, part.exec as u64, what, |st| WorkingSet::Allocs(st.allocs_of(&part.touches)));
-                if r != CUDA_SUCCESS {
-                    return r;
+    let what = || "graph launch (cuGraphLaunch)".to_string();
+    if crate::capture::captured(stream, ptsz) {
+        return run(real, stream, ptsz, exec as u64, what, |st| graph_ws(st, exec));
+    }
+    let (parts, done) = match plan_graph(exec) {
+        GraphLaunch::Whole(mut ws) => {
+            // The allocations were read under an earlier hold of the lock: drop any freed since.
+            let live = move |st: &mut Shim| {
+                if let WorkingSet::Allocs(a) = &mut ws {
+                    a.retain(|id| st.is_live(*id));
                 }
-            }
-            return crate::capture::relaxed(|| crate::real!(cuEventRecord(done, on)));
+                ws
+            };
+            return run(real, stream, ptsz, exec as u64, what, live);
+        }
+        GraphLaunch::Parts(parts, done) => (parts, done),
+    };
+    let on = crate::inflight::default_stream(stream, ptsz);
+    // After the last launch of this graph, wherever it ran.
+    let r = crate::capture::relaxed(|| crate::real!(cuStreamWaitEvent(on, done, 0)));
+    if r != CUDA_SUCCESS {
+        return r;
+    }
+    let n = parts.len();
+    for (k, part) in parts.iter().enumerate() {
+        let what = || format!("graph launch (cuGraphLaunch), part {} of {n}", k + 1);
+        let r = run(|| crate::real!(cuGraphLaunch(part.exec, on)), on, false, part.exec as u64, what, |st| WorkingSet::Allocs(st.allocs_of(&part.touches)));
+        if r != CUDA_SUCCESS {
+            return r;
         }
     }
-    run(real, stream, ptsz, exec as u64, || "graph launch (cuGraphLaunch)".into(), |st| {
-        let touches = match st.graphs.get(exec) {
-            Some(g) => g.touches().map_err(str::to_string),
-            None => Err("a graph instantiated before gmux could see it".to_string()),
-        };
-        match touches {
-            Ok(addresses) => WorkingSet::Allocs(st.allocs_of(&addresses)),
-            Err(why) => {
-                super::refuse::once(&format!("graph {why}"), &format!("cuGraphLaunch: {why}; its launches make all memory resident"), crate::log::Level::Warn);
-                WorkingSet::Tenant
-            }
+    crate::capture::relaxed(|| crate::real!(cuEventRecord(done, on)))
+}
+
+/// How a graph launch runs.
+enum GraphLaunch {
+    /// Whole, over this working set.
+    Whole(WorkingSet),
+    /// In these parts, after the event of the last launch (recorded again after them).
+    Parts(std::sync::Arc<[crate::graph::Part]>, CUevent),
+}
+
+/// The working set of a whole launch of `exec`.
+fn graph_ws(st: &Shim, exec: CUgraphExec) -> WorkingSet {
+    let touches = match st.graphs.get(exec) {
+        Some(g) => g.touches(),
+        None => Err("a graph instantiated before gmux could see it"),
+    };
+    match touches {
+        Ok(addresses) => WorkingSet::Allocs(st.allocs_of(addresses)),
+        Err(why) => {
+            super::refuse::once(&format!("graph {why}"), &format!("cuGraphLaunch: {why}; its launches make all memory resident"), crate::log::Level::Warn);
+            WorkingSet::Tenant
         }
-    })
+    }
+}
+
+/// Whole when the graph's memory fits the room under the limit or it cannot be cut (a
+/// graph that does not fit is then refused by name), else in parts.
+fn plan_graph(exec: CUgraphExec) -> GraphLaunch {
+    let Ok(mut g) = shim() else { return GraphLaunch::Whole(WorkingSet::Tenant) };
+    let st = g.as_mut().expect("created");
+    let ws = graph_ws(st, exec);
+    let room = st.room();
+    let bytes = |st: &Shim, allocs: &[AllocId]| -> Vec<(u64, u64)> { allocs.iter().filter_map(|a| st.vmem.of(*a).map(|r| (a.0 as u64, r.reserved))).collect() };
+    let fits = match &ws {
+        WorkingSet::Allocs(a) => bytes(st, a).iter().map(|(_, b)| b).sum::<u64>() <= room,
+        _ => true,
+    };
+    // Taken out while it is cut, which reads the rest of the state.
+    let Some(mut split) = st.graphs.get_mut(exec).filter(|_| !fits).and_then(|e| e.split.take()) else { return GraphLaunch::Whole(ws) };
+    let parts = split.parts(room, |ptrs| bytes(st, &st.allocs_of(ptrs))).and_then(|p| split.done_event().map(|e| (p, e)).map_err(|e| e.to_string()));
+    if let Some(e) = st.graphs.get_mut(exec) {
+        e.split = Some(split);
+    }
+    match parts {
+        Ok((parts, done)) => GraphLaunch::Parts(parts, done),
+        Err(why) => {
+            super::refuse::once(&format!("split {why}"), &format!("cuGraphLaunch: the graph does not fit the limit and cannot run in parts: {why}"), crate::log::Level::Warn);
+            GraphLaunch::Whole(ws)
+        }
+    }
 }
 
 /// After a stream synchronize: its commands are done.
@@ -236,31 +287,4 @@ pub unsafe fn batch_ptrs(dsts: *const CUdeviceptr, srcs: *const CUdeviceptr, cou
     // SAFETY: per this function's contract, a non-null side holds `count` addresses.
     let side = |p: *const CUdeviceptr| if p.is_null() { &[][..] } else { unsafe { std::slice::from_raw_parts(p, count) } };
     side(dsts).iter().chain(side(srcs)).copied().collect()
-}
-
-/// The parts to launch in place of `exec`, and the event that orders its launches, when
-/// the graph's memory does not fit the room under the limit and it can be cut; `None`
-/// launches it whole (and a graph that does not fit is refused by name).
-fn graph_parts(exec: CUgraphExec) -> Option<(std::sync::Arc<[crate::graph::Part]>, CUevent)> {
-    let mut g = shim().ok()?;
-    let st = g.as_mut().expect("created");
-    let touches = st.graphs.get(exec)?.touches().ok()?;
-    let room = st.room();
-    let bytes = |st: &Shim, ptrs: &[CUdeviceptr]| -> Vec<(u64, u64)> { st.allocs_of(ptrs).into_iter().filter_map(|a| st.vmem.of(a).map(|r| (a.0 as u64, r.reserved))).collect() };
-    if bytes(st, &touches).iter().map(|(_, b)| b).sum::<u64>() <= room {
-        return None;
-    }
-    // Taken out while it is cut, which reads the rest of the state.
-    let mut split = st.graphs.get_mut(exec)?.split.take()?;
-    let parts = split.parts(room, |ptrs| bytes(st, ptrs)).and_then(|p| split.done_event().map(|e| (p, e)).map_err(|e| e.to_string()));
-    if let Some(e) = st.graphs.get_mut(exec) {
-        e.split = Some(split);
-    }
-    match parts {
-        Ok(p) => Some(p),
-        Err(why) => {
-            super::refuse::once(&format!("split {why}"), &format!("cuGraphLaunch: the graph does not fit the limit and cannot run in parts: {why}"), crate::log::Level::Warn);
-            None
-        }
-    }
 }

@@ -156,7 +156,7 @@ pub unsafe fn set_memcpy(real: impl FnOnce() -> CUresult, exec: CUgraphExec, nod
 pub fn set_child(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, child: CUgraph) -> CUresult {
     set_node(real, exec, node, |st| match crate::capture::relaxed(|| graph::read(child, &mut st.layouts)) {
         Ok(c) => match c.touches() {
-            Ok(a) => Touches::Addresses(a),
+            Ok(a) => Touches::Addresses(a.to_vec()),
             Err(why) => Touches::Anything(why.to_string()),
         },
         Err(e) => Touches::Anything(format!("a child graph gmux could not read ({e})")),

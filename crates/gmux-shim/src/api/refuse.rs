@@ -1,9 +1,7 @@
-//! Calls gmux refuses, each by name with its reason, calls it only forwards, and the
-//! texture objects it records on the way.
+//! Calls gmux refuses, each by name with its reason, and calls it only forwards.
 
 use crate::cuda::*;
 use std::collections::HashSet;
-use std::ffi::c_void;
 use std::sync::Mutex;
 
 /// Logs `msg` once per `key`.
@@ -40,32 +38,4 @@ pub fn if_virtual(real: impl FnOnce() -> CUresult, name: &str, ptr: CUdeviceptr,
     } else {
         real()
     }
-}
-
-/// `cuTexObjectCreate`: a texture over linear or pitched gmux memory is recorded, so that
-/// kernels given its handle bring that memory in ([`crate::texture`]).
-///
-/// # Safety
-/// `obj` is writable and `res` a valid `CUDA_RESOURCE_DESC`, or null.
-pub unsafe fn texture(real: impl FnOnce() -> CUresult, obj: *mut u64, res: *const c_void) -> CUresult {
-    const LINEAR: u32 = 2;
-    const PITCH2D: u32 = 3;
-    let r = real();
-    if r != CUDA_SUCCESS || res.is_null() || obj.is_null() {
-        return r;
-    }
-    // SAFETY: `res` is a valid resource descriptor: its type, then (for linear and
-    // pitched memory) the device address at byte 8.
-    let (kind, ptr) = unsafe { (std::ptr::read_unaligned(res as *const u32), std::ptr::read_unaligned((res as *const u8).add(8) as *const u64)) };
-    if kind == LINEAR || kind == PITCH2D {
-        // SAFETY: the driver wrote the object's handle.
-        crate::texture::record(unsafe { *obj }, ptr);
-    }
-    r
-}
-
-/// `cuTexObjectDestroy`.
-pub fn texture_destroyed(real: impl FnOnce() -> CUresult, obj: u64) -> CUresult {
-    crate::texture::forget(obj);
-    real()
 }
