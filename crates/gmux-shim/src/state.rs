@@ -328,9 +328,8 @@ impl Shim {
     }
 
     /// The allocations that any of `ptrs` points into, with the allocations they refer to
-    /// (see [`Shim::add_refs`]).
-    /// A pointer into the application's own mappings brings every mapping back to back
-    /// with it ([`Vmem::extent_of`]).
+    /// (see [`Shim::add_refs`]). A pointer into the application's own mappings brings the
+    /// mappings back to back with it that a buffer there may reach ([`Vmem::extent_of`]).
     pub fn allocs_of(&self, ptrs: &[CUdeviceptr]) -> Vec<AllocId> {
         let mut v = Vec::with_capacity(ptrs.len());
         for r in ptrs.iter().filter_map(|p| self.vmem.find(*p)) {
