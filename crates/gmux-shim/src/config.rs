@@ -49,6 +49,9 @@ pub struct Config {
     /// `GMUX_OVERSIZE=error`: a command whose working set exceeds the limit returns
     /// `CUDA_ERROR_OUT_OF_MEMORY`; by default (`exit`) the process ends with a message.
     pub oversize_error: bool,
+    /// `GMUX_MEMINFO=limit`: `cuMemGetInfo` reports the limit as the device's size; by
+    /// default (`device`) it reports the device's own size.
+    pub meminfo_limit: bool,
 }
 
 /// `GMUX_DEBUG`, a comma-separated list; each item trades speed for a narrower search.
@@ -145,12 +148,18 @@ pub fn config() -> &'static Config {
             Some("error") => true,
             Some(v) => crate::log::fatal(&format!("GMUX_OVERSIZE={v}: use `exit` (default: end the process with a message) or `error` (return CUDA_ERROR_OUT_OF_MEMORY)")),
         };
+        let meminfo_limit = match var("GMUX_MEMINFO").as_deref() {
+            None | Some("device") => false,
+            Some("limit") => true,
+            Some(v) => crate::log::fatal(&format!("GMUX_MEMINFO={v}: use `device` (default: cuMemGetInfo reports the device's size) or `limit` (it reports the limit)")),
+        };
         let tenant = var("GMUX_TENANT").unwrap_or_else(|| {
             let exe = std::env::current_exe().ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
             format!("{}-{}", exe.unwrap_or_else(|| "app".into()), std::process::id())
         });
         Config {
             oversize_error,
+            meminfo_limit,
             daemon: var("GMUX_DAEMON").map(Into::into),
             tenant,
             priority,

@@ -133,6 +133,8 @@ pub struct Shim {
     alloc_tick: HashMap<AllocId, u64>,
     tick: u64,
     pub(crate) limit: u64,
+    /// The device's memory as the driver reported it at start.
+    device_total: u64,
     ctx: CUcontext,
     ordinal: CUdevice,
     /// Populations that may still be under way, oldest first.
@@ -231,6 +233,7 @@ impl Shim {
             alloc_tick: HashMap::new(),
             tick: 0,
             limit,
+            device_total: total as u64,
             ctx,
             ordinal,
             landing: VecDeque::new(),
@@ -244,9 +247,19 @@ impl Shim {
         self.limit
     }
 
+    /// The device's memory as the driver reported it at start.
+    pub fn device_total(&self) -> u64 {
+        self.device_total
+    }
+
     /// The part of the limit that gmux memory may occupy: the limit less managed memory.
     pub fn room(&self) -> u64 {
-        self.limit.saturating_sub(self.managed.values().sum())
+        self.limit.saturating_sub(self.managed_bytes())
+    }
+
+    /// Bytes of managed memory allocated.
+    pub fn managed_bytes(&self) -> u64 {
+        self.managed.values().sum()
     }
 
     /// The context gmux serves.

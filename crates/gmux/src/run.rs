@@ -69,6 +69,18 @@ pub fn parse_limit(text: &str) -> Result<u64, Failure> {
     Ok(bytes)
 }
 
+/// Framework settings `gmux run` gives a program that has not set them itself. JAX by
+/// default preallocates 75% of the device in one allocation, which every kernel's
+/// working set would then hold whole; without preallocation it grows as needed.
+pub const FRAMEWORK_DEFAULTS: &[(&str, &str)] = &[("XLA_PYTHON_CLIENT_PREALLOCATE", "false")];
+
+/// Sets on `cmd` each of [`FRAMEWORK_DEFAULTS`] that `is_set` says the user has not set.
+fn framework_defaults(cmd: &mut std::process::Command, is_set: impl Fn(&str) -> bool) {
+    for (name, value) in FRAMEWORK_DEFAULTS.iter().filter(|(n, _)| !is_set(n)) {
+        cmd.env(name, value);
+    }
+}
+
 /// Replaces this process with the program, the shim preloaded. Returns only on failure.
 pub fn run(args: &RunArgs) -> Result<(), Failure> {
     exec(command(args)?)
@@ -84,6 +96,7 @@ pub fn command(args: &RunArgs) -> Result<std::process::Command, Failure> {
     }
     let mut cmd = std::process::Command::new(&args.command[0]);
     cmd.args(&args.command[1..]).env("LD_PRELOAD", preload);
+    framework_defaults(&mut cmd, |n| std::env::var_os(n).is_some());
     if let Some(l) = limit {
         cmd.env("GMUX_MEM_LIMIT", l.to_string());
     }
@@ -115,6 +128,17 @@ mod tests {
         let Failure::Usage(m) = parse_limit("1M").unwrap_err() else { panic!("usage error expected") };
         assert!(m.contains("below one 2 MiB chunk"), "{m}");
         assert!(matches!(parse_limit("lots"), Err(Failure::Usage(_))));
+    }
+
+    #[test]
+    fn framework_defaults_never_override_the_user() {
+        let env = |is_set: bool| {
+            let mut cmd = std::process::Command::new("true");
+            framework_defaults(&mut cmd, |_| is_set);
+            cmd.get_envs().map(|(k, v)| (k.to_owned(), v.map(|v| v.to_owned()))).collect::<Vec<_>>()
+        };
+        assert_eq!(env(false), vec![("XLA_PYTHON_CLIENT_PREALLOCATE".into(), Some("false".into()))]);
+        assert!(env(true).is_empty(), "a setting of the user's stays");
     }
 
     #[test]

@@ -216,19 +216,29 @@ fn a_panic_inside_an_entry_point_never_reaches_the_program() {
 }
 
 #[test]
-fn mem_get_info_reports_the_limit() {
+fn mem_get_info_reports_the_device_or_the_limit() {
     let sb = Sandbox::new("info", DEVICE);
     let limit = 40 * MIB;
-    let r = ok(&mut sb.gmux(Some("40M"), ["info", "--limit", &limit.to_string()]));
     let bytes = 5 * MIB + 100;
-    assert_eq!(number(&r.stdout, "total "), limit, "{}", r.describe());
-    assert_eq!(number(&r.stdout, "free "), limit - bytes, "free = limit - bytes allocated:\n{}", r.describe());
+    // By default: the device's size, less what the process allocated, even past the limit.
+    let r = ok(&mut sb.gmux(Some("40M"), ["info", "--total", &DEVICE.to_string()]));
+    assert_eq!(number(&r.stdout, "total "), DEVICE, "{}", r.describe());
+    assert_eq!(number(&r.stdout, "free "), DEVICE - bytes, "free = device - bytes allocated:\n{}", r.describe());
     assert_eq!(number(&r.stdout, " size "), bytes, "{}", r.describe());
     assert_eq!(number(&r.stdout, "memory_type "), 2, "{}", r.describe());
     let base = r.stdout.split("base ").nth(1).and_then(|t| t.split_whitespace().next());
     let start = r.stdout.split("range_start ").nth(1).and_then(|t| t.split_whitespace().next());
     assert!(base.is_some() && base == start, "base and range start differ:\n{}", r.describe());
     assert_no_shim_complaints(&r);
+
+    // GMUX_MEMINFO=limit: a device of the limit's size.
+    let r = ok(sb.gmux(Some("40M"), ["info", "--total", &limit.to_string()]).env("GMUX_MEMINFO", "limit"));
+    assert_eq!(number(&r.stdout, "total "), limit, "{}", r.describe());
+    assert_eq!(number(&r.stdout, "free "), limit - bytes, "free = limit - bytes allocated:\n{}", r.describe());
+
+    let r = run_within(sb.gmux(Some("40M"), ["info"]).env("GMUX_MEMINFO", "card"), PATIENCE);
+    assert_ne!(r.status.code(), Some(0), "{}", r.describe());
+    assert!(r.stderr.contains("GMUX_MEMINFO=card") && r.stderr.contains("`device`"), "{}", r.describe());
 }
 
 #[test]

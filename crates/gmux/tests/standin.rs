@@ -43,17 +43,17 @@ fn sync_semantics() {
 }
 
 #[test]
-fn info_reports_the_limit_and_ranges() {
+fn info_reports_the_device_size_and_ranges() {
     let sb = Sandbox::new("info", 96 * MIB);
-    let limit = (96 * MIB).to_string();
-    let r = run_ok(&mut sb.app(["info", "--limit", &limit]));
+    let total = (96 * MIB).to_string();
+    let r = run_ok(&mut sb.app(["info", "--total", &total]));
     assert_eq!(number(&r.stdout, "total "), 96 * MIB, "{}", r.describe());
     assert_eq!(number(&r.stdout, " size "), 5 * MIB + 100, "{}", r.describe());
     assert_eq!(number(&r.stdout, "memory_type "), 2, "{}", r.describe());
     let free = number(&r.stdout, "free ");
     assert_eq!(free, 96 * MIB - 6 * MIB, "one 5 MiB + 100 B allocation takes three 2 MiB chunks");
-    // A wrong limit is caught.
-    run_fail(&mut sb.app(["info", "--limit", "1000"]));
+    // A wrong total is caught.
+    run_fail(&mut sb.app(["info", "--total", "1000"]));
 }
 
 #[test]

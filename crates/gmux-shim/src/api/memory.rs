@@ -93,7 +93,11 @@ pub unsafe fn managed(real: impl FnOnce() -> CUresult, d: *mut CUdeviceptr, byte
     r
 }
 
-/// `cuMemGetInfo`: the limit as total, and what is not yet allocated under it as free.
+/// `cuMemGetInfo`. gmux lets a process allocate past its limit (what does not fit is
+/// evicted), so by default the process sees the device's own size as total, and as free
+/// that less what it has allocated (gmux memory and managed memory). With
+/// `GMUX_MEMINFO=limit` it sees a device of the limit's size instead, for programs that
+/// size a cache from it and should stay resident.
 ///
 /// # Safety
 /// `free` and `total` are writable or null.
@@ -106,8 +110,9 @@ pub unsafe fn info(real: impl FnOnce() -> CUresult, free: *mut usize, total: *mu
     if free.is_null() || total.is_null() {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    *total = st.limit() as usize;
-    *free = st.room().saturating_sub(st.allocated()) as usize;
+    let size = if crate::config::config().meminfo_limit { st.limit() } else { st.device_total() };
+    *total = size as usize;
+    *free = size.saturating_sub(st.managed_bytes()).saturating_sub(st.allocated()) as usize;
     CUDA_SUCCESS
 }
 

@@ -11,7 +11,7 @@
 //! `oversub --total BYTES --buffers N --ops K --seed S [--streams M] [--counters]`
 //! (`--counters` adds a line with the stand-in's VMM call counters after the ops, before
 //! the final read-backs and frees), `sync`,
-//! `info [--limit BYTES]`, `dlsym-direct`, `procaddr-ptsz`,
+//! `info [--total BYTES]`, `dlsym-direct`, `procaddr-ptsz`,
 //! `extra-params [--ballast BYTES]` (a buffer filled before each launch, to push the
 //! others out under a memory limit), `too-big --bytes N` (one `add` over N bytes; exits 0
 //! if the launch returns CUDA_ERROR_OUT_OF_MEMORY),
@@ -999,9 +999,9 @@ fn info(app: &App, o: &Opts) -> bool {
     if free > total {
         problems.push(format!("free {free} > total {total}"));
     }
-    if let Some(limit) = o.get("limit").map(|_| o.bytes("limit", 0)) {
-        if total as u64 != limit {
-            problems.push(format!("total {total} != --limit {limit}"));
+    if let Some(want) = o.get("total").map(|_| o.bytes("total", 0)) {
+        if total as u64 != want {
+            problems.push(format!("total {total} != --total {want}"));
         }
     }
     app.free(p);
