@@ -24,7 +24,7 @@ Each gmux run (the footprint run included, as level "fp") is classified:
   wrong        exit 0 but the result differs or is missing
   crash        killed by a signal (SIGSEGV/SIGBUS/SIGILL/SIGFPE always), timed out, or a
                non-zero exit without such a message
-nvidia-smi is sampled every ~200 ms during each run; a gmux run whose processes' peak
+nvidia-smi is sampled every ~50 ms during each run; a gmux run whose processes' peak
 exceeds the limit, plus what the program holds natively outside its allocations (its
 native nvidia-smi peak less its footprint: context, kernels' code), plus --overhead MiB,
 is counted over-limit.
@@ -377,7 +377,7 @@ class Tracker:
 class Sampler:
     """Polls nvidia-smi every `interval` seconds while any run is tracked."""
 
-    def __init__(self, smi="nvidia-smi", interval=0.2):
+    def __init__(self, smi="nvidia-smi", interval=0.05):
         self.smi, self.interval = smi, interval
         self.available = shutil.which(smi) is not None
         self.lock = threading.Lock()

@@ -184,6 +184,18 @@ impl Copy3d {
         (first, (s.addr(self.height - 1, self.depth - 1) - first) as usize + self.width)
     }
 
+    /// The device ranges the copy touches: first byte, length, and whether it writes there.
+    pub fn device_extents(&self) -> Vec<(u64, usize, bool)> {
+        [(&self.src, false), (&self.dst, true)]
+            .into_iter()
+            .filter(|(s, _)| matches!(s.mem, Mem::Device(_)))
+            .map(|(s, write)| {
+                let (p, n) = self.extent(s);
+                (p, n, write)
+            })
+            .collect()
+    }
+
     /// Whether every host byte the copy touches is pinned (an async copy of pageable
     /// memory makes the call wait, as in CUDA).
     pub fn host_sides_pinned(&self) -> bool {

@@ -146,7 +146,7 @@ exports! {
     cuGraphExecMemsetNodeSetParams(e: CUgraphExec, n: CUgraphNode, p: *const CUDA_MEMSET_NODE_PARAMS, c: CUcontext) => |real| graph::set_memset(real, e, n, p);
     cuGraphExecMemcpyNodeSetParams(e: CUgraphExec, n: CUgraphNode, p: *const CUDA_MEMCPY3D, c: CUcontext) => |real| graph::set_memcpy(real, e, n, p);
     cuGraphExecChildGraphNodeSetParams(e: CUgraphExec, n: CUgraphNode, g: CUgraph) => |real| graph::set_child(real, e, n, g);
-    cuGraphExecNodeSetParams(e: CUgraphExec, n: CUgraphNode, p: P) => |real| graph::node_over(|| graph::set_any(real, e, n), &graph::generic_ptrs(p));
+    cuGraphExecNodeSetParams(e: CUgraphExec, n: CUgraphNode, p: P) => |real| graph::node_over(|| graph::set_any(real, e, n), "cuGraphExecNodeSetParams", &graph::generic_ranges(p));
     cuGraphExecDestroy(e: CUgraphExec) => |real| graph::destroy(real, e);
     cuGraphNodeSetEnabled(e: CUgraphExec, n: CUgraphNode, on: c_uint) => |real| graph::changed(real, e);
     cuGraphExecHostNodeSetParams(e: CUgraphExec, n: CUgraphNode, p: P) => |real| graph::changed(real, e);
@@ -155,13 +155,13 @@ exports! {
     cuGraphExecExternalSemaphoresSignalNodeSetParams(e: CUgraphExec, n: CUgraphNode, p: P) => |real| graph::changed(real, e);
     cuGraphExecExternalSemaphoresWaitNodeSetParams(e: CUgraphExec, n: CUgraphNode, p: P) => |real| graph::changed(real, e);
     cuGraphExecBatchMemOpNodeSetParams(e: CUgraphExec, n: CUgraphNode, p: P) => |real| graph::changed(real, e);
-    cuGraphAddMemcpyNode(n: *mut CUgraphNode, g: CUgraph, d: P, k: usize, p: *const CUDA_MEMCPY3D, c: CUcontext) => |real| graph::node_over(real, &cmd::memcpy3d_ptrs(p));
-    cuGraphAddMemsetNode(n: *mut CUgraphNode, g: CUgraph, d: P, k: usize, p: *const CUDA_MEMSET_NODE_PARAMS, c: CUcontext) => |real| graph::node_over(real, &p.as_ref().map(|p| vec![p.dst]).unwrap_or_default());
-    cuGraphMemcpyNodeSetParams(n: CUgraphNode, p: *const CUDA_MEMCPY3D) => |real| graph::node_over(real, &cmd::memcpy3d_ptrs(p));
-    cuGraphMemsetNodeSetParams(n: CUgraphNode, p: *const CUDA_MEMSET_NODE_PARAMS) => |real| graph::node_over(real, &p.as_ref().map(|p| vec![p.dst]).unwrap_or_default());
-    cuGraphAddNode(n: *mut CUgraphNode, g: CUgraph, d: P, k: usize, p: P) => |real| graph::node_over(real, &graph::generic_ptrs(p));
-    cuGraphAddNode_v2(n: *mut CUgraphNode, g: CUgraph, d: P, e: P, k: usize, p: P) => |real| graph::node_over(real, &graph::generic_ptrs(p));
-    cuGraphNodeSetParams(n: CUgraphNode, p: P) => |real| graph::node_over(real, &graph::generic_ptrs(p));
+    cuGraphAddMemcpyNode(n: *mut CUgraphNode, g: CUgraph, d: P, k: usize, p: *const CUDA_MEMCPY3D, c: CUcontext) => |real| graph::node_over(real, "cuGraphAddMemcpyNode", &cmd::memcpy3d_ranges(p));
+    cuGraphAddMemsetNode(n: *mut CUgraphNode, g: CUgraph, d: P, k: usize, p: *const CUDA_MEMSET_NODE_PARAMS, c: CUcontext) => |real| graph::node_over(real, "cuGraphAddMemsetNode", &p.as_ref().map(|p| vec![crate::graph::memset_range(p)]).unwrap_or_default());
+    cuGraphMemcpyNodeSetParams(n: CUgraphNode, p: *const CUDA_MEMCPY3D) => |real| graph::node_over(real, "cuGraphMemcpyNodeSetParams", &cmd::memcpy3d_ranges(p));
+    cuGraphMemsetNodeSetParams(n: CUgraphNode, p: *const CUDA_MEMSET_NODE_PARAMS) => |real| graph::node_over(real, "cuGraphMemsetNodeSetParams", &p.as_ref().map(|p| vec![crate::graph::memset_range(p)]).unwrap_or_default());
+    cuGraphAddNode(n: *mut CUgraphNode, g: CUgraph, d: P, k: usize, p: P) => |real| graph::node_over(real, "cuGraphAddNode", &graph::generic_ranges(p));
+    cuGraphAddNode_v2(n: *mut CUgraphNode, g: CUgraph, d: P, e: P, k: usize, p: P) => |real| graph::node_over(real, "cuGraphAddNode", &graph::generic_ranges(p));
+    cuGraphNodeSetParams(n: CUgraphNode, p: P) => |real| graph::node_over(real, "cuGraphNodeSetParams", &graph::generic_ranges(p));
     cuGraphLaunch(g: CUgraphExec, s: CUstream) => |real| cmd::graph(real, g, s, false);
     cuGraphLaunch_ptsz(g: CUgraphExec, s: CUstream) => |real| cmd::graph(real, g, s, true);
 

@@ -211,6 +211,32 @@ pub fn memcpy3d_devices(p: &CUDA_MEMCPY3D) -> Vec<CUdeviceptr> {
     dev(p.src_memory_type, p.src_device).into_iter().chain(dev(p.dst_memory_type, p.dst_device)).collect()
 }
 
+/// The device byte ranges a 3D copy reads and writes: each device side from the first
+/// byte of its box to the last.
+pub fn memcpy3d_ranges(p: &CUDA_MEMCPY3D) -> Vec<(CUdeviceptr, u64)> {
+    let (w, rows, slices) = (p.width_in_bytes as u64, (p.height as u64).max(1), (p.depth as u64).max(1));
+    let side = |ty: u32, dev: CUdeviceptr, x: usize, y: usize, z: usize, pitch: usize, height: usize| {
+        if !matches!(ty, CU_MEMORYTYPE_DEVICE | CU_MEMORYTYPE_UNIFIED) {
+            return None;
+        }
+        let pitch = (pitch as u64).max(w);
+        let height = (height as u64).max(rows);
+        let first = (y as u64).saturating_add((z as u64).saturating_mul(height)).saturating_mul(pitch).saturating_add(x as u64);
+        let len = ((slices - 1) * height + rows - 1).saturating_mul(pitch).saturating_add(w);
+        Some((dev.saturating_add(first), len))
+    };
+    let src = side(p.src_memory_type, p.src_device, p.src_x_in_bytes, p.src_y, p.src_z, p.src_pitch, p.src_height);
+    let dst = side(p.dst_memory_type, p.dst_device, p.dst_x_in_bytes, p.dst_y, p.dst_z, p.dst_pitch, p.dst_height);
+    src.into_iter().chain(dst).collect()
+}
+
+/// The device byte range a memset node sets.
+pub fn memset_range(p: &CUDA_MEMSET_NODE_PARAMS) -> (CUdeviceptr, u64) {
+    let row = (p.width as u64).saturating_mul(p.element_size as u64);
+    let len = ((p.height as u64).max(1) - 1).saturating_mul((p.pitch as u64).max(row)).saturating_add(row);
+    (p.dst, len)
+}
+
 fn memcpy_node(node: CUgraphNode) -> Result<Touches, CudaError> {
     // SAFETY: a plain C struct, all zeros is a valid value.
     let mut p: CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
@@ -227,5 +253,38 @@ fn node_type_name(t: u32) -> &'static str {
         12 => "batched memory operation",
         13 => "conditional",
         _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_and_memset_ranges_span_their_boxes() {
+        // A 100-byte x 3-row x 2-slice box at (8, 1, 1) of a side with 256-byte rows and
+        // 4-row slices; the host side has no device range.
+        let p = CUDA_MEMCPY3D {
+            src_memory_type: CU_MEMORYTYPE_HOST,
+            dst_memory_type: CU_MEMORYTYPE_DEVICE,
+            dst_device: 0x10_0000,
+            dst_x_in_bytes: 8,
+            dst_y: 1,
+            dst_z: 1,
+            dst_pitch: 256,
+            dst_height: 4,
+            width_in_bytes: 100,
+            height: 3,
+            depth: 2,
+            ..Default::default()
+        };
+        let first = 0x10_0000 + (1 + 4) * 256 + 8;
+        // Last byte: slice 2, row 1 + 2 of it, byte 8 + 99.
+        let last = 0x10_0000 + (2 * 4 + 3) * 256 + 8 + 99;
+        assert_eq!(memcpy3d_ranges(&p), vec![(first, last - first + 1)]);
+        let linear = CUDA_MEMCPY3D { src_memory_type: CU_MEMORYTYPE_DEVICE, src_device: 0x20_0000, width_in_bytes: 4096, height: 1, depth: 1, ..p };
+        assert_eq!(memcpy3d_ranges(&linear)[0], (0x20_0000, 4096), "pitch 0 and one row: the width");
+        let m = CUDA_MEMSET_NODE_PARAMS { dst: 0x30_0000, pitch: 1024, value: 0, element_size: 4, width: 10, height: 3 };
+        assert_eq!(memset_range(&m), (0x30_0000, 2 * 1024 + 40));
     }
 }

@@ -364,6 +364,22 @@ impl Shim {
         v
     }
 
+    /// The parts of allocations that byte ranges `(start, len)` cover (a range may cross
+    /// from one of the application's mappings into the next).
+    pub fn spans_over(&self, ranges: &[(CUdeviceptr, u64)]) -> Vec<Span> {
+        let mut spans = Vec::new();
+        for &(start, len) in ranges {
+            let end = start.saturating_add(len);
+            for r in self.vmem.overlapping(start, len) {
+                let (from, to) = (start.max(r.base), end.min(r.base + r.reserved));
+                if from < to {
+                    spans.push(Span { alloc: r.alloc, offset: from - r.base, len: to - from });
+                }
+            }
+        }
+        spans
+    }
+
     fn with_referred(&self, v: &mut Vec<AllocId>) {
         let referred: Vec<AllocId> = v.iter().filter_map(|a| self.refs.get(a)).flatten().copied().collect();
         v.extend(referred);
@@ -385,12 +401,14 @@ impl Shim {
             if found.is_empty() {
                 self.global_refs.remove(&holder);
             } else {
+                crate::log!(Debug, "{} pointers uploaded to {holder:#x}, outside gmux memory, join every working set", found.len());
                 self.global_refs.insert(holder, found);
             }
             return;
         };
         let found: Vec<AllocId> = ptrs.iter().filter_map(|p| self.vmem.find(*p)).map(|r| r.alloc).filter(|a| *a != h).collect();
         if !found.is_empty() {
+            crate::log!(Debug, "{} pointers uploaded to {holder:#x} refer to other allocations", found.len());
             let set = self.refs.entry(h).or_default();
             set.extend(found);
         }

@@ -77,3 +77,31 @@ fn memory_allocated_during_a_capture_is_mapped_for_the_copies_captured_into_it()
     let r = run_within(&mut sb.app(["graph-temp", "--bytes", "4M"]), PATIENCE);
     assert!(r.status.success(), "natively:\n{}", r.describe());
 }
+
+#[test]
+fn graph_nodes_are_mapped_as_they_are_added() {
+    // Two 8 MiB buffers: the whole graph fits 24 MiB.
+    let r = graph_run("24M", &["graph-nodes", "--bytes", "8M", "--copy", "2M"]);
+    assert!(r.status.success(), "{}", r.describe());
+    assert!(r.stdout.contains("4194304 bytes checked"), "{}", r.describe());
+    assert_no_shim_complaints(&r);
+
+    // Under 12 MiB both buffers do not fit, but the 2 MiB each node touches does: the nodes
+    // are added; the launch, which needs both buffers whole, is refused by name.
+    let r = graph_run("12M", &["graph-nodes", "--bytes", "8M", "--copy", "2M"]);
+    assert!(r.stdout.contains("nodes added"), "{}", r.describe());
+    assert_eq!(r.status.code(), Some(86), "{}", r.describe());
+    assert!(r.stderr.contains("cuGraphLaunch"), "{}", r.describe());
+
+    // A node whose own bytes do not fit: refused by name as it is added, not with the
+    // driver's bare invalid-value error.
+    let r = graph_run("12M", &["graph-nodes", "--bytes", "16M", "--copy", "8M"]);
+    assert!(!r.stdout.contains("nodes added"), "{}", r.describe());
+    assert_eq!(r.status.code(), Some(86), "{}", r.describe());
+    let line = r.stderr.lines().find(|l| l.contains("raise --mem-limit")).unwrap_or_else(|| panic!("{}", r.describe()));
+    assert!(line.contains("cuGraphAddMemcpyNode") && line.contains("16.0 MiB") && line.contains("12.0 MiB"), "{line}");
+
+    let sb = Sandbox::new("graph", DEVICE);
+    let r = run_within(&mut sb.app(["graph-nodes", "--bytes", "16M", "--copy", "8M"]), PATIENCE);
+    assert!(r.status.success() && r.stdout.contains("16777216 bytes checked"), "natively:\n{}", r.describe());
+}

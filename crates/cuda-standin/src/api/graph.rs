@@ -8,6 +8,7 @@ use cuda_abi::*;
 use super::{code, put};
 use crate::copy3d::Copy3d;
 use crate::ctx;
+use crate::memory::mem;
 use crate::graph::{self, GraphId, KernelCall, NodeId, Op};
 use crate::kernel::{self, HandleKind};
 
@@ -247,6 +248,11 @@ pub unsafe extern "C" fn cuGraphAddMemsetNode(
     _ctx: CUcontext,
 ) -> CUresult {
     let p = tri!(memset_params(p));
+    // The driver checks, when it adds a memset node, that its memory is mapped.
+    let len = (p.height.max(1) - 1) * p.pitch + p.width * p.element_size as usize;
+    if mem().check(p.dst, len, true).is_err() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     code(add(out, g, deps, ndeps, Op::Memset(p)))
 }
 
@@ -285,6 +291,10 @@ pub unsafe extern "C" fn cuGraphAddMemcpyNode(
     _ctx: CUcontext,
 ) -> CUresult {
     let c = tri!(memcpy_params(p));
+    // The driver checks, when it adds a memcpy node, that its device sides are mapped.
+    if c.device_extents().into_iter().any(|(p, n, write)| mem().check(p, n, write).is_err()) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     code(add(out, g, deps, ndeps, Op::Memcpy(c)))
 }
 

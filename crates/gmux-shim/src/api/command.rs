@@ -38,12 +38,17 @@ fn map_for_capture(ws: impl FnOnce(&mut Shim) -> WorkingSet) {
 /// Makes the memory of `ws` resident now, for the driver's checks that it is mapped (a
 /// captured command, a graph node being made), without any stream waiting for it.
 pub(super) fn map_now(ws: impl FnOnce(&mut Shim) -> WorkingSet, whose: &str) {
-    let Ok(mut g) = shim() else { return };
-    let st = g.as_mut().expect("created");
-    let ws = ws(st);
-    if let Err(e) = st.prepare(&ws, None, 0) {
+    if let Err(e) = try_map(ws) {
         crate::log!(Debug, "{whose} memory was not mapped: {e:?}");
     }
+}
+
+/// [`map_now`], with the reason it could not.
+pub(super) fn try_map(ws: impl FnOnce(&mut Shim) -> WorkingSet) -> Result<(), ShimError> {
+    let Ok(mut g) = shim() else { return Ok(()) };
+    let st = g.as_mut().expect("created");
+    let ws = ws(st);
+    st.prepare(&ws, None, 0).map(|_| ())
 }
 
 fn run_now(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool, kind: u64, what: impl Fn() -> String, ws: impl FnOnce(&mut Shim) -> WorkingSet) -> CUresult {
@@ -276,6 +281,15 @@ pub unsafe fn memcpy2d_ptrs(c: *const c_void) -> [CUdeviceptr; 2] {
 pub unsafe fn memcpy3d_ptrs(c: *const CUDA_MEMCPY3D) -> Vec<CUdeviceptr> {
     // SAFETY: per this function's contract.
     unsafe { c.as_ref() }.map(crate::graph::memcpy3d_devices).unwrap_or_default()
+}
+
+/// The device byte ranges of a `CUDA_MEMCPY3D` ([`crate::graph::memcpy3d_ranges`]).
+///
+/// # Safety
+/// `c` is null or points to a valid `CUDA_MEMCPY3D`.
+pub unsafe fn memcpy3d_ranges(c: *const CUDA_MEMCPY3D) -> Vec<(CUdeviceptr, u64)> {
+    // SAFETY: per this function's contract.
+    unsafe { c.as_ref() }.map(crate::graph::memcpy3d_ranges).unwrap_or_default()
 }
 
 /// Every address of a batched copy (`cuMemcpyBatchAsync`): `count` destinations and

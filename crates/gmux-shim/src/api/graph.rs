@@ -4,7 +4,7 @@
 use crate::cuda::*;
 use crate::driver::CudaError;
 use crate::graph::{self, ExecGraph, Splittable, Touches};
-use crate::state::shim;
+use crate::state::{shim, ShimError, WorkingSet};
 use std::ffi::c_void;
 
 /// `cuGraphInstantiate*`: reads the graph, refuses one whose memory gmux cannot count,
@@ -137,7 +137,9 @@ const KERNEL_NODE_PARAMS_V1_BYTES: usize = 56;
 pub unsafe fn set_memset(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, p: *const CUDA_MEMSET_NODE_PARAMS) -> CUresult {
     // SAFETY: null or valid, per this function's contract.
     let Some(params) = (unsafe { p.as_ref() }) else { return real() };
-    mapped(&[params.dst]);
+    if let Err(r) = mapped(&[graph::memset_range(params)], "cuGraphExecMemsetNodeSetParams") {
+        return r;
+    }
     set_node(real, exec, node, |_| graph::memset_params(params), |split| split.set_memset(node, p))
 }
 
@@ -148,7 +150,9 @@ pub unsafe fn set_memset(real: impl FnOnce() -> CUresult, exec: CUgraphExec, nod
 pub unsafe fn set_memcpy(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, p: *const CUDA_MEMCPY3D) -> CUresult {
     // SAFETY: null or valid, per this function's contract.
     let Some(params) = (unsafe { p.as_ref() }) else { return real() };
-    mapped(&crate::graph::memcpy3d_devices(params));
+    if let Err(r) = mapped(&graph::memcpy3d_ranges(params), "cuGraphExecMemcpyNodeSetParams") {
+        return r;
+    }
     set_node(real, exec, node, |_| graph::memcpy_params(params), |split| split.set_memcpy(node, p))
 }
 
@@ -179,29 +183,48 @@ pub fn destroy(real: impl FnOnce() -> CUresult, exec: CUgraphExec) -> CUresult {
     r
 }
 
-/// Makes the gmux memory at `ptrs` resident (mapped) now: the driver checks, when a graph's
-/// memcpy or memset node is created or changed, that its addresses are mapped, and gmux
-/// backs memory only on first use. The graph's launch brings the memory in again.
-fn mapped(ptrs: &[CUdeviceptr]) {
-    crate::capture::relaxed(|| super::command::map_now(|st| crate::state::WorkingSet::Allocs(st.allocs_of(ptrs)), "a graph node's"));
+/// Makes the gmux memory over byte ranges `(start, len)` resident (mapped) now: the
+/// driver checks, when a graph's memcpy or memset node is created or changed, that its
+/// addresses are mapped, and gmux backs memory only on first use. Whole allocations where
+/// they fit, else only the bytes the node touches; the graph's launch brings the memory
+/// in again. Memory that cannot be mapped even so is reported as an oversized command
+/// named `what`: the driver would refuse the node with a bare `CUDA_ERROR_INVALID_VALUE`.
+fn mapped(ranges: &[(CUdeviceptr, u64)], what: &str) -> Result<(), CUresult> {
+    let whole = |st: &mut crate::state::Shim| WorkingSet::Allocs(st.allocs_over(ranges));
+    match crate::capture::relaxed(|| super::command::try_map(whole)) {
+        Err(ShimError::TooBig { .. }) => {}
+        _ => return Ok(()),
+    }
+    let spans = |st: &mut crate::state::Shim| WorkingSet::Spans(st.spans_over(ranges));
+    match crate::capture::relaxed(|| super::command::try_map(spans)) {
+        Err(e @ ShimError::TooBig { .. }) => Err(super::report(e, what)),
+        Err(e) => {
+            crate::log!(Debug, "a graph node's memory was not mapped: {e:?}");
+            Ok(())
+        }
+        Ok(()) => Ok(()),
+    }
 }
 
-/// A call that creates or changes a memcpy or memset node over `ptrs`: the memory is
-/// mapped first ([`mapped`]).
-pub fn node_over(real: impl FnOnce() -> CUresult, ptrs: &[CUdeviceptr]) -> CUresult {
-    mapped(ptrs);
-    real()
+/// A call named `what` that creates or changes a memcpy or memset node over byte ranges
+/// `(start, len)`: the memory is mapped first ([`mapped`]).
+pub fn node_over(real: impl FnOnce() -> CUresult, what: &str, ranges: &[(CUdeviceptr, u64)]) -> CUresult {
+    match mapped(ranges, what) {
+        Ok(()) => real(),
+        Err(r) => r,
+    }
 }
 
-/// The device addresses of a `CUgraphNodeParams` (the generic node parameters of
+/// The device byte ranges of a `CUgraphNodeParams` (the generic node parameters of
 /// `cuGraphAddNode`, `cuGraphNodeSetParams`, `cuGraphExecNodeSetParams`): a memcpy
 /// node's sides or a memset node's destination; none for other node types.
 ///
 /// # Safety
 /// `p` is null or points to a valid `CUgraphNodeParams` (256 bytes).
-pub unsafe fn generic_ptrs(p: *const c_void) -> Vec<CUdeviceptr> {
-    /// The union of node parameters starts after the type and three reserved ints; a
-    /// memcpy node's `CUDA_MEMCPY3D` after its flags, a reserved int and its context.
+pub unsafe fn generic_ranges(p: *const c_void) -> Vec<(CUdeviceptr, u64)> {
+    /// The union of node parameters starts after the type and three reserved ints (a
+    /// memset node's parameters begin as `CUDA_MEMSET_NODE_PARAMS`); a memcpy node's
+    /// `CUDA_MEMCPY3D` after its flags, a reserved int and its context.
     const UNION: usize = 16;
     const MEMCPY3D: usize = UNION + 16;
     if p.is_null() {
@@ -210,8 +233,8 @@ pub unsafe fn generic_ptrs(p: *const c_void) -> Vec<CUdeviceptr> {
     // SAFETY: per this function's contract, the type comes first and the union follows.
     unsafe {
         match std::ptr::read_unaligned(p as *const u32) {
-            CU_GRAPH_NODE_TYPE_MEMSET => vec![std::ptr::read_unaligned((p as *const u8).add(UNION) as *const u64)],
-            CU_GRAPH_NODE_TYPE_MEMCPY => crate::api::command::memcpy3d_ptrs((p as *const u8).add(MEMCPY3D) as *const CUDA_MEMCPY3D),
+            CU_GRAPH_NODE_TYPE_MEMSET => vec![graph::memset_range(&std::ptr::read_unaligned((p as *const u8).add(UNION) as *const CUDA_MEMSET_NODE_PARAMS))],
+            CU_GRAPH_NODE_TYPE_MEMCPY => graph::memcpy3d_ranges(&std::ptr::read_unaligned((p as *const u8).add(MEMCPY3D) as *const CUDA_MEMCPY3D)),
             _ => Vec::new(),
         }
     }

@@ -7,7 +7,7 @@
 
 use super::command::{run, COPY_OR_MEMSET};
 use crate::cuda::*;
-use crate::state::{shim, Span, WorkingSet};
+use crate::state::{shim, WorkingSet};
 use std::ffi::c_void;
 use gmux_core::CHUNK_BYTES;
 
@@ -54,18 +54,8 @@ pub fn streamed(op: &Linear, stream: CUstream, ptsz: bool, sync: bool) -> Option
     let mut offset = 0;
     while offset < op.bytes {
         let len = piece.min(op.bytes - offset);
-        // A piece may cross from one of the application's mappings into the next.
-        let spans = |st: &mut crate::state::Shim| {
-            let mut spans = Vec::new();
-            for &p in op.device {
-                let (start, end) = (p + offset, p + offset + len);
-                for r in st.vmem.overlapping(start, len) {
-                    let (from, to) = (start.max(r.base), end.min(r.base + r.reserved));
-                    spans.push(Span { alloc: r.alloc, offset: from - r.base, len: to - from });
-                }
-            }
-            WorkingSet::Spans(spans)
-        };
+        let pieces: Vec<(CUdeviceptr, u64)> = op.device.iter().map(|&p| (p + offset, len)).collect();
+        let spans = |st: &mut crate::state::Shim| WorkingSet::Spans(st.spans_over(&pieces));
         let r = run(|| (op.issue)(offset, len, on), on, false, COPY_OR_MEMSET, || format!("{} (a piece of {} bytes at offset {offset})", op.what, len), spans);
         if r != CUDA_SUCCESS {
             return Some(r);

@@ -20,7 +20,7 @@
 //! every round adds 1 to each buffer in the same order, reversed every K rounds if K is
 //! given, so that a forecast from history is sometimes wrong; then every buffer is
 //! checked, and freed with `--free`), `graph --bytes B --rounds R`, `graph-split
-//! --buffers N --bytes B`, `graph-temp --bytes B` (CUDA graphs: see `graphs.rs`), `app-vmm --handles N --bytes B` and
+//! --buffers N --bytes B`, `graph-temp --bytes B`, `graph-nodes --bytes B --copy C` (CUDA graphs: see `graphs.rs`), `app-vmm --handles N --bytes B` and
 //! `big-copy --bytes B`, `global-refs --buffers N --bytes B --rounds R` (see `memory.rs`).
 
 use std::collections::HashMap;
@@ -135,6 +135,8 @@ cuda_api! {
     thread_exchange_stream_capture_mode = "cuThreadExchangeStreamCaptureMode" / "cuThreadExchangeStreamCaptureMode": fn(*mut c_uint);
     graph_create = "cuGraphCreate" / "cuGraphCreate": fn(*mut CUgraph, c_uint);
     graph_add_child_graph_node = "cuGraphAddChildGraphNode" / "cuGraphAddChildGraphNode": fn(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, CUgraph);
+    graph_add_memcpy_node = "cuGraphAddMemcpyNode" / "cuGraphAddMemcpyNode": fn(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *const CUDA_MEMCPY3D, CUcontext);
+    graph_add_memset_node = "cuGraphAddMemsetNode" / "cuGraphAddMemsetNode": fn(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *const CUDA_MEMSET_NODE_PARAMS, CUcontext);
     graph_get_nodes = "cuGraphGetNodes" / "cuGraphGetNodes": fn(CUgraph, *mut CUgraphNode, *mut usize);
     graph_node_get_type = "cuGraphNodeGetType" / "cuGraphNodeGetType": fn(CUgraphNode, *mut c_uint);
     graph_kernel_node_get_params = "cuGraphKernelNodeGetParams" / "cuGraphKernelNodeGetParams_v2": fn(CUgraphNode, *mut CUDA_KERNEL_NODE_PARAMS_v2);
@@ -514,6 +516,7 @@ fn main() {
         "graph" => graphs::rounds(&app, &opts),
         "graph-split" => graphs::split(&app, &opts),
         "graph-temp" => graphs::temporary(&app, &opts),
+        "graph-nodes" => graphs::nodes(&app, &opts),
         "app-vmm" => memory::app_vmm(&app, &opts),
         "big-copy" => memory::big_copy(&app, &opts),
         "global-refs" => memory::global_refs(&app, &opts),
