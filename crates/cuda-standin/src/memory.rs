@@ -31,6 +31,9 @@ pub mod counter {
 /// Call and byte counters; live physical bytes come from [`Memory::live`].
 pub static COUNTERS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
 
+/// The most physical memory alive at once (created, not yet freed), in bytes.
+pub static PEAK_LIVE: AtomicU64 = AtomicU64::new(0);
+
 /// Adds `n` to counter `which`.
 pub fn count(which: usize, n: u64) {
     COUNTERS[which].fetch_add(n, Ordering::Relaxed);
@@ -293,6 +296,7 @@ impl Memory {
         let handle = self.next_handle;
         self.next_handle += 1;
         self.live += size;
+        PEAK_LIVE.fetch_max(self.live, Ordering::Relaxed);
         self.phys.insert(handle, Phys { base: base as usize, size, mappings: 0, released: false });
         Ok(handle)
     }

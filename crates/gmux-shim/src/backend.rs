@@ -147,6 +147,9 @@ pub struct CudaDevice {
     mapped: HashMap<ChunkId, (u64, u32)>,
     pending_unmap: Vec<PendingUnmap>,
     pending_vas: HashSet<CUdeviceptr>,
+    /// Physical memory released while still mapped (its unmap waits for its eviction
+    /// copy): the driver frees it only at the unmap.
+    released_mapped: HashSet<u64>,
     /// How many pending unmaps share each eviction event.
     event_refs: HashMap<usize, usize>,
     /// Populate-stream events to record at the next flush (`None`: all).
@@ -189,6 +192,7 @@ impl CudaDevice {
             mapped: HashMap::new(),
             pending_unmap: Vec::new(),
             pending_vas: HashSet::new(),
+            released_mapped: HashSet::new(),
             event_refs: HashMap::new(),
             keep: None,
             strict_unmap: false,
@@ -539,18 +543,33 @@ impl CudaDevice {
 impl Device for CudaDevice {
     type Error = CudaError;
 
+    /// New physical memory waits until what was released before it is freed, so that the
+    /// device never holds more than the limit: memory released while still mapped goes
+    /// only at its unmap, after its eviction copy. The plan so far is flushed first when
+    /// such an unmap is still queued in it.
     fn create_chunk(&mut self, chunks: u32) -> Result<PhysChunk, CudaError> {
+        if !self.released_mapped.is_empty() {
+            if self.mapped.values().any(|(p, _)| self.released_mapped.contains(p)) {
+                self.flush()?;
+            }
+            let released = std::mem::take(&mut self.released_mapped);
+            self.settle_unmap(|u| released.contains(&u.phys))?;
+        }
         let prop = CUmemAllocationProp::device(self.ordinal);
         let mut h = 0;
         check(crate::real!(cuMemCreate(&mut h, chunks as usize * CHUNK, &prop, 0)), "cuMemCreate")?;
         Ok(PhysChunk(h))
     }
 
-    /// Releases at once, with no flush (a flush here would split the plan being issued):
-    /// the driver frees the memory when its last mapping goes, which for an evicted
-    /// handle is the deferred unmap after its eviction copy.
+    /// Releases at once: the driver frees the memory when its last mapping goes, which
+    /// for an evicted handle is the deferred unmap after its eviction copy (the next
+    /// [`Device::create_chunk`] waits for it).
     fn release_chunk(&mut self, phys: PhysChunk) -> Result<(), CudaError> {
         self.phys_free_after.remove(&phys.0);
+        let mapped = self.mapped.values().any(|(p, _)| *p == phys.0) || self.pending_unmap.iter().any(|u| u.phys == phys.0);
+        if mapped {
+            self.released_mapped.insert(phys.0);
+        }
         check(crate::real!(cuMemRelease(phys.0)), "cuMemRelease")
     }
 

@@ -46,6 +46,8 @@ fn oversubscribed(name: &str, seed: u64, env: &[(&str, &str)]) -> (Ran, Summary)
     assert_eq!(s.limit, (16 * MIB) as f64, "{s:?}\n{}", r.describe());
     assert!(s.evicted > 0 && s.populated > 0, "no eviction at 3x the limit: {s:?}\n{}", r.describe());
     assert!(s.peak_resident <= (16 * MIB) as f64, "peak resident above the limit: {s:?}\n{}", r.describe());
+    // Physical memory the device held at once, released memory still mapped included.
+    assert!(number(&r.stdout, "peak_live=") <= 16 * MIB, "the device held more than the limit:\n{}", r.describe());
     assert!(s.commands >= 800, "{s:?}\n{}", r.describe());
     assert_no_shim_complaints(&r);
     (r, s)

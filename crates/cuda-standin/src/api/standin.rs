@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use cuda_abi::StandinKernel;
 
 use crate::kernel;
-use crate::memory::{fault, mem, COUNTERS};
+use crate::memory::{fault, mem, COUNTERS, PEAK_LIVE};
 
 /// Registers host function `f` as a kernel named `name` with `nparams` parameters of the
 /// given byte sizes. Returns a `CUkernel` if `as_cukernel != 0`, else a `CUfunction`;
@@ -57,6 +57,7 @@ pub unsafe extern "C" fn gmuxStandinCounters(out: *mut u64, n: usize) {
     }
     let mut all: Vec<u64> = COUNTERS.iter().map(|c| c.load(Ordering::SeqCst)).collect();
     all.push(mem().live());
+    all.push(PEAK_LIVE.load(Ordering::SeqCst));
     for (i, v) in all.into_iter().take(n).enumerate() {
         *out.add(i) = v;
     }

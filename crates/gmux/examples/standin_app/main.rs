@@ -431,8 +431,8 @@ impl App {
         self.launch(self.k.slow, s, &mut [ptr(&mut p), ptr(&mut ms)]);
     }
 
-    fn counters(&self) -> [u64; 8] {
-        let mut c = [0u64; 8];
+    fn counters(&self) -> [u64; 9] {
+        let mut c = [0u64; 9];
         unsafe { (STANDIN.get().unwrap().counters)(c.as_mut_ptr(), c.len()) };
         c
     }
@@ -751,8 +751,8 @@ fn oversub(app: &App, o: &Opts) -> bool {
     if o.get("counters").is_some() {
         let c = app.counters();
         println!(
-            "counters: creates={} maps={} unmaps={} set_access={} releases={} live={} freed_chunks={freed_chunks}",
-            c[0], c[1], c[2], c[3], c[6], c[7]
+            "counters: creates={} maps={} unmaps={} set_access={} releases={} live={} peak_live={} freed_chunks={freed_chunks}",
+            c[0], c[1], c[2], c[3], c[6], c[7], c[8]
         );
     }
     for (i, b) in bufs.iter().enumerate() {
@@ -771,7 +771,7 @@ fn oversub(app: &App, o: &Opts) -> bool {
         check(unsafe { (cu.stream_destroy)(s) }, "cuStreamDestroy");
     }
     let c = app.counters();
-    eprintln!("standin_app: counters [creates, maps, unmaps, set_access, h2d, d2h, releases, live] = {c:?}");
+    eprintln!("standin_app: counters [creates, maps, unmaps, set_access, h2d, d2h, releases, live, peak live] = {c:?}");
     println!("oversub: {n} buffers, {ops} ops, checksum mismatches: {mismatches}");
     mismatches == 0
 }
