@@ -1,4 +1,4 @@
-//! The simulated device's constants. Defaults are the lent H200 figures of DESIGN.md;
+//! The simulated device's constants. Defaults are figures measured on an H200;
 //! every one can be overridden in a scenario's `[device]` table.
 
 use serde::{Deserialize, Serialize};
