@@ -191,18 +191,18 @@ pub fn destroy(real: impl FnOnce() -> CUresult, exec: CUgraphExec) -> CUresult {
 /// named `what`: the driver would refuse the node with a bare `CUDA_ERROR_INVALID_VALUE`.
 fn mapped(ranges: &[(CUdeviceptr, u64)], what: &str) -> Result<(), CUresult> {
     let whole = |st: &mut crate::state::Shim| WorkingSet::Allocs(st.allocs_over(ranges));
-    match crate::capture::relaxed(|| super::command::try_map(whole)) {
-        Err(ShimError::TooBig { .. }) => {}
-        _ => return Ok(()),
-    }
     let spans = |st: &mut crate::state::Shim| WorkingSet::Spans(st.spans_over(ranges));
-    match crate::capture::relaxed(|| super::command::try_map(spans)) {
+    let result = match crate::capture::relaxed(|| super::command::try_map(whole)) {
+        Err(ShimError::TooBig { .. }) => crate::capture::relaxed(|| super::command::try_map(spans)),
+        other => other,
+    };
+    match result {
+        Ok(()) => Ok(()),
         Err(e @ ShimError::TooBig { .. }) => Err(super::report(e, what)),
         Err(e) => {
             crate::log!(Debug, "a graph node's memory was not mapped: {e:?}");
             Ok(())
         }
-        Ok(()) => Ok(()),
     }
 }
 
