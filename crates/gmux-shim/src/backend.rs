@@ -15,7 +15,10 @@
 //! - a physical chunk handed from an eviction to a population stays mapped at both
 //!   addresses for a while; the population waits on the GPU for the eviction copy, and
 //!   the old address is unmapped later, once that copy is done (`cuMemUnmap` is a host
-//!   call, so waiting for it would stall the pipeline).
+//!   call, so waiting for it would stall the pipeline). The one host wait: new physical
+//!   memory waits for the unmaps of memory released while still mapped, which the driver
+//!   frees only then ([`Device::create_chunk`]), so that the device never holds more
+//!   than the limit.
 
 use crate::config::MoverMode;
 use crate::cuda::*;
@@ -150,6 +153,10 @@ pub struct CudaDevice {
     /// Physical memory released while still mapped (its unmap waits for its eviction
     /// copy): the driver frees it only at the unmap.
     released_mapped: HashSet<u64>,
+    /// A flush is running in the middle of a plan's issue ([`Device::create_chunk`]).
+    mid_plan: bool,
+    /// Population events such a flush recorded before the plan said which it keeps.
+    early_events: Vec<u64>,
     /// How many pending unmaps share each eviction event.
     event_refs: HashMap<usize, usize>,
     /// Populate-stream events to record at the next flush (`None`: all).
@@ -193,6 +200,8 @@ impl CudaDevice {
             pending_unmap: Vec::new(),
             pending_vas: HashSet::new(),
             released_mapped: HashSet::new(),
+            mid_plan: false,
+            early_events: Vec::new(),
             event_refs: HashMap::new(),
             keep: None,
             strict_unmap: false,
@@ -282,7 +291,15 @@ impl CudaDevice {
     /// Records only `keep` of the populate-stream events queued so far (the others have no
     /// waiter); applies to the next flush.
     pub fn keep_events(&mut self, keep: &[Event]) {
-        self.keep = Some(keep.iter().map(|e| e.0).collect());
+        let keep: HashSet<u64> = keep.iter().map(|e| e.0).collect();
+        for id in std::mem::take(&mut self.early_events) {
+            if !keep.contains(&id) {
+                if let Some(ev) = self.events.remove(&id) {
+                    crate::real!(cuEventDestroy_v2(ev));
+                }
+            }
+        }
+        self.keep = Some(keep);
     }
 
     /// Runs the queued calls: maps every incoming chunk with batched access, then the
@@ -436,6 +453,9 @@ impl CudaDevice {
                         self.end_populate_run(&mut run)?;
                         let ev = self.new_event(stream)?;
                         self.events.insert(e.0, ev);
+                        if self.mid_plan && stream == CopyStream::Populate {
+                            self.early_events.push(e.0);
+                        }
                     }
                 }
                 Op::Wait(stream, e) => {
@@ -550,7 +570,10 @@ impl Device for CudaDevice {
     fn create_chunk(&mut self, chunks: u32) -> Result<PhysChunk, CudaError> {
         if !self.released_mapped.is_empty() {
             if self.mapped.values().any(|(p, _)| self.released_mapped.contains(p)) {
-                self.flush()?;
+                self.mid_plan = true;
+                let flushed = self.flush();
+                self.mid_plan = false;
+                flushed?;
             }
             let released = std::mem::take(&mut self.released_mapped);
             self.settle_unmap(|u| released.contains(&u.phys))?;

@@ -155,12 +155,12 @@ exports! {
     cuGraphExecExternalSemaphoresSignalNodeSetParams(e: CUgraphExec, n: CUgraphNode, p: P) => |real| graph::changed(real, e);
     cuGraphExecExternalSemaphoresWaitNodeSetParams(e: CUgraphExec, n: CUgraphNode, p: P) => |real| graph::changed(real, e);
     cuGraphExecBatchMemOpNodeSetParams(e: CUgraphExec, n: CUgraphNode, p: P) => |real| graph::changed(real, e);
-    cuGraphAddMemcpyNode(n: *mut CUgraphNode, g: CUgraph, d: P, k: usize, p: *const CUDA_MEMCPY3D, c: CUcontext) => |real| graph::node_over(real, "cuGraphAddMemcpyNode", &cmd::memcpy3d_ranges(p));
+    cuGraphAddMemcpyNode(n: *mut CUgraphNode, g: CUgraph, d: P, k: usize, p: *const CUDA_MEMCPY3D, c: CUcontext) => |real| graph::node_over(real, "cuGraphAddMemcpyNode", &cmd::memcpy_node_ranges(p));
     cuGraphAddMemsetNode(n: *mut CUgraphNode, g: CUgraph, d: P, k: usize, p: *const CUDA_MEMSET_NODE_PARAMS, c: CUcontext) => |real| graph::node_over(real, "cuGraphAddMemsetNode", &p.as_ref().map(|p| vec![crate::graph::memset_range(p)]).unwrap_or_default());
-    cuGraphMemcpyNodeSetParams(n: CUgraphNode, p: *const CUDA_MEMCPY3D) => |real| graph::node_over(real, "cuGraphMemcpyNodeSetParams", &cmd::memcpy3d_ranges(p));
+    cuGraphMemcpyNodeSetParams(n: CUgraphNode, p: *const CUDA_MEMCPY3D) => |real| graph::node_over(real, "cuGraphMemcpyNodeSetParams", &cmd::memcpy_node_ranges(p));
     cuGraphMemsetNodeSetParams(n: CUgraphNode, p: *const CUDA_MEMSET_NODE_PARAMS) => |real| graph::node_over(real, "cuGraphMemsetNodeSetParams", &p.as_ref().map(|p| vec![crate::graph::memset_range(p)]).unwrap_or_default());
     cuGraphAddNode(n: *mut CUgraphNode, g: CUgraph, d: P, k: usize, p: P) => |real| graph::node_over(real, "cuGraphAddNode", &graph::generic_ranges(p));
-    cuGraphAddNode_v2(n: *mut CUgraphNode, g: CUgraph, d: P, e: P, k: usize, p: P) => |real| graph::node_over(real, "cuGraphAddNode", &graph::generic_ranges(p));
+    cuGraphAddNode_v2(n: *mut CUgraphNode, g: CUgraph, d: P, e: P, k: usize, p: P) => |real| graph::node_over(real, "cuGraphAddNode_v2", &graph::generic_ranges(p));
     cuGraphNodeSetParams(n: CUgraphNode, p: P) => |real| graph::node_over(real, "cuGraphNodeSetParams", &graph::generic_ranges(p));
     cuGraphLaunch(g: CUgraphExec, s: CUstream) => |real| cmd::graph(real, g, s, false);
     cuGraphLaunch_ptsz(g: CUgraphExec, s: CUstream) => |real| cmd::graph(real, g, s, true);

@@ -211,6 +211,15 @@ pub fn memcpy3d_devices(p: &CUDA_MEMCPY3D) -> Vec<CUdeviceptr> {
     dev(p.src_memory_type, p.src_device).into_iter().chain(dev(p.dst_memory_type, p.dst_device)).collect()
 }
 
+/// The device byte ranges a memcpy node needs mapped: the bytes it copies
+/// ([`memcpy3d_ranges`]) and each device side's address before its offsets, which the
+/// driver checks too.
+pub fn memcpy_node_ranges(p: &CUDA_MEMCPY3D) -> Vec<(CUdeviceptr, u64)> {
+    let mut r = memcpy3d_ranges(p);
+    r.extend(memcpy3d_devices(p).into_iter().map(|d| (d, 1)));
+    r
+}
+
 /// The device byte ranges a 3D copy reads and writes: each device side from the first
 /// byte of its box to the last.
 pub fn memcpy3d_ranges(p: &CUDA_MEMCPY3D) -> Vec<(CUdeviceptr, u64)> {
@@ -222,7 +231,7 @@ pub fn memcpy3d_ranges(p: &CUDA_MEMCPY3D) -> Vec<(CUdeviceptr, u64)> {
         let pitch = (pitch as u64).max(w);
         let height = (height as u64).max(rows);
         let first = (y as u64).saturating_add((z as u64).saturating_mul(height)).saturating_mul(pitch).saturating_add(x as u64);
-        let len = ((slices - 1) * height + rows - 1).saturating_mul(pitch).saturating_add(w);
+        let len = (slices - 1).saturating_mul(height).saturating_add(rows - 1).saturating_mul(pitch).saturating_add(w);
         Some((dev.saturating_add(first), len))
     };
     let src = side(p.src_memory_type, p.src_device, p.src_x_in_bytes, p.src_y, p.src_z, p.src_pitch, p.src_height);

@@ -698,7 +698,6 @@ impl Shim {
     }
 }
 
-/// The state without blocking (for the exit summary).
 /// The state without blocking for long (for the exit summary): another thread may hold
 /// it briefly (the daemon agent), or forever (a thread killed inside a call).
 pub fn try_existing() -> Option<MutexGuard<'static, Option<Shim>>> {

@@ -86,12 +86,22 @@ fn graph_nodes_are_mapped_as_they_are_added() {
     assert!(r.stdout.contains("4194304 bytes checked"), "{}", r.describe());
     assert_no_shim_complaints(&r);
 
-    // Under 12 MiB both buffers do not fit, but the 2 MiB each node touches does: the nodes
-    // are added; the launch, which needs both buffers whole, is refused by name.
+    // Under 12 MiB both buffers do not fit, but what each node touches does (the copy 2 MiB
+    // a side, the memset 2 MiB): the nodes are added; the launch, which needs both buffers
+    // whole, is refused by name.
     let r = graph_run("12M", &["graph-nodes", "--bytes", "8M", "--copy", "2M"]);
     assert!(r.stdout.contains("nodes added"), "{}", r.describe());
     assert_eq!(r.status.code(), Some(86), "{}", r.describe());
     assert!(r.stderr.contains("cuGraphLaunch"), "{}", r.describe());
+
+    // A copy at an offset: the driver also checks each side's address before its offset,
+    // which the copied bytes do not cover.
+    let r = graph_run("12M", &["graph-nodes", "--bytes", "16M", "--copy", "2M", "--offset", "8M"]);
+    assert!(r.stdout.contains("nodes added"), "{}", r.describe());
+    assert_eq!(r.status.code(), Some(86), "{}", r.describe());
+    let sb = Sandbox::new("graph", DEVICE);
+    let r = run_within(&mut sb.app(["graph-nodes", "--bytes", "16M", "--copy", "2M", "--offset", "8M"]), PATIENCE);
+    assert!(r.status.success() && r.stdout.contains("4194304 bytes checked"), "natively:\n{}", r.describe());
 
     // A node whose own bytes do not fit: refused by name as it is added, not with the
     // driver's bare invalid-value error.

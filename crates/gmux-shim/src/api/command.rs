@@ -283,13 +283,14 @@ pub unsafe fn memcpy3d_ptrs(c: *const CUDA_MEMCPY3D) -> Vec<CUdeviceptr> {
     unsafe { c.as_ref() }.map(crate::graph::memcpy3d_devices).unwrap_or_default()
 }
 
-/// The device byte ranges of a `CUDA_MEMCPY3D` ([`crate::graph::memcpy3d_ranges`]).
+/// The device byte ranges a memcpy node over a `CUDA_MEMCPY3D` needs mapped
+/// ([`crate::graph::memcpy_node_ranges`]).
 ///
 /// # Safety
 /// `c` is null or points to a valid `CUDA_MEMCPY3D`.
-pub unsafe fn memcpy3d_ranges(c: *const CUDA_MEMCPY3D) -> Vec<(CUdeviceptr, u64)> {
+pub unsafe fn memcpy_node_ranges(c: *const CUDA_MEMCPY3D) -> Vec<(CUdeviceptr, u64)> {
     // SAFETY: per this function's contract.
-    unsafe { c.as_ref() }.map(crate::graph::memcpy3d_ranges).unwrap_or_default()
+    unsafe { c.as_ref() }.map(crate::graph::memcpy_node_ranges).unwrap_or_default()
 }
 
 /// Every address of a batched copy (`cuMemcpyBatchAsync`): `count` destinations and

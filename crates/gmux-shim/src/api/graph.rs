@@ -150,7 +150,7 @@ pub unsafe fn set_memset(real: impl FnOnce() -> CUresult, exec: CUgraphExec, nod
 pub unsafe fn set_memcpy(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, p: *const CUDA_MEMCPY3D) -> CUresult {
     // SAFETY: null or valid, per this function's contract.
     let Some(params) = (unsafe { p.as_ref() }) else { return real() };
-    if let Err(r) = mapped(&graph::memcpy3d_ranges(params), "cuGraphExecMemcpyNodeSetParams") {
+    if let Err(r) = mapped(&graph::memcpy_node_ranges(params), "cuGraphExecMemcpyNodeSetParams") {
         return r;
     }
     set_node(real, exec, node, |_| graph::memcpy_params(params), |split| split.set_memcpy(node, p))
@@ -186,14 +186,14 @@ pub fn destroy(real: impl FnOnce() -> CUresult, exec: CUgraphExec) -> CUresult {
 /// Makes the gmux memory over byte ranges `(start, len)` resident (mapped) now: the
 /// driver checks, when a graph's memcpy or memset node is created or changed, that its
 /// addresses are mapped, and gmux backs memory only on first use. Whole allocations where
-/// they fit, else only the bytes the node touches; the graph's launch brings the memory
-/// in again. Memory that cannot be mapped even so is reported as an oversized command
+/// they fit the limit (and the daemon's grant), else only the bytes the node touches; the
+/// graph's launch brings the memory in again. Memory that cannot be mapped even so is reported as an oversized command
 /// named `what`: the driver would refuse the node with a bare `CUDA_ERROR_INVALID_VALUE`.
 fn mapped(ranges: &[(CUdeviceptr, u64)], what: &str) -> Result<(), CUresult> {
     let whole = |st: &mut crate::state::Shim| WorkingSet::Allocs(st.allocs_over(ranges));
     let spans = |st: &mut crate::state::Shim| WorkingSet::Spans(st.spans_over(ranges));
     let result = match crate::capture::relaxed(|| super::command::try_map(whole)) {
-        Err(ShimError::TooBig { .. }) => crate::capture::relaxed(|| super::command::try_map(spans)),
+        Err(ShimError::TooBig { .. } | ShimError::Wait { .. }) => crate::capture::relaxed(|| super::command::try_map(spans)),
         other => other,
     };
     match result {
@@ -234,7 +234,7 @@ pub unsafe fn generic_ranges(p: *const c_void) -> Vec<(CUdeviceptr, u64)> {
     unsafe {
         match std::ptr::read_unaligned(p as *const u32) {
             CU_GRAPH_NODE_TYPE_MEMSET => vec![graph::memset_range(&std::ptr::read_unaligned((p as *const u8).add(UNION) as *const CUDA_MEMSET_NODE_PARAMS))],
-            CU_GRAPH_NODE_TYPE_MEMCPY => graph::memcpy3d_ranges(&std::ptr::read_unaligned((p as *const u8).add(MEMCPY3D) as *const CUDA_MEMCPY3D)),
+            CU_GRAPH_NODE_TYPE_MEMCPY => graph::memcpy_node_ranges(&std::ptr::read_unaligned((p as *const u8).add(MEMCPY3D) as *const CUDA_MEMCPY3D)),
             _ => Vec::new(),
         }
     }

@@ -14,9 +14,10 @@
 //! that a copy's memory is mapped. A stray `cuStreamEndCapture` on a stream that is not
 //! capturing comes before the copies.
 //!
-//! `graph-nodes --bytes B --copy C`: a graph built node by node over two buffers of B
-//! bytes, one written and one never touched: a memcpy node copies the first C bytes of one
-//! to the other, then a memset node sets the next C bytes. The driver checks, as each node
+//! `graph-nodes --bytes B --copy C [--offset O]`: a graph built node by node over two
+//! buffers of B bytes, one written and one never touched: a memcpy node copies C bytes at
+//! offset O (given as the copy's x offset on both sides) of one to the other, then a
+//! memset node sets the next C bytes. The driver checks, as each node
 //! is added, that its memory is mapped. Prints `nodes added` before the launch.
 
 use super::*;
@@ -253,9 +254,9 @@ pub fn temporary(app: &App, o: &Opts) -> bool {
 
 pub fn nodes(app: &App, o: &Opts) -> bool {
     let cu = &app.cu;
-    let (bytes, c) = (o.bytes("bytes", 8 << 20) as usize, o.bytes("copy", 2 << 20) as usize);
-    if 2 * c > bytes {
-        fail("graph-nodes needs --copy at most half of --bytes");
+    let (bytes, c, off) = (o.bytes("bytes", 8 << 20) as usize, o.bytes("copy", 2 << 20) as usize, o.bytes("offset", 0) as usize);
+    if off + 2 * c > bytes {
+        fail("graph-nodes needs --offset plus twice --copy at most --bytes");
     }
     let (src, dst) = (app.alloc(bytes), app.alloc(bytes));
     let model: Vec<u32> = (0..(bytes / 4) as u32).map(|j| j.wrapping_mul(11)).collect();
@@ -263,10 +264,14 @@ pub fn nodes(app: &App, o: &Opts) -> bool {
     let mut g = null_mut();
     check(unsafe { (cu.graph_create)(&mut g, 0) }, "cuGraphCreate");
     let copy = CUDA_MEMCPY3D {
+        src_x_in_bytes: off,
         src_memory_type: CU_MEMORYTYPE_DEVICE,
         src_device: src,
+        src_pitch: bytes,
+        dst_x_in_bytes: off,
         dst_memory_type: CU_MEMORYTYPE_DEVICE,
         dst_device: dst,
+        dst_pitch: bytes,
         width_in_bytes: c,
         height: 1,
         depth: 1,
@@ -274,7 +279,7 @@ pub fn nodes(app: &App, o: &Opts) -> bool {
     };
     let mut first = null_mut();
     check(unsafe { (cu.graph_add_memcpy_node)(&mut first, g, null_mut(), 0, &copy, null_mut()) }, "cuGraphAddMemcpyNode");
-    let set = CUDA_MEMSET_NODE_PARAMS { dst: dst + c as u64, pitch: c, value: 7, element_size: 4, width: c / 4, height: 1 };
+    let set = CUDA_MEMSET_NODE_PARAMS { dst: dst + (off + c) as u64, pitch: c, value: 7, element_size: 4, width: c / 4, height: 1 };
     let mut second = null_mut();
     check(unsafe { (cu.graph_add_memset_node)(&mut second, g, &first, 1, &set, null_mut()) }, "cuGraphAddMemsetNode");
     println!("graph-nodes: nodes added");
@@ -283,8 +288,8 @@ pub fn nodes(app: &App, o: &Opts) -> bool {
     check(unsafe { (cu.graph_instantiate)(&mut e, g, 0) }, "cuGraphInstantiateWithFlags");
     check(unsafe { (cu.graph_launch)(e, s) }, "cuGraphLaunch");
     app.sync(s);
-    let got = app.dtoh(dst, 2 * c / 4);
-    let want = |j: usize| if j < c / 4 { model[j] } else { 7 };
+    let got = app.dtoh(dst + off as u64, 2 * c / 4);
+    let want = |j: usize| if j < c / 4 { model[off / 4 + j] } else { 7 };
     match (0..2 * c / 4).find(|&j| got[j] != want(j)) {
         Some(j) => {
             eprintln!("standin_app: graph-nodes: word {j} is {} where {} was expected", got[j], want(j));

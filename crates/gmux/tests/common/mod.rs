@@ -96,8 +96,9 @@ pub fn gmux_bin() -> PathBuf {
 }
 
 /// Variables of the shim and the stand-in that a test must not inherit from its caller.
-const GMUX_VARS: [&str; 18] = [
+const GMUX_VARS: [&str; 19] = [
     "GMUX_DEBUG",
+    "GMUX_MEMINFO",
     "GMUX_OVERSIZE",
     "GMUX_DAEMON",
     "GMUX_PRIORITY",
