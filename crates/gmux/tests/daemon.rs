@@ -115,11 +115,6 @@ fn tenants_over_the_budget_take_turns_and_keep_every_byte() {
     // 2 x 32 MiB over 48 MiB: each switched in several times, moved bytes, and the
     // processes together never held more than the budget.
     for t in ["a", "b"] {
-        // A tenant's last report may still be on its way to the daemon after it exited.
-        let t0 = Instant::now();
-        while d.stat(t, "commands ") < 8 + 8 * rounds + 8 && t0.elapsed() < Duration::from_secs(3) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
         assert!(d.stat(t, "switches ") >= 2, "{t} switched in fewer than twice; gmuxd:\n{}", d.log());
         assert!(d.stat(t, "bytes_d2h ") >= 4 * MIB, "{t} evicted nothing");
         assert_eq!(d.stat(t, "commands "), 8 + 8 * rounds + 8, "{t}: fills, adds and read-backs");
