@@ -196,6 +196,12 @@ impl Copy3d {
             .collect()
     }
 
+    /// Whether a device side's address, before its offsets, is not mapped: the driver
+    /// refuses such a copy, or memcpy node, when it is made.
+    pub fn base_unmapped(&self) -> bool {
+        [&self.src, &self.dst].into_iter().any(|s| matches!(s.mem, Mem::Device(d) if mem().check(d, 1, false).is_err()))
+    }
+
     /// Whether every host byte the copy touches is pinned (an async copy of pageable
     /// memory makes the call wait, as in CUDA).
     pub fn host_sides_pinned(&self) -> bool {

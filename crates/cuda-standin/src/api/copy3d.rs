@@ -7,19 +7,15 @@ use super::{code, NullStream};
 use crate::capture::{self, Route};
 use crate::copy3d::Copy3d;
 use crate::graph::Op;
-use crate::memory::mem;
 
 /// Host memory is read and written when the copy executes; an asynchronous copy touching
 /// pageable host memory makes the call wait for it, as in CUDA.
 unsafe fn copy3d(p: *const CUDA_MEMCPY3D, mode: Mode) -> CUresult {
     let Some(p) = p.as_ref() else { return CUDA_ERROR_INVALID_VALUE };
-    // The driver checks that each device side's address, before its offsets, is mapped.
-    for (ty, dev) in [(p.src_memory_type, p.src_device), (p.dst_memory_type, p.dst_device)] {
-        if ty == CU_MEMORYTYPE_DEVICE && mem().check(dev, 1, false).is_err() {
-            return CUDA_ERROR_INVALID_VALUE;
-        }
-    }
     let c = tri!(Copy3d::from_abi(p));
+    if c.base_unmapped() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     let stream = match tri!(target(mode)) {
         (s, Route::Capture) => return code(capture::add(s, Op::Memcpy(c)).map(drop)),
         (s, Route::Run) => s,

@@ -291,13 +291,8 @@ pub unsafe extern "C" fn cuGraphAddMemcpyNode(
     _ctx: CUcontext,
 ) -> CUresult {
     let c = tri!(memcpy_params(p));
-    // The driver checks, when it adds a memcpy node, that its device sides are mapped,
-    // and each side's address before its offsets.
-    // SAFETY: `memcpy_params` checked that `p` is not null; the caller vouches for the rest.
-    let q = &*p;
-    let bases = [(q.src_memory_type, q.src_device, false), (q.dst_memory_type, q.dst_device, true)];
-    let bases = bases.into_iter().filter(|b| b.0 == CU_MEMORYTYPE_DEVICE).map(|(_, d, write)| (d, 1, write));
-    if c.device_extents().into_iter().chain(bases).any(|(p, n, write)| mem().check(p, n, write).is_err()) {
+    // The driver checks, when it adds a memcpy node, that its device sides are mapped.
+    if c.base_unmapped() || c.device_extents().into_iter().any(|(p, n, write)| mem().check(p, n, write).is_err()) {
         return CUDA_ERROR_INVALID_VALUE;
     }
     code(add(out, g, deps, ndeps, Op::Memcpy(c)))
