@@ -75,6 +75,7 @@ driver_table! {
     cuEventElapsedTime(*mut f32, CUevent, CUevent);
     cuEventElapsedTime_v2(*mut f32, CUevent, CUevent);
     cuMemcpyHtoDAsync_v2(CUdeviceptr, *const c_void, usize, CUstream);
+    cuMemcpy3DAsync_v2(*const CUDA_MEMCPY3D, CUstream);
     cuMemcpyDtoHAsync_v2(*mut c_void, CUdeviceptr, usize, CUstream);
     cuMemcpyDtoDAsync_v2(CUdeviceptr, CUdeviceptr, usize, CUstream);
     cuMemcpyAsync(CUdeviceptr, CUdeviceptr, usize, CUstream);

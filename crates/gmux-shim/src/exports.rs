@@ -4,7 +4,7 @@
 //! calls the driver's own entry point of the same name with the same arguments.
 //! Everything not listed reaches the real driver untouched.
 
-use crate::api::{attr, command as cmd, graph, linear as lin, memory as mem, refuse, vmm};
+use crate::api::{attr, boxcopy, command as cmd, graph, linear as lin, memory as mem, refuse, vmm};
 use crate::capture;
 use crate::cuda::*;
 use std::collections::HashMap;
@@ -182,16 +182,16 @@ exports! {
     cuMemcpyDtoDAsync_v2_ptsz(d: Dp, x: Dp, n: usize, s: CUstream) => |real| lin::device_copy(real, d, x, n, s, true, false);
     cuMemcpyAsync(d: Dp, x: Dp, n: usize, s: CUstream) => |real| lin::unified_copy(real, d, x, n, s, false, false);
     cuMemcpyAsync_ptsz(d: Dp, x: Dp, n: usize, s: CUstream) => |real| lin::unified_copy(real, d, x, n, s, true, false);
-    cuMemcpy2D_v2(c: *const c_void) => |real| cmd::sync_op(real, &cmd::memcpy2d_ptrs(c), false);
-    cuMemcpy2D_v2_ptds(c: *const c_void) => |real| cmd::sync_op(real, &cmd::memcpy2d_ptrs(c), true);
-    cuMemcpy2DUnaligned_v2(c: *const c_void) => |real| cmd::sync_op(real, &cmd::memcpy2d_ptrs(c), false);
-    cuMemcpy2DUnaligned_v2_ptds(c: *const c_void) => |real| cmd::sync_op(real, &cmd::memcpy2d_ptrs(c), true);
-    cuMemcpy2DAsync_v2(c: *const c_void, s: CUstream) => |real| cmd::op(real, &cmd::memcpy2d_ptrs(c), s, false);
-    cuMemcpy2DAsync_v2_ptsz(c: *const c_void, s: CUstream) => |real| cmd::op(real, &cmd::memcpy2d_ptrs(c), s, true);
-    cuMemcpy3D_v2(c: *const CUDA_MEMCPY3D) => |real| cmd::sync_op(real, &cmd::memcpy3d_ptrs(c), false);
-    cuMemcpy3D_v2_ptds(c: *const CUDA_MEMCPY3D) => |real| cmd::sync_op(real, &cmd::memcpy3d_ptrs(c), true);
-    cuMemcpy3DAsync_v2(c: *const CUDA_MEMCPY3D, s: CUstream) => |real| cmd::op(real, &cmd::memcpy3d_ptrs(c), s, false);
-    cuMemcpy3DAsync_v2_ptsz(c: *const CUDA_MEMCPY3D, s: CUstream) => |real| cmd::op(real, &cmd::memcpy3d_ptrs(c), s, true);
+    cuMemcpy2D_v2(c: *const c_void) => |real| boxcopy::copy2d(real, c, std::ptr::null_mut(), false, true);
+    cuMemcpy2D_v2_ptds(c: *const c_void) => |real| boxcopy::copy2d(real, c, std::ptr::null_mut(), true, true);
+    cuMemcpy2DUnaligned_v2(c: *const c_void) => |real| boxcopy::copy2d(real, c, std::ptr::null_mut(), false, true);
+    cuMemcpy2DUnaligned_v2_ptds(c: *const c_void) => |real| boxcopy::copy2d(real, c, std::ptr::null_mut(), true, true);
+    cuMemcpy2DAsync_v2(c: *const c_void, s: CUstream) => |real| boxcopy::copy2d(real, c, s, false, false);
+    cuMemcpy2DAsync_v2_ptsz(c: *const c_void, s: CUstream) => |real| boxcopy::copy2d(real, c, s, true, false);
+    cuMemcpy3D_v2(c: *const CUDA_MEMCPY3D) => |real| boxcopy::copy3d(real, c, std::ptr::null_mut(), false, true);
+    cuMemcpy3D_v2_ptds(c: *const CUDA_MEMCPY3D) => |real| boxcopy::copy3d(real, c, std::ptr::null_mut(), true, true);
+    cuMemcpy3DAsync_v2(c: *const CUDA_MEMCPY3D, s: CUstream) => |real| boxcopy::copy3d(real, c, s, false, false);
+    cuMemcpy3DAsync_v2_ptsz(c: *const CUDA_MEMCPY3D, s: CUstream) => |real| boxcopy::copy3d(real, c, s, true, false);
 
     // Memsets.
     cuMemsetD8_v2(d: Dp, v: u8, n: usize) => |real| lin::memset(real, d, 1, v as u32, n, std::ptr::null_mut(), false, true);

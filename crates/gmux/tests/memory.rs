@@ -60,6 +60,23 @@ fn copies_and_memsets_larger_than_the_limit_stream_through_it() {
 }
 
 #[test]
+fn a_box_copy_larger_than_the_limit_streams_through_it() {
+    // A 3D copy between two 16 MiB volumes under 8 MiB: pieces of whole slices (256 KiB
+    // each), at most 2 MiB a side.
+    let r = under_gmux("8M", &["big-box", "--bytes", "16M"]);
+    assert!(r.status.success(), "{}", r.describe());
+    assert_eq!(number(&r.stdout, "big-box: "), 16 * MIB, "{}", r.describe());
+    let s = summary(&r);
+    assert!(s.peak_resident <= (8 * MIB) as f64, "{s:?}");
+    // Upload 8 pieces, memset 8, box 8, download 8.
+    assert_eq!(s.commands, 32, "{s:?}\n{}", r.describe());
+    assert_no_shim_complaints(&r);
+    let sb = Sandbox::new("memory", DEVICE);
+    let r = run_within(&mut sb.app(["big-box", "--bytes", "16M"]), PATIENCE);
+    assert!(r.status.success() && r.stdout.contains("16777216 bytes checked"), "natively:\n{}", r.describe());
+}
+
+#[test]
 fn pointers_a_kernel_reads_from_a_module_global_are_brought_in() {
     // Two 2 MiB buffers reached only through a module global, and two 4 MiB ballasts used
     // before each gather: together they fill the 8 MiB limit, so unless the buffers count

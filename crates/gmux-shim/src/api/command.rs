@@ -257,32 +257,6 @@ pub fn synced_all(real: impl FnOnce() -> CUresult) -> CUresult {
     r
 }
 
-/// Source and destination device addresses of a `CUDA_MEMCPY2D`.
-///
-/// # Safety
-/// `c` points to a valid `CUDA_MEMCPY2D` (128 bytes).
-pub unsafe fn memcpy2d_ptrs(c: *const c_void) -> [CUdeviceptr; 2] {
-    let at = |off: usize| std::ptr::read_unaligned((c as *const u8).add(off) as *const u64);
-    let kind = |off: usize| std::ptr::read_unaligned((c as *const u8).add(off) as *const u32);
-    let dev = |kind_off: usize, ptr_off: usize| match kind(kind_off) {
-        CU_MEMORYTYPE_DEVICE | CU_MEMORYTYPE_UNIFIED => at(ptr_off),
-        _ => 0,
-    };
-    if c.is_null() {
-        return [0, 0];
-    }
-    [dev(16, 32), dev(72, 88)]
-}
-
-/// Device addresses of a `CUDA_MEMCPY3D`.
-///
-/// # Safety
-/// `c` is null or points to a valid `CUDA_MEMCPY3D`.
-pub unsafe fn memcpy3d_ptrs(c: *const CUDA_MEMCPY3D) -> Vec<CUdeviceptr> {
-    // SAFETY: per this function's contract.
-    unsafe { c.as_ref() }.map(crate::graph::memcpy3d_devices).unwrap_or_default()
-}
-
 /// The device byte ranges a memcpy node over a `CUDA_MEMCPY3D` needs mapped
 /// ([`crate::graph::memcpy_node_ranges`]).
 ///

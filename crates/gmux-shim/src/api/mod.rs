@@ -1,6 +1,7 @@
 //! Handlers of the entry points listed in [`crate::exports`].
 
 pub mod attr;
+pub mod boxcopy;
 pub mod command;
 pub mod graph;
 pub mod linear;

@@ -129,6 +129,7 @@ cuda_api! {
     mem_release = "cuMemRelease" / "cuMemRelease": fn(CUmemGenericAllocationHandle);
     mem_set_access = "cuMemSetAccess" / "cuMemSetAccess": fn(CUdeviceptr, usize, *const CUmemAccessDesc, usize);
     mem_address_free = "cuMemAddressFree" / "cuMemAddressFree": fn(CUdeviceptr, usize);
+    memcpy_3d = "cuMemcpy3D" / "cuMemcpy3D_v2": fn(*const CUDA_MEMCPY3D);
     memcpy_dtod = "cuMemcpyDtoD" / "cuMemcpyDtoD_v2": fn(CUdeviceptr, CUdeviceptr, usize);
     stream_begin_capture = "cuStreamBeginCapture" / "cuStreamBeginCapture_v2": fn(CUstream, c_uint);
     stream_end_capture = "cuStreamEndCapture" / "cuStreamEndCapture": fn(CUstream, *mut CUgraph);
@@ -519,6 +520,7 @@ fn main() {
         "graph-nodes" => graphs::nodes(&app, &opts),
         "app-vmm" => memory::app_vmm(&app, &opts),
         "big-copy" => memory::big_copy(&app, &opts),
+        "big-box" => memory::big_box(&app, &opts),
         "global-refs" => memory::global_refs(&app, &opts),
         other => fail(format!("unknown subcommand {other:?}")),
     };

@@ -8,6 +8,10 @@
 //! `big-copy`: two buffers of `--bytes`, an upload, a memset of the second half, a
 //! device-to-device copy and a download, each over the whole buffer, checked word by word.
 //!
+//! `big-box`: two buffers of `--bytes` seen as volumes of 4096-byte rows, 64 rows a
+//! slice; `cuMemcpy3D` copies the box of 4000 bytes x 64 rows x all slices from the first
+//! to the second, whose row tails must keep the zeros they were set to.
+//!
 //! `global-refs`: the addresses of `--buffers` buffers uploaded into a module global (as
 //! `cudaMemcpyToSymbol` does), then `--rounds` rounds of a kernel over each of two ballast
 //! buffers of `--ballast` bytes (together enough to push the buffers out of the limit)
@@ -91,6 +95,47 @@ pub fn big_copy(app: &App, o: &Opts) -> bool {
         }
         None => {
             println!("big-copy: {bytes} bytes checked");
+            true
+        }
+    }
+}
+
+pub fn big_box(app: &App, o: &Opts) -> bool {
+    const PITCH: usize = 4096;
+    const WIDTH: usize = 4000;
+    const ROWS: usize = 64;
+    let bytes = o.bytes("bytes", 16 << 20) as usize;
+    let words = bytes / 4;
+    let (a, b) = (app.alloc(bytes), app.alloc(bytes));
+    let model: Vec<u32> = (0..words as u32).map(|j| j.wrapping_mul(2_654_435_761) | 1).collect();
+    app.htod(a, &model);
+    check(unsafe { (app.cu.memset_d32)(b, 0, words) }, "cuMemsetD32");
+    let c = CUDA_MEMCPY3D {
+        src_memory_type: CU_MEMORYTYPE_DEVICE,
+        src_device: a,
+        src_pitch: PITCH,
+        src_height: ROWS,
+        dst_memory_type: CU_MEMORYTYPE_DEVICE,
+        dst_device: b,
+        dst_pitch: PITCH,
+        dst_height: ROWS,
+        width_in_bytes: WIDTH,
+        height: ROWS,
+        depth: bytes / (PITCH * ROWS),
+        ..Default::default()
+    };
+    check(unsafe { (app.cu.memcpy_3d)(&c) }, "cuMemcpy3D");
+    let got = app.dtoh(b, words);
+    app.free(a);
+    app.free(b);
+    let want = |j: usize| if (j * 4) % PITCH < WIDTH { model[j] } else { 0 };
+    match (0..words).find(|&j| got[j] != want(j)) {
+        Some(j) => {
+            eprintln!("standin_app: big-box: word {j} is {:#x} where {:#x} was expected", got[j], want(j));
+            false
+        }
+        None => {
+            println!("big-box: {bytes} bytes checked");
             true
         }
     }
