@@ -89,7 +89,8 @@ fn boxed(real: impl FnOnce() -> CUresult, c: CUDA_MEMCPY3D, stream: CUstream, pt
     let on = crate::inflight::default_stream(if sync { std::ptr::null_mut() } else { stream }, ptsz);
     let pieces = sub_boxes(&c, piece);
     crate::log!(Debug, "a box copy of {} bytes streamed in {} pieces", ranges.iter().map(|r| r.1).max().unwrap_or(0), pieces.len());
-    for (i, b) in pieces.iter().enumerate() {
+    for (i, b) in pieces.iter().map(rebased).enumerate() {
+        let b = &b;
         let touched = memcpy3d_ranges(b);
         let spans = |st: &mut crate::state::Shim| WorkingSet::Spans(st.spans_over(&touched));
         let issue = || crate::real!(cuMemcpy3DAsync_v2(b as *const CUDA_MEMCPY3D, on));
@@ -104,6 +105,23 @@ fn boxed(real: impl FnOnce() -> CUresult, c: CUDA_MEMCPY3D, stream: CUstream, pt
     } else {
         CUDA_SUCCESS
     }
+}
+
+/// The same copy with each device side's offsets folded into its address: the driver
+/// checks that a side's address is mapped, and a piece maps only the bytes it touches.
+fn rebased(c: &CUDA_MEMCPY3D) -> CUDA_MEMCPY3D {
+    let mut c = *c;
+    let (w, rows) = (c.width_in_bytes, c.height.max(1));
+    let first = |x: usize, y: usize, z: usize, pitch: usize, height: usize| ((z * height.max(rows) + y) * pitch.max(w) + x) as u64;
+    if matches!(c.src_memory_type, CU_MEMORYTYPE_DEVICE | CU_MEMORYTYPE_UNIFIED) {
+        c.src_device += first(c.src_x_in_bytes, c.src_y, c.src_z, c.src_pitch, c.src_height);
+        (c.src_x_in_bytes, c.src_y, c.src_z) = (0, 0, 0);
+    }
+    if matches!(c.dst_memory_type, CU_MEMORYTYPE_DEVICE | CU_MEMORYTYPE_UNIFIED) {
+        c.dst_device += first(c.dst_x_in_bytes, c.dst_y, c.dst_z, c.dst_pitch, c.dst_height);
+        (c.dst_x_in_bytes, c.dst_y, c.dst_z) = (0, 0, 0);
+    }
+    c
 }
 
 /// Cuts a box copy into sub-boxes whose device sides each span at most `budget` bytes
@@ -208,6 +226,16 @@ mod tests {
         assert_eq!((c.dst_x_in_bytes, c.dst_y, c.dst_memory_type, c.dst_host as usize, c.dst_pitch), (5, 6, CU_MEMORYTYPE_HOST, 0x7000, 256));
         assert_eq!((c.width_in_bytes, c.height, c.depth), (200, 9, 1));
         assert_eq!(memcpy3d_ranges(&c), vec![(0x1000_0000 + 4 * 512 + 3, 8 * 512 + 200)]);
+    }
+
+    #[test]
+    fn a_piece_names_its_first_device_byte() {
+        let mut c = volume(100, 4, 2, 256);
+        (c.src_x_in_bytes, c.src_y, c.src_z, c.dst_y) = (8, 1, 1, 3);
+        let r = rebased(&c);
+        assert_eq!((r.src_device, r.src_x_in_bytes, r.src_y, r.src_z), (0x1000_0000 + (4 + 1) * 256 + 8, 0, 0, 0));
+        assert_eq!((r.dst_host, r.dst_y), (c.dst_host, 3), "a host side keeps its offsets");
+        assert_eq!(memcpy3d_ranges(&r)[0], memcpy3d_ranges(&c)[0], "the same bytes");
     }
 
     #[test]
