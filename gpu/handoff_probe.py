@@ -1,5 +1,5 @@
 """Whether memory handed between processes as a shareable handle skips the driver's
-clearing (issue 4's switch bound), measured without gmux.
+clearing, measured without gmux.
 
     handoff_probe.py [--gib 2] [--piece-mib 2]
 

@@ -1,4 +1,4 @@
-"""What the PCIe link and the driver allow, measured without gmux (issue 4's bounds).
+"""What the PCIe link and the driver allow, measured without gmux.
 
     link_probe.py copies [--gib 4]   host<->device copy rates: one direction, both
                                      directions in one process, and one direction in each

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Multi-tenant checks of gmuxd on a GPU (issue 4), run through the device tool after
+# Multi-tenant checks of gmuxd on a GPU, run through the device tool after
 # scripts/gpu-pack.sh (carry .gpu-bin):
 #
 #   bash scripts/gpu-tenants.sh [integrity] [kill]

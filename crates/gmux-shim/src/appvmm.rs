@@ -4,14 +4,19 @@
 //! A physical allocation the application creates on this device becomes a handle of
 //! gmux's: it holds no memory. Mapping it makes its address range gmux memory like any
 //! allocation (counted against the limit, backed on first use, evicted under pressure);
-//! setting access is gmux's business; unmapping frees that memory. A handle that was
-//! mapped once is not mapped again (gmux does not keep its contents after the unmap), and
-//! none is exported to another process (PyTorch asks for exportable handles but exports
-//! one only to share it): both are refused by name. Allocations gmux does
-//! not virtualize (host memory, another device) go to the driver untouched.
+//! setting access is gmux's business. Mapping a handle again while it is mapped makes
+//! the new range an alias of the same memory ([`crate::backend`] maps it at both);
+//! unmapping the last mapping frees the memory. A handle is not mapped again after that
+//! (gmux does not keep its contents once unmapped), and none is exported to another
+//! process (PyTorch asks for exportable handles but exports one only to share it): both
+//! are refused by name. Allocations gmux does not virtualize (host memory, another
+//! device) go to the driver untouched.
 
+use crate::backend::Span;
 use crate::cuda::*;
-use crate::state::Shim;
+use crate::driver::check;
+use crate::state::{Shim, ShimError};
+use crate::vmem::Region;
 use gmux_core::CHUNK_BYTES;
 use std::collections::HashMap;
 
@@ -25,8 +30,8 @@ struct Handle {
     prop: CUmemAllocationProp,
     /// `cuMemCreate` and each `cuMemRetainAllocationHandle`, less each `cuMemRelease`.
     refs: u32,
-    /// Where it is mapped now.
-    mapped_at: Option<CUdeviceptr>,
+    /// Where it is mapped now, first mapping first.
+    mapped_at: Vec<CUdeviceptr>,
     /// It has been mapped before (its contents are gone after the unmap).
     was_mapped: bool,
 }
@@ -38,6 +43,15 @@ pub struct AppHandles {
     handles: HashMap<u64, Handle>,
     /// Mapped ranges: base address → handle.
     mappings: HashMap<CUdeviceptr, u64>,
+}
+
+/// What a `cuMemMap` of a handle makes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Mapping {
+    /// The handle's first mapping: new gmux memory of this many bytes.
+    New(u64),
+    /// Another address of the memory mapped at this one.
+    Alias(CUdeviceptr),
 }
 
 /// Why an application's VMM call is refused.
@@ -67,7 +81,7 @@ impl AppHandles {
         }
         self.next += 1;
         let h = TAG | self.next;
-        self.handles.insert(h, Handle { bytes, prop: *prop, refs: 1, mapped_at: None, was_mapped: false });
+        self.handles.insert(h, Handle { bytes, prop: *prop, refs: 1, mapped_at: Vec::new(), was_mapped: false });
         Ok(Some(h))
     }
 
@@ -88,18 +102,18 @@ impl AppHandles {
     pub fn release(&mut self, h: u64) -> Result<(), Refusal> {
         let x = self.handles.get_mut(&h).ok_or(Refusal::Invalid(CUDA_ERROR_INVALID_VALUE))?;
         x.refs = x.refs.saturating_sub(1);
-        if x.refs == 0 && x.mapped_at.is_none() {
+        if x.refs == 0 && x.mapped_at.is_empty() {
             self.handles.remove(&h);
         }
         Ok(())
     }
 
-    /// Checks a `cuMemMap` of `h` at `ptr`, whole; the caller backs the range, then calls
-    /// [`AppHandles::mapped`]. Returns the bytes to back.
-    pub fn check_map(&self, ptr: CUdeviceptr, size: u64, offset: u64, h: u64) -> Result<u64, Refusal> {
+    /// Checks a `cuMemMap` of `h` at `ptr`, whole; the caller backs the range or maps the
+    /// alias, then calls [`AppHandles::mapped`].
+    pub fn check_map(&self, ptr: CUdeviceptr, size: u64, offset: u64, h: u64) -> Result<Mapping, Refusal> {
         let x = self.handles.get(&h).ok_or(Refusal::Invalid(CUDA_ERROR_INVALID_HANDLE))?;
-        if x.mapped_at.is_some() || x.was_mapped {
-            return Err(Refusal::Unsupported("cuMemMap", "mapping a physical allocation a second time (aliasing, or again after cuMemUnmap): gmux does not keep one allocation's memory at two addresses".into()));
+        if x.mapped_at.is_empty() && x.was_mapped {
+            return Err(Refusal::Unsupported("cuMemMap", "mapping a physical allocation again after its last cuMemUnmap: gmux does not keep an allocation's contents once it is unmapped everywhere; create a new one".into()));
         }
         if offset != 0 || size != x.bytes {
             return Err(Refusal::Unsupported("cuMemMap", format!("mapping part of a physical allocation (offset {offset}, {size} of {} bytes): gmux maps whole allocations", x.bytes)));
@@ -107,16 +121,22 @@ impl AppHandles {
         if !ptr.is_multiple_of(CHUNK_BYTES) {
             return Err(Refusal::Invalid(CUDA_ERROR_INVALID_VALUE));
         }
-        Ok(x.bytes)
+        Ok(x.mapped_at.first().map_or(Mapping::New(x.bytes), |at| Mapping::Alias(*at)))
     }
 
     /// Records that `h` is now mapped at `ptr`.
     pub fn mapped(&mut self, ptr: CUdeviceptr, h: u64) {
         if let Some(x) = self.handles.get_mut(&h) {
-            x.mapped_at = Some(ptr);
+            x.mapped_at.push(ptr);
             x.was_mapped = true;
             self.mappings.insert(ptr, h);
         }
+    }
+
+    /// Another mapping of the handle mapped at `base`, if it has one.
+    pub fn other_mapping(&self, base: CUdeviceptr) -> Option<CUdeviceptr> {
+        let x = self.handles.get(self.mappings.get(&base)?)?;
+        x.mapped_at.iter().copied().find(|at| *at != base)
     }
 
     /// The mappings of gmux's handles that start in `[ptr, ptr + size)`.
@@ -130,8 +150,8 @@ impl AppHandles {
     pub fn unmapped(&mut self, base: CUdeviceptr) {
         let Some(h) = self.mappings.remove(&base) else { return };
         if let Some(x) = self.handles.get_mut(&h) {
-            x.mapped_at = None;
-            if x.refs == 0 {
+            x.mapped_at.retain(|at| *at != base);
+            if x.refs == 0 && x.mapped_at.is_empty() {
                 self.handles.remove(&h);
             }
         }
@@ -149,26 +169,70 @@ impl AppHandles {
 }
 
 impl Shim {
-    /// Backs the application's mapping of `h` at `ptr`.
-    pub fn map_app(&mut self, ptr: CUdeviceptr, size: u64, offset: u64, h: u64) -> Result<(), Refusal> {
-        let bytes = self.app_vmm.check_map(ptr, size, offset, h)?;
-        if ptr.checked_add(bytes).is_none() || self.vmem.overlapping(ptr, bytes).next().is_some() {
+    /// Backs the application's mapping of `h` at `ptr`, or maps it as an alias of the
+    /// handle's memory where it is mapped already. Returns whether the memory is new.
+    pub fn map_app(&mut self, ptr: CUdeviceptr, size: u64, offset: u64, h: u64) -> Result<bool, Refusal> {
+        let mapping = self.app_vmm.check_map(ptr, size, offset, h)?;
+        if ptr.checked_add(size).is_none() || self.vmem.overlapping(ptr, size).next().is_some() {
             return Err(Refusal::Invalid(CUDA_ERROR_INVALID_VALUE));
         }
-        self.back(ptr, bytes, true).map_err(|_| Refusal::Invalid(CUDA_ERROR_OUT_OF_MEMORY))?;
+        match mapping {
+            Mapping::New(bytes) => {
+                self.back(ptr, bytes, true).map_err(|_| Refusal::Invalid(CUDA_ERROR_OUT_OF_MEMORY))?;
+            }
+            Mapping::Alias(of) => self.alias(ptr, of).map_err(|_| Refusal::Invalid(CUDA_ERROR_OUT_OF_MEMORY))?,
+        }
         self.app_vmm.mapped(ptr, h);
+        Ok(matches!(mapping, Mapping::New(_)))
+    }
+
+    /// Unmaps the application's mappings in `[ptr, ptr + size)`: the memory of one that is
+    /// not mapped elsewhere is freed once no released command uses it. Returns the base
+    /// addresses unmapped, each with where its memory lives on (`None`: freed).
+    pub fn unmap_app(&mut self, ptr: CUdeviceptr, size: u64) -> Result<Vec<(CUdeviceptr, Option<CUdeviceptr>)>, ShimError> {
+        let bases = self.app_vmm.mapped_in(ptr, size);
+        let mut out = Vec::new();
+        for b in bases {
+            let other = self.app_vmm.other_mapping(b);
+            match other {
+                Some(o) => self.unalias(b, o)?,
+                None => self.free(b)?,
+            }
+            self.app_vmm.unmapped(b);
+            out.push((b, other));
+        }
+        Ok(out)
+    }
+
+    /// Maps the allocation whose mapping starts at `of` at `ptr` too.
+    fn alias(&mut self, ptr: CUdeviceptr, of: CUdeviceptr) -> Result<(), ShimError> {
+        let r = *self.vmem.find(of).filter(|r| r.base == of).ok_or(ShimError::Invalid(CUDA_ERROR_INVALID_VALUE))?;
+        let a = self.mem.alloc(r.alloc).map_err(|_| ShimError::Invalid(CUDA_ERROR_INVALID_VALUE))?;
+        let span = Span { first: a.first, count: a.count };
+        self.dev.flush()?;
+        self.dev.alias(span, ptr)?;
+        self.vmem.insert(Region { base: ptr, alias: true, ..r });
         Ok(())
     }
 
-    /// Unmaps the application's mappings in `[ptr, ptr + size)`: their memory is freed
-    /// once no released command uses it. Returns the mappings' base addresses.
-    pub fn unmap_app(&mut self, ptr: CUdeviceptr, size: u64) -> Result<Vec<CUdeviceptr>, crate::state::ShimError> {
-        let bases = self.app_vmm.mapped_in(ptr, size);
-        for b in &bases {
-            self.free(*b)?;
-            self.app_vmm.unmapped(*b);
+    /// Removes the mapping at `base` of an allocation mapped at `other` too, once nothing
+    /// uses it; if `base` was the allocation's own address, `other` becomes it.
+    fn unalias(&mut self, base: CUdeviceptr, other: CUdeviceptr) -> Result<(), ShimError> {
+        let r = *self.vmem.find(base).filter(|r| r.base == base).ok_or(ShimError::Invalid(CUDA_ERROR_INVALID_VALUE))?;
+        if let Some(ev) = self.inflight.busy(r.alloc) {
+            check(crate::real!(cuEventSynchronize(ev)), "cuEventSynchronize")?;
         }
-        Ok(bases)
+        self.dev.flush()?;
+        self.dev.synchronize()?;
+        let a = self.mem.alloc(r.alloc).expect("region has an allocation");
+        let span = Span { first: a.first, count: a.count };
+        if !r.alias {
+            self.dev.rehome(span, other);
+            self.vmem.promote(other);
+        }
+        self.dev.unalias(span, base)?;
+        self.vmem.remove(base);
+        Ok(())
     }
 }
 
@@ -197,16 +261,30 @@ mod tests {
         let mut a = AppHandles::default();
         let h = a.create(4 << 20, &device(0), 0).unwrap().unwrap();
         assert!(matches!(a.check_map(0x2000_0000, 2 << 20, 0, h), Err(Refusal::Unsupported("cuMemMap", _))));
-        assert_eq!(a.check_map(0x2000_0000, 4 << 20, 0, h), Ok(4 << 20));
+        assert_eq!(a.check_map(0x2000_0000, 4 << 20, 0, h), Ok(Mapping::New(4 << 20)));
         a.mapped(0x2000_0000, h);
         assert_eq!(a.retain(0x2000_0000), Some(h));
-        assert!(matches!(a.check_map(0x4000_0000, 4 << 20, 0, h), Err(Refusal::Unsupported(..))), "aliasing");
+        assert_eq!(a.check_map(0x4000_0000, 4 << 20, 0, h), Ok(Mapping::Alias(0x2000_0000)), "a second mapping aliases the first");
+        a.mapped(0x4000_0000, h);
+        assert_eq!(a.other_mapping(0x2000_0000), Some(0x4000_0000));
         a.release(h).unwrap();
         a.release(h).unwrap();
         assert_eq!(a.len(), 1, "released while mapped: alive until unmapped");
         assert_eq!(a.mapped_in(0x1000_0000, 0x2000_0000), vec![0x2000_0000]);
         a.unmapped(0x2000_0000);
+        assert_eq!(a.len(), 1, "still mapped at the alias");
+        assert_eq!(a.other_mapping(0x4000_0000), None);
+        a.unmapped(0x4000_0000);
         assert!(a.is_empty());
         assert_eq!(a.release(h), Err(Refusal::Invalid(CUDA_ERROR_INVALID_VALUE)));
+    }
+
+    #[test]
+    fn a_handle_is_not_mapped_again_once_unmapped_everywhere() {
+        let mut a = AppHandles::default();
+        let h = a.create(2 << 20, &device(0), 0).unwrap().unwrap();
+        a.mapped(0x2000_0000, h);
+        a.unmapped(0x2000_0000);
+        assert!(matches!(a.check_map(0x2000_0000, 2 << 20, 0, h), Err(Refusal::Unsupported("cuMemMap", _))), "its contents are gone");
     }
 }

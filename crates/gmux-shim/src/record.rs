@@ -162,6 +162,17 @@ pub fn free(base: CUdeviceptr) {
     }
 }
 
+/// Records that the allocation at `from` is now known by its alias at `to` (the
+/// application unmapped `from` and keeps the memory mapped at `to`).
+pub fn moved(from: CUdeviceptr, to: CUdeviceptr) {
+    if let Some(rec) = recorder() {
+        let mut r = lock(rec);
+        if let Some(a) = r.by_base.remove(&from) {
+            r.by_base.insert(to, a);
+        }
+    }
+}
+
 /// At exit: waits for every duration and writes everything (not in a forked child).
 pub fn finish() {
     let Some(rec) = RECORDER.get().and_then(Option::as_ref) else { return };

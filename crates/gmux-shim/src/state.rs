@@ -295,7 +295,7 @@ impl Shim {
         let a = self.mem.alloc(id).expect("just allocated").clone();
         let reserved = a.count as u64 * CHUNK_BYTES;
         self.dev.register(a.first, a.count, base);
-        self.vmem.insert(Region { base, bytes, reserved, alloc: id, app });
+        self.vmem.insert(Region { base, bytes, reserved, alloc: id, app, alias: false });
         self.missing.insert(id, a.count);
         self.stats.peak_allocated = self.stats.peak_allocated.max(self.allocated());
         Ok(id)

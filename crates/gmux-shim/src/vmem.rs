@@ -19,6 +19,9 @@ pub struct Region {
     /// The application reserved the range (its own VMM mapping, [`crate::appvmm`]): gmux
     /// backs it but never frees the addresses.
     pub app: bool,
+    /// A second address of an allocation mapped elsewhere too (the application mapped one
+    /// physical allocation twice): its bytes count once, at the allocation's own region.
+    pub alias: bool,
 }
 
 /// Address ranges of live allocations.
@@ -29,17 +32,31 @@ pub struct Vmem {
 }
 
 impl Vmem {
-    /// Adds a region.
+    /// Adds a region; an alias leaves its allocation's own region as it is.
     pub fn insert(&mut self, r: Region) {
-        self.by_alloc.insert(r.alloc, r.base);
+        if !r.alias {
+            self.by_alloc.insert(r.alloc, r.base);
+        }
         self.by_base.insert(r.base, r);
     }
 
     /// Removes the region that starts at `base`.
     pub fn remove(&mut self, base: CUdeviceptr) -> Option<Region> {
         let r = self.by_base.remove(&base)?;
-        self.by_alloc.remove(&r.alloc);
+        if !r.alias {
+            self.by_alloc.remove(&r.alloc);
+        }
         Some(r)
+    }
+
+    /// Makes the alias at `base` its allocation's own region, in place of the one there.
+    pub fn promote(&mut self, base: CUdeviceptr) {
+        let Some(r) = self.by_base.get_mut(&base) else { return };
+        let old = self.by_alloc.insert(r.alloc, base);
+        r.alias = false;
+        if let Some(o) = old.and_then(|b| self.by_base.get_mut(&b)).filter(|o| o.base != base) {
+            o.alias = true;
+        }
     }
 
     /// The region holding address `ptr` (anywhere in its reserved range).
@@ -83,14 +100,14 @@ impl Vmem {
         run
     }
 
-    /// Live regions.
+    /// Live allocations' own regions (aliases left out).
     pub fn regions(&self) -> impl Iterator<Item = &Region> {
-        self.by_base.values()
+        self.by_base.values().filter(|r| !r.alias)
     }
 
-    /// Bytes the application asked for, all regions.
+    /// Bytes the application asked for, all allocations.
     pub fn allocated(&self) -> u64 {
-        self.by_base.values().map(|r| r.bytes).sum()
+        self.regions().map(|r| r.bytes).sum()
     }
 }
 
@@ -101,8 +118,8 @@ mod tests {
     #[test]
     fn find_maps_interior_and_padding_addresses_to_their_region_only() {
         let mut v = Vmem::default();
-        v.insert(Region { base: 0x1000_0000, bytes: 3 << 20, reserved: 4 << 20, alloc: AllocId(0), app: false });
-        v.insert(Region { base: 0x2000_0000, bytes: 2 << 20, reserved: 2 << 20, alloc: AllocId(1), app: false });
+        v.insert(Region { base: 0x1000_0000, bytes: 3 << 20, reserved: 4 << 20, alloc: AllocId(0), app: false, alias: false });
+        v.insert(Region { base: 0x2000_0000, bytes: 2 << 20, reserved: 2 << 20, alloc: AllocId(1), app: false, alias: false });
         assert_eq!(v.find(0x1000_0000).map(|r| r.alloc), Some(AllocId(0)));
         assert_eq!(v.find(0x1000_0000 + (4 << 20) - 1).map(|r| r.alloc), Some(AllocId(0)));
         assert_eq!(v.find(0x1000_0000 + (4 << 20)), None);
@@ -117,12 +134,12 @@ mod tests {
     #[test]
     fn an_application_mapping_extends_to_the_mappings_back_to_back_with_it() {
         let mut v = Vmem::default();
-        let app = |base: u64, alloc: u32| Region { base, bytes: 2 << 20, reserved: 2 << 20, alloc: AllocId(alloc), app: true };
+        let app = |base: u64, alloc: u32| Region { base, bytes: 2 << 20, reserved: 2 << 20, alloc: AllocId(alloc), app: true, alias: false };
         // Three mappings back to back, a gap, one more; and gmux's own allocation after it.
         for (k, base) in [0x1000_0000u64, 0x1020_0000, 0x1040_0000, 0x1080_0000].into_iter().enumerate() {
             v.insert(app(base, k as u32));
         }
-        v.insert(Region { base: 0x10a0_0000, bytes: 2 << 20, reserved: 2 << 20, alloc: AllocId(9), app: false });
+        v.insert(Region { base: 0x10a0_0000, bytes: 2 << 20, reserved: 2 << 20, alloc: AllocId(9), app: false, alias: false });
         let ids = |rs: Vec<&Region>| rs.iter().map(|r| r.alloc.0).collect::<Vec<_>>();
         assert_eq!(ids(v.extent_of(0x1000_0000)), vec![0, 1, 2]);
         assert_eq!(ids(v.extent_of(0x1020_0010)), vec![0, 1, 2]);
@@ -132,5 +149,26 @@ mod tests {
         assert!(v.extent_of(0x1060_0000).is_empty());
         let over: Vec<u32> = v.overlapping(0x1030_0000, 6 << 20).map(|r| r.alloc.0).collect();
         assert_eq!(over, vec![1, 2, 3], "a copy's byte range meets exactly the regions it crosses");
+    }
+
+    #[test]
+    fn an_alias_finds_its_allocation_and_counts_once_until_promoted() {
+        let mut v = Vmem::default();
+        let own = Region { base: 0x1000_0000, bytes: 4 << 20, reserved: 4 << 20, alloc: AllocId(3), app: true, alias: false };
+        v.insert(own);
+        v.insert(Region { base: 0x3000_0000, alias: true, ..own });
+        assert_eq!(v.find(0x3000_0010).map(|r| (r.alloc, r.base)), Some((AllocId(3), 0x3000_0000)));
+        assert_eq!(v.of(AllocId(3)).map(|r| r.base), Some(0x1000_0000));
+        assert_eq!(v.allocated(), 4 << 20, "an alias adds no bytes");
+        assert_eq!(v.regions().count(), 1);
+        v.promote(0x3000_0000);
+        assert_eq!(v.of(AllocId(3)).map(|r| r.base), Some(0x3000_0000));
+        assert!(v.find(0x1000_0000).is_some_and(|r| r.alias), "the old region is now the alias");
+        v.remove(0x1000_0000);
+        assert_eq!(v.of(AllocId(3)).map(|r| r.base), Some(0x3000_0000), "removing an alias keeps the allocation's region");
+        assert_eq!(v.allocated(), 4 << 20);
+        v.remove(0x3000_0000);
+        assert!(v.of(AllocId(3)).is_none());
+        assert_eq!(v.allocated(), 0);
     }
 }

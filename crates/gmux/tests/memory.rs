@@ -45,6 +45,30 @@ fn the_programs_own_vmm_allocations_work_natively() {
 }
 
 #[test]
+fn a_physical_allocation_mapped_twice_shows_one_memory_at_both_addresses() {
+    // Three 2 MiB handles mapped twice, and a 6 MiB ballast under an 8 MiB limit: the
+    // ballast's kernel pushes the handles out, and they come back at both addresses.
+    for unmap in ["deferred", "strict"] {
+        let sb = Sandbox::new("memory", DEVICE);
+        let mut cmd = sb.gmux(Some("8M"), ["app-alias", "--handles", "3", "--bytes", "2M", "--ballast", "6M"]);
+        let r = run_within(cmd.env("GMUX_UNMAP", unmap), PATIENCE);
+        assert!(r.status.success() && r.stdout.contains("app-alias: 3 handles checked"), "GMUX_UNMAP={unmap}: {}", r.describe());
+        assert_eq!(peak_allocated(&r), (12 * MIB) as f64, "the handles count once, not once per address:\n{}", r.describe());
+        let s = summary(&r);
+        assert!(s.peak_resident <= (8 * MIB) as f64, "{s:?}");
+        assert!(s.evicted >= 3 && s.populated >= 3, "the ballast pushed the handles out and they came back: {s:?}");
+        assert_no_shim_complaints(&r);
+    }
+}
+
+#[test]
+fn a_physical_allocation_mapped_twice_works_natively() {
+    let sb = Sandbox::new("memory", DEVICE);
+    let r = run_within(&mut sb.app(["app-alias", "--handles", "3", "--bytes", "2M", "--ballast", "6M"]), PATIENCE);
+    assert!(r.status.success() && r.stdout.contains("3 handles checked"), "{}", r.describe());
+}
+
+#[test]
 fn copies_and_memsets_larger_than_the_limit_stream_through_it() {
     // Two 20 MiB buffers under 8 MiB: an upload, a memset, a device copy and a download,
     // each over a whole buffer.

@@ -58,8 +58,10 @@ pub fn map(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr, size: usize, offse
     let mut g = existing();
     let Some(st) = g.as_mut() else { return CUDA_ERROR_INVALID_HANDLE };
     match st.map_app(ptr, size as u64, offset as u64, h) {
-        Ok(()) => {
-            crate::record::alloc(g.as_ref(), ptr);
+        Ok(new) => {
+            if new {
+                crate::record::alloc(g.as_ref(), ptr);
+            }
             CUDA_SUCCESS
         }
         Err(r) => refused(r),
@@ -80,7 +82,12 @@ pub fn unmap(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr, size: usize) -> 
             real()
         }
         Ok(bases) => {
-            bases.into_iter().for_each(crate::record::free);
+            for (base, lives_at) in bases {
+                match lives_at {
+                    Some(to) => crate::record::moved(base, to),
+                    None => crate::record::free(base),
+                }
+            }
             CUDA_SUCCESS
         }
         Err(e) => super::report(e, "cuMemUnmap"),

@@ -519,6 +519,7 @@ fn main() {
         "graph-temp" => graphs::temporary(&app, &opts),
         "graph-nodes" => graphs::nodes(&app, &opts),
         "app-vmm" => memory::app_vmm(&app, &opts),
+        "app-alias" => memory::app_alias(&app, &opts),
         "big-copy" => memory::big_copy(&app, &opts),
         "big-box" => memory::big_box(&app, &opts),
         "global-refs" => memory::global_refs(&app, &opts),

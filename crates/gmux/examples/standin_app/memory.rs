@@ -5,6 +5,14 @@
 //! handle's address must still be possible with a new handle. Prints `app-vmm: N handles
 //! checked`.
 //!
+//! `app-alias`: `--handles` physical allocations of `--bytes` mapped back to back and
+//! filled, then mapped again in reverse order further on (one physical allocation at two
+//! addresses). Kernels add through the second mapping, with a kernel over a ballast
+//! buffer of `--ballast` bytes between them to push the handles out of the limit, and the
+//! first mapping must show every sum; then the first mapping is unmapped and the handles
+//! released, and the memory lives on through the second. Prints `app-alias: N handles
+//! checked`.
+//!
 //! `big-copy`: two buffers of `--bytes`, an upload, a memset of the second half, a
 //! device-to-device copy and a download, each over the whole buffer, checked word by word.
 //!
@@ -71,6 +79,71 @@ pub fn app_vmm(app: &App, o: &Opts) -> bool {
         return false;
     }
     println!("app-vmm: {handles} handles checked");
+    true
+}
+
+pub fn app_alias(app: &App, o: &Opts) -> bool {
+    let cu = &app.cu;
+    let handles = o.num("handles", 3) as usize;
+    let bytes = o.bytes("bytes", 2 << 20) as usize;
+    let ballast_bytes = o.bytes("ballast", 6 << 20) as usize;
+    let words = bytes / 4;
+    let s = app.stream(0);
+    let total = handles * bytes;
+    // The second mapping leaves a gap after the first, so that the two are not one run.
+    let mut va = 0;
+    check(unsafe { (cu.mem_address_reserve)(&mut va, 2 * total + bytes, 2 << 20, 0, 0) }, "cuMemAddressReserve");
+    let second = va + (total + bytes) as u64;
+    let at = |base: u64, i: usize| base + (i * bytes) as u64;
+    let mut hs = Vec::new();
+    for i in 0..handles {
+        let mut h = 0;
+        check(unsafe { (cu.mem_create)(&mut h, bytes, &CUmemAllocationProp::device(0), 0) }, "cuMemCreate");
+        check(unsafe { (cu.mem_map)(at(va, i), bytes, 0, h, 0) }, "cuMemMap");
+        check(unsafe { (cu.mem_set_access)(at(va, i), bytes, &access(0), 1) }, "cuMemSetAccess");
+        app.htod(at(va, i), &(0..words as u32).map(|j| (i as u32) << 24 | j).collect::<Vec<_>>());
+        hs.push(h);
+    }
+    // Piece i of the second mapping is handle `handles - 1 - i`.
+    for i in 0..handles {
+        check(unsafe { (cu.mem_map)(at(second, i), bytes, 0, hs[handles - 1 - i], 0) }, "cuMemMap");
+    }
+    check(unsafe { (cu.mem_set_access)(second, total, &access(0), 1) }, "cuMemSetAccess");
+    let ballast = app.alloc(ballast_bytes);
+    let push_out = || app.add(s, ballast, (ballast_bytes / 4) as u64, 1);
+    let add_through_second = |v: u32| (0..handles).for_each(|i| app.add(s, at(second, i), words as u64, v + i as u32));
+    add_through_second(1);
+    push_out();
+    add_through_second(10);
+    app.sync(s);
+    // Handle k got 1 + i and 10 + i through piece i = handles - 1 - k.
+    let want = |k: usize, j: usize, extra: u32| ((k as u32) << 24 | j as u32) + 11 + 2 * (handles - 1 - k) as u32 + extra;
+    let mismatch = |what: &str, base: u64, piece_is_handle: &dyn Fn(usize) -> usize, extra: u32| {
+        (0..handles).find_map(|i| {
+            let (k, got) = (piece_is_handle(i), app.dtoh(at(base, i), words));
+            (0..words).find(|&j| got[j] != want(k, j, extra)).map(|j| format!("{what}: piece {i} word {j} is {:#x} where {:#x} was expected", got[j], want(k, j, extra)))
+        })
+    };
+    if let Some(m) = mismatch("first mapping", va, &|i| i, 0) {
+        eprintln!("standin_app: app-alias: {m}");
+        return false;
+    }
+    check(unsafe { (cu.mem_unmap)(va, total) }, "cuMemUnmap");
+    for h in &hs {
+        check(unsafe { (cu.mem_release)(*h) }, "cuMemRelease");
+    }
+    push_out();
+    (0..handles).for_each(|i| app.add(s, at(second, i), words as u64, 100));
+    app.sync(s);
+    let found = mismatch("second mapping alone", second, &|i| handles - 1 - i, 100);
+    check(unsafe { (cu.mem_unmap)(second, total) }, "cuMemUnmap");
+    check(unsafe { (cu.mem_address_free)(va, 2 * total + bytes) }, "cuMemAddressFree");
+    app.free(ballast);
+    if let Some(m) = found {
+        eprintln!("standin_app: app-alias: {m}");
+        return false;
+    }
+    println!("app-alias: {handles} handles checked");
     true
 }
 

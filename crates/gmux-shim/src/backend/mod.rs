@@ -29,6 +29,9 @@ use gmux_core::{ChunkId, Tier, CHUNK_BYTES};
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
 
+mod alias;
+pub use alias::Span;
+
 const CHUNK: usize = CHUNK_BYTES as usize;
 
 /// Most chunks merged into one copy (32 MiB): large copies run near link speed, and the
@@ -146,6 +149,9 @@ pub struct CudaDevice {
     mode: MoverMode,
     streams: [CUstream; 2],
     chunk_va: Vec<CUdeviceptr>,
+    /// A chunk's other addresses: where the application mapped its allocation again
+    /// ([`CudaDevice::alias`]). Its memory is mapped at each; copies use `chunk_va`.
+    aliases: HashMap<ChunkId, Vec<CUdeviceptr>>,
     /// Physical memory and length in chunks of each mapping, by its first chunk.
     mapped: HashMap<ChunkId, (u64, u32)>,
     pending_unmap: Vec<PendingUnmap>,
@@ -196,6 +202,7 @@ impl CudaDevice {
             mode,
             streams,
             chunk_va: Vec::new(),
+            aliases: HashMap::new(),
             mapped: HashMap::new(),
             pending_unmap: Vec::new(),
             pending_vas: HashSet::new(),
@@ -236,6 +243,7 @@ impl CudaDevice {
         if let Some(va) = self.chunk_va.get_mut(c.0 as usize) {
             *va = 0;
         }
+        self.aliases.remove(&c);
     }
 
     /// Makes the next flush's eviction copies wait for `after` (application work).
@@ -342,17 +350,20 @@ impl CudaDevice {
         let mut runs: Vec<(CUdeviceptr, usize)> = Vec::new();
         for op in ops {
             if let Op::Map(c, n, p) = *op {
-                let (va, bytes) = (self.va(c), n as usize * CHUNK);
-                for at in (va..va + bytes as u64).step_by(CHUNK) {
-                    if self.pending_vas.contains(&at) {
-                        self.settle_unmap(|u| u.holds(at))?;
-                    }
+                let bytes = n as usize * CHUNK;
+                for va in self.addresses(c) {
+                    self.settle_at(va, bytes)?;
+                    check(self.times.time(Call::Map, || crate::real!(cuMemMap(va, bytes, 0, p.0, 0))), "cuMemMap")?;
+                    runs.push((va, bytes));
                 }
-                check(self.times.time(Call::Map, || crate::real!(cuMemMap(va, bytes, 0, p.0, 0))), "cuMemMap")?;
                 self.mapped.insert(c, (p.0, n));
-                runs.push((va, bytes));
             }
         }
+        self.grant(runs)
+    }
+
+    /// Grants this device access to the mapped ranges `runs`, one call per contiguous run.
+    fn grant(&mut self, mut runs: Vec<(CUdeviceptr, usize)>) -> Result<(), CudaError> {
         runs.sort_unstable();
         let desc = CUmemAccessDesc {
             location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: self.ordinal },
@@ -360,6 +371,16 @@ impl CudaDevice {
         };
         for (va, len) in merge(runs) {
             check(self.times.time(Call::Access, || crate::real!(cuMemSetAccess(va, len, &desc, 1))), "cuMemSetAccess")?;
+        }
+        Ok(())
+    }
+
+    /// Finishes the pending unmaps of `bytes` from `va`, so that the range can be mapped.
+    fn settle_at(&mut self, va: CUdeviceptr, bytes: usize) -> Result<(), CudaError> {
+        for at in (va..va + bytes as u64).step_by(CHUNK) {
+            if self.pending_vas.contains(&at) {
+                self.settle_unmap(|u| u.holds(at))?;
+            }
         }
         Ok(())
     }
@@ -409,14 +430,17 @@ impl CudaDevice {
         }
         if !run.unmaps.is_empty() {
             let done = self.new_event(CopyStream::Evict)?;
-            self.event_refs.insert(done as usize, run.unmaps.len());
+            let mut unmaps = Vec::new();
             for (c, n) in run.unmaps.drain(..) {
                 let (phys, mapped_n) = self.mapped.remove(&c).expect("unmap of a mapping the mover made");
                 assert_eq!(n, mapped_n, "gmux: unmap of part of a mapping (chunk {})", c.0);
-                let (va, bytes) = (self.va(c), n as usize * CHUNK);
-                self.pending_unmap.push(PendingUnmap { va, bytes, phys, done });
-                self.pending_vas.extend((va..va + bytes as u64).step_by(CHUNK));
+                unmaps.extend(self.addresses(c).into_iter().map(|va| PendingUnmap { va, bytes: n as usize * CHUNK, phys, done }));
                 self.phys_free_after.insert(phys, done);
+            }
+            self.event_refs.insert(done as usize, unmaps.len());
+            for u in unmaps {
+                self.pending_vas.extend((u.va..u.va + u.bytes as u64).step_by(CHUNK));
+                self.pending_unmap.push(u);
             }
             if self.strict_unmap {
                 self.settle_unmap(|u| u.done == done)?;
@@ -551,6 +575,13 @@ impl CudaDevice {
             crate::real!(cuEventDestroy_v2(u.done));
         }
         Ok(())
+    }
+
+    /// Every address of chunk `c`: its own, then its aliases.
+    fn addresses(&self, c: ChunkId) -> Vec<CUdeviceptr> {
+        let mut v = vec![self.va(c)];
+        v.extend(self.aliases.get(&c).into_iter().flatten());
+        v
     }
 
     fn va(&self, c: ChunkId) -> CUdeviceptr {
