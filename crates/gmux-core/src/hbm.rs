@@ -60,7 +60,7 @@ pub fn divide(hbm: Option<u64>, claims: &[Claim]) -> Vec<u64> {
     let Some(hbm) = hbm else {
         return claims.iter().map(Claim::ceiling).collect();
     };
-    let mut left = hbm.saturating_sub(caps.iter().sum());
+    let mut left = hbm.saturating_sub(caps.iter().fold(0, |a, c| a.saturating_add(*c)));
     let mut order: Vec<usize> = (0..claims.len()).collect();
     order.sort_by_key(|&i| (claims[i].next_run, claims[i].id));
     let mut turns: Vec<u64> = claims.iter().map(|c| c.next_run).collect();
@@ -86,7 +86,7 @@ pub fn divide(hbm: Option<u64>, claims: &[Claim]) -> Vec<u64> {
 /// Whether every tenant's want fits at once: then all run concurrently and only
 /// priority gates them.
 pub fn all_fit(hbm: Option<u64>, claims: &[Claim]) -> bool {
-    hbm.is_none_or(|h| claims.iter().map(Claim::ceiling).sum::<u64>() <= h)
+    hbm.is_none_or(|h| claims.iter().map(Claim::ceiling).fold(0u64, u64::saturating_add) <= h)
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Ghost's per-tenant knobs (cgroup-like), by their names.
 
 use crate::error::CoreError;
-use crate::size::{parse_size, Nanos};
+use crate::size::{parse_size, Nanos, CHUNK_BYTES};
 use serde::{Deserialize, Serialize};
 
 /// A knob, named as in Ghost's `ggroup/` directory.
@@ -111,6 +111,9 @@ impl Limits {
             Knob::LimitHigh => {
                 let high = if v == "max" { None } else { Some(parse_limit(knob, v)?) };
                 if let Some(h) = high {
+                    if h < CHUNK_BYTES {
+                        return Err(bad(knob, v, "below one chunk (2M), the least a tenant holds to run anything; write at least 2M"));
+                    }
                     if h < self.low {
                         return Err(bad(knob, v, "below gmem.limit.low; lower gmem.limit.low first"));
                     }
@@ -194,6 +197,15 @@ mod tests {
         assert_eq!(l.low, 1 << 30);
         assert!(l.set(Knob::LimitLow, "9G").is_err(), "low above high accepted");
         assert!(l.set(Knob::LimitHigh, "512M").is_err(), "high below low accepted");
+        l.set(Knob::LimitLow, "0").unwrap();
+        for tiny in ["0", "1", "2097151", "1M"] {
+            assert!(l.set(Knob::LimitHigh, tiny).is_err(), "gmem.limit.high {tiny} accepted: below one chunk");
+        }
+        assert!(l.set(Knob::LimitHigh, "16777216T").is_err(), "a size past 64 bits accepted");
+        l.set(Knob::LimitHigh, "2M").unwrap();
+        l.set(Knob::LimitLow, "1G").unwrap_err();
+        l.set(Knob::LimitHigh, "8G").unwrap();
+        l.set(Knob::LimitLow, "1G").unwrap();
         l.set(Knob::Timeslice, "5ms").unwrap();
         assert_eq!(l.timeslice, 5_000_000);
         l.set(Knob::Timeslice, "250us").unwrap();

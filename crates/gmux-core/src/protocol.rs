@@ -4,12 +4,19 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Version of these messages. A `Hello` of another version is refused with a
+/// [`Refused`] that says so: a shim and a daemon of different builds never half-agree.
+pub const PROTOCOL: u32 = 1;
+
 /// Shim → daemon.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum FromShim {
     /// First message: joins (or creates) tenant `tenant`. The pid comes from the socket.
     Hello {
+        /// [`PROTOCOL`] of the shim (absent, 0, from shims older than versioning).
+        #[serde(default)]
+        version: u32,
         /// Tenant name (`gmux run --tenant`).
         tenant: String,
         /// Strict-priority class (larger first).
@@ -54,6 +61,15 @@ pub struct ShimReport {
     pub finished: u64,
     /// Sequence number of the newest grant applied before this report.
     pub grant: u64,
+}
+
+/// Daemon → shim, in place of the first grant: the `Hello` was refused, and why (with
+/// what to do).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Refused {
+    /// The cause and the fix, one line.
+    pub refused: String,
 }
 
 /// Daemon → shim: the whole grant.

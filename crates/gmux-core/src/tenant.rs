@@ -21,6 +21,14 @@ pub struct Tenant {
     pub weight: u32,
     /// `ggroup.stat`.
     pub stat: GroupStat,
+    /// Uid of the user whose process made the tenant: only that user and root join it, and
+    /// only they and the daemon's owner read it. `None`: made by the operator.
+    #[serde(default)]
+    pub owner: Option<u32>,
+    /// `gmem.limit.high` was set by the daemon's owner or root: a process joining may ask
+    /// for less, never for more.
+    #[serde(default)]
+    pub high_set_by_admin: bool,
 }
 
 /// All tenants of one GPU.
@@ -41,6 +49,8 @@ impl Tenants {
             priority: 0,
             weight: 1,
             stat: GroupStat::default(),
+            owner: None,
+            high_set_by_admin: false,
         });
         Ok(TenantId(self.list.len() as u32 - 1))
     }

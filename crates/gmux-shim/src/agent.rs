@@ -10,7 +10,7 @@
 use crate::config::config;
 use crate::state::ShimError;
 use crate::log::stamp;
-use gmux_core::protocol::{Fill, FromShim, Grant};
+use gmux_core::protocol::{Fill, FromShim, Grant, Refused, PROTOCOL};
 use gmux_core::size::format_size;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -87,20 +87,34 @@ impl Agent {
     }
 }
 
+/// Why the daemon answered a `Hello` with `line` instead of a grant: its refusal, or the
+/// error text of a daemon too old to know this shim's `Hello`.
+fn refusal(line: &str) -> String {
+    if let Ok(r) = serde_json::from_str::<Refused>(line) {
+        return r.refused;
+    }
+    let text = serde_json::from_str::<serde_json::Value>(line).ok().and_then(|v| v.get("text").and_then(|t| t.as_str()).map(str::to_string));
+    match text {
+        Some(t) => format!("{t} (the daemon may be older than this shim: run gmux daemon and libgmux.so from the same build)"),
+        None if line.is_empty() => "the daemon closed the connection".into(),
+        None => line.to_string(),
+    }
+}
+
 /// Registers with the daemon at `GMUX_DAEMON` and returns its first grant. A process
 /// that cannot register stops with the reason and the fix.
 pub fn attach() -> Option<Grant> {
     let path = config().daemon.as_ref()?;
     let fail = |why: String| -> ! { crate::log::fatal(&format!("cannot register with gmuxd at {}: {why}; start it with `gmux daemon`, or run with `gmux run --standalone`", path.display())) };
     let stream = UnixStream::connect(path).unwrap_or_else(|e| fail(e.to_string()));
-    let hello = FromShim::Hello { tenant: config().tenant.clone(), priority: config().priority, high: config().mem_limit };
+    let hello = FromShim::Hello { version: PROTOCOL, tenant: config().tenant.clone(), priority: config().priority, high: config().mem_limit };
     let mut line = serde_json::to_string(&hello).expect("serializable");
     line.push('\n');
     (&stream).write_all(line.as_bytes()).unwrap_or_else(|e| fail(e.to_string()));
     let mut reader = BufReader::new(stream.try_clone().unwrap_or_else(|e| fail(e.to_string())));
     let mut first = String::new();
     reader.read_line(&mut first).unwrap_or_else(|e| fail(e.to_string()));
-    let grant: Grant = serde_json::from_str(first.trim()).unwrap_or_else(|_| fail(first.trim().trim_start_matches("error: ").to_string()));
+    let grant: Grant = serde_json::from_str(first.trim()).unwrap_or_else(|_| fail(refusal(first.trim())));
     let a = Agent {
         link: Mutex::new(Link { grant, generation: 0, open: grant.run && grant.fill != Fill::Whole, blocked: 0, poke: true, lost: false, waiting: 0 }),
         open: AtomicBool::new(grant.run && grant.fill != Fill::Whole),

@@ -207,3 +207,43 @@ fn gmux_run_starts_a_daemon_on_demand() {
     assert!(log.contains("serving") && log.contains("joined tenant"), "{log}");
     let _ = run(Command::new(gmux_bin()).arg("stop").env("GMUX_SOCKET", sb.socket()));
 }
+
+/// Sends one line to the daemon's socket as a tenant would, and returns its first answer.
+fn hello_line(d: &Daemon, line: &str) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(d.sb.socket()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(format!("{line}\n").as_bytes()).unwrap();
+    let mut answer = String::new();
+    BufReader::new(s).read_line(&mut answer).unwrap();
+    answer
+}
+
+#[test]
+fn a_hello_the_daemon_cannot_take_is_refused_with_the_reason() {
+    let d = Daemon::start("daemon-hello", &["--hbm", "64M", "--max-priority", "1"]);
+    let refused = |line: &str| -> String {
+        let a = hello_line(&d, line);
+        let v: serde_json::Value = serde_json::from_str(&a).unwrap_or_else(|e| panic!("{e}: {a}"));
+        v["refused"].as_str().unwrap_or_else(|| panic!("not a refusal: {a}")).to_string()
+    };
+    let v = gmux_core::protocol::PROTOCOL;
+    let why = refused(r#"{"op":"hello","tenant":"old","priority":0,"high":null}"#);
+    assert!(why.contains("protocol 0") && why.contains("one build"), "{why}");
+    let why = refused(&format!(r#"{{"op":"hello","version":{v},"tenant":"t","priority":0,"high":1048576}}"#));
+    assert!(why.contains("--mem-limit") && why.contains("2M"), "{why}");
+    // The test runs as the daemon's owner, who may ask past the ceiling but not past the bound.
+    let why = refused(&format!(r#"{{"op":"hello","version":{v},"tenant":"t","priority":-2147483648,"high":null}}"#));
+    assert!(why.contains("out of range"), "{why}");
+    let why = refused(&format!(r#"{{"op":"hello","version":{v},"tenant":"a\nb","priority":0,"high":null}}"#));
+    assert!(why.contains("tenant names"), "{why}");
+    let ok = hello_line(&d, &format!(r#"{{"op":"hello","version":{v},"tenant":"fine","priority":0,"high":4194304}}"#));
+    let g: gmux_core::protocol::Grant = serde_json::from_str(&ok).unwrap_or_else(|e| panic!("{e}: {ok}"));
+    assert_eq!(g.most, 4 * MIB, "{ok}");
+    assert!(d.log().contains("refused: this libgmux.so speaks protocol 0"), "{}", d.log());
+    // A real shim refused says why and stops.
+    let mut c = d.sb.gmux(None, ["info"]);
+    c.env_remove("GMUX_SOCKET").env("GMUX_SOCKET", d.sb.socket()).env("GMUX_TENANT", "tab\there");
+    let r = run_within(&mut c, Duration::from_secs(20));
+    assert!(!r.status.success() && r.stderr.contains("cannot register with gmuxd") && r.stderr.contains("tenant names are"), "{}", r.describe());
+}

@@ -47,20 +47,18 @@ impl Reply {
     }
 }
 
-/// Answers `req` from `who`. Everyone may list and read the tenants they run; the
-/// daemon's owner (uid `owner`) and root may read all and write knobs.
+/// Answers `req` from `who`. Everyone may list and read the tenants of their own user;
+/// the daemon's owner (uid `owner`) and root may read all and write knobs. A tenant a user
+/// may not read gets the same answer as one that does not exist.
 pub fn answer(d: &mut Daemon, req: &Request, who: Peer, owner: u32) -> Reply {
     let admin = who.uid == owner || who.uid == 0;
-    let may_read = |d: &Daemon, t: TenantId| admin || d.pids(t).contains(&who.pid);
-    // Exited tenants stay readable by the owner (their counters), hidden from others.
-    let find = |d: &Daemon, name: &str| d.tenants.find(name).ok().filter(|t| admin || !d.pids(*t).is_empty());
+    let may_read = |d: &Daemon, t: TenantId| admin || d.tenants.get(t).owner == Some(who.uid);
+    // Exited tenants stay readable by their user and the owner (their counters).
+    let find = |d: &Daemon, name: &str| d.tenants.find(name).ok().filter(|t| may_read(d, *t));
     match req {
         Request::Ps => Reply::ok(ps(d, &|t| may_read(d, t))),
         Request::Get { tenant, knob } => {
             let Some(t) = find(d, tenant) else { return Reply::error(format!("unknown tenant {tenant:?}: list tenants with `gmux ps`")) };
-            if !may_read(d, t) {
-                return Reply::error(format!("permission denied: tenant {tenant:?} is not yours; ask the daemon's owner (uid {owner}) or root"));
-            }
             let knobs = match knob.as_deref().map(Knob::parse).transpose() {
                 Ok(Some(k)) => vec![k],
                 Ok(None) => Knob::ALL.to_vec(),
@@ -77,9 +75,9 @@ pub fn answer(d: &mut Daemon, req: &Request, who: Peer, owner: u32) -> Reply {
             if find(d, tenant).is_none() {
                 return Reply::error(format!("unknown tenant {tenant:?}: list tenants with `gmux ps`"));
             }
-            match d.tenants.set_knob(tenant, knob, value) {
+            match d.set_knob(tenant, knob, value) {
                 Ok(()) => Reply::ok(String::new()),
-                Err(e) => Reply::error(e.to_string()),
+                Err(e) => Reply::error(e),
             }
         }
         Request::Stop => Reply::error("permission denied: only the daemon's owner or root may stop it".into()),
@@ -180,15 +178,17 @@ pub fn ensure_daemon(path: &Path) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::state::Switch;
+    use crate::daemon::state::{Hello, Sender, Switch};
+    use gmux_core::protocol::PROTOCOL;
     use gmux_core::sched::Policy;
 
     const OWNER: u32 = 1000;
 
     fn daemon() -> Daemon {
         let mut d = Daemon::new(Some(16 << 30), None, Policy::RoundRobin, Switch::Msched);
-        d.join(1, 4242, "mine", 0);
-        d.join(2, 5151, "theirs", 0);
+        let hello = |tenant| Hello { version: PROTOCOL, tenant, priority: 0, high: None };
+        d.admit(1, Sender { pid: 4242, uid: 2000, admin: false }, &hello("mine")).unwrap();
+        d.admit(2, Sender { pid: 5151, uid: 3000, admin: false }, &hello("theirs")).unwrap();
         d
     }
 
@@ -202,7 +202,10 @@ mod tests {
         let get = |t: &str| Request::Get { tenant: t.into(), knob: Some("gmem.limit.high".into()) };
         assert_eq!(ask(&mut d, get("mine"), 2000, 4242), Reply { ok: true, text: "max".into() });
         let r = ask(&mut d, get("theirs"), 2000, 4242);
-        assert!(!r.ok && r.text.contains("permission denied"), "{r:?}");
+        let none = ask(&mut d, get("nobody"), 2000, 4242);
+        assert_eq!((r.ok, r.text.replace("theirs", "X")), (none.ok, none.text.replace("nobody", "X")), "another user's tenant reads as one that does not exist");
+        assert!(!r.ok && r.text.contains("unknown tenant \"theirs\""), "{r:?}");
+        assert!(ask(&mut d, get("mine"), 2000, 9999).ok, "any process of the tenant's user reads it, not only its members");
         let set = Request::Set { tenant: "mine".into(), knob: "gmem.limit.high".into(), value: "4G".into() };
         let r = ask(&mut d, set.clone(), 2000, 4242);
         assert!(!r.ok && r.text.contains("owner"), "{r:?}");

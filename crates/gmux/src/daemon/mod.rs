@@ -35,6 +35,10 @@ pub struct DaemonArgs {
     /// /run/gmux/gpu0.sock as root).
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
+    /// Highest `--priority` a tenant of a user other than the daemon's owner or root may
+    /// ask for.
+    #[arg(long, default_value_t = 0, value_name = "N", allow_negative_numbers = true)]
+    pub max_priority: i32,
     /// Log every switch and slice start.
     #[arg(long)]
     pub verbose: bool,
@@ -75,5 +79,6 @@ pub fn daemon(args: &DaemonArgs) -> Result<(), Failure> {
     let slice = gmux_core::knobs::parse_duration(&args.timeslice).ok_or_else(|| Failure::Usage(format!("--timeslice {}: write a duration between 1us and 10s, e.g. 20ms", args.timeslice)))?;
     let mut d = state::Daemon::new(hbm, host, args.policy, args.switch);
     d.timeslice = slice;
+    d.max_priority = args.max_priority;
     server::serve(&path, d, args.idle_exit, args.verbose)
 }

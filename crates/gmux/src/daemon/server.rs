@@ -2,9 +2,9 @@
 //! watches its pidfd, and the scheduler thread that sends the grants.
 
 use super::ctl::{self, Request};
-use super::state::Daemon;
+use super::state::{Daemon, Hello, Sender};
 use crate::Failure;
-use gmux_core::protocol::{FromShim, Grant};
+use gmux_core::protocol::{FromShim, Grant, Refused};
 use gmux_core::size::format_size;
 use gmux_core::Nanos;
 use std::collections::HashMap;
@@ -178,7 +178,7 @@ fn serve_conn(s: &Arc<Shared>, stream: UnixStream, path: &Path) {
         return;
     }
     match serde_json::from_str::<FromShim>(line.trim()) {
-        Ok(FromShim::Hello { tenant, priority, high }) => serve_tenant(s, stream, reader, who, &tenant, priority, high),
+        Ok(FromShim::Hello { version, tenant, priority, high }) => serve_tenant(s, stream, reader, who, &Hello { version, tenant: &tenant, priority, high }),
         _ => {
             let reply = match serde_json::from_str::<Request>(line.trim()) {
                 Ok(Request::Stop) if who.uid == s.owner || who.uid == 0 => {
@@ -198,18 +198,25 @@ fn serve_conn(s: &Arc<Shared>, stream: UnixStream, path: &Path) {
     }
 }
 
-fn serve_tenant(s: &Arc<Shared>, stream: UnixStream, mut reader: BufReader<UnixStream>, who: Peer, tenant: &str, priority: i32, high: Option<u64>) {
+fn serve_tenant(s: &Arc<Shared>, stream: UnixStream, mut reader: BufReader<UnixStream>, who: Peer, hello: &Hello) {
     let conn = s.next_conn.fetch_add(1, Ordering::Relaxed);
     let Ok(out) = stream.try_clone() else { return };
     s.out.lock().unwrap_or_else(|p| p.into_inner()).insert(conn, out);
+    let sender = Sender { pid: who.pid, uid: who.uid, admin: who.uid == s.owner || who.uid == 0 };
     {
         let mut d = s.lock();
-        let t = d.join(conn, who.pid, tenant, priority);
-        if high.is_some() {
-            d.tenants.get_mut(t).limits.high = high;
+        if let Err(why) = d.admit(conn, sender, hello) {
+            drop(d);
+            s.out.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn);
+            say(&format!("pid {} (uid {}) refused: {why}", who.pid, who.uid));
+            let mut line = serde_json::to_string(&Refused { refused: why }).expect("serializable");
+            line.push('\n');
+            let _ = (&stream).write_all(line.as_bytes());
+            return;
         }
         s.decide(&mut d);
     }
+    let (tenant, priority) = (hello.tenant, hello.priority);
     say(&format!("pid {} joined tenant {tenant:?} (priority {priority})", who.pid));
     watch_pid(s.clone(), conn, who.pid);
     let mut line = String::new();
@@ -221,10 +228,12 @@ fn serve_tenant(s: &Arc<Shared>, stream: UnixStream, mut reader: BufReader<UnixS
         }
         match serde_json::from_str::<FromShim>(line.trim()) {
             Ok(FromShim::Report(r)) => {
-                s.lock().report(conn, r);
+                if let Some(why) = s.lock().report(conn, r) {
+                    say(&format!("pid {}: not believed: {why}; the daemon goes by its grants instead", who.pid));
+                }
                 s.wake.notify_all();
             }
-            _ => say(&format!("pid {}: ignoring a bad message: {}", who.pid, line.trim())),
+            _ => say(&format!("pid {}: ignoring a bad message: {:?}", who.pid, line.trim().chars().take(200).collect::<String>())),
         }
     }
     s.leave(conn, "disconnected");

@@ -37,8 +37,10 @@ pub struct Proc {
     pub pid: u32,
     /// Its tenant.
     pub tenant: TenantId,
-    /// Its last report.
+    /// Its last report, as far as it was believable ([`trust::believable`]).
     pub report: ShimReport,
+    /// One of its reports was not believed (and logged).
+    pub doubted: bool,
     /// The last grant sent to it.
     pub sent: Option<Grant>,
     /// Largest cap among the grants sent since the newest one it has applied (its own
@@ -106,15 +108,18 @@ pub struct Daemon {
     now: Nanos,
     /// Most GPU memory all processes together reported holding at once.
     pub peak_held: u64,
+    /// Highest priority a user other than the daemon's owner or root may ask for.
+    pub max_priority: i32,
 }
 
 impl Daemon {
     /// A daemon with no tenants.
     pub fn new(hbm: Option<u64>, host: Option<u64>, policy: Policy, switch: Switch) -> Self {
-        Daemon { hbm, host, policy, switch, tenants: Tenants::default(), timeslice: gmux_core::knobs::DEFAULT_TIMESLICE, sched: policy.build(), procs: BTreeMap::new(), events: Vec::new(), now: 0, peak_held: 0, past: HashMap::new(), running: None }
+        Daemon { hbm, host, policy, switch, tenants: Tenants::default(), timeslice: gmux_core::knobs::DEFAULT_TIMESLICE, sched: policy.build(), procs: BTreeMap::new(), events: Vec::new(), now: 0, peak_held: 0, max_priority: 0, past: HashMap::new(), running: None }
     }
 
-    /// Registers process `pid` of tenant `name` (created on first use) as connection `conn`.
+    /// Registers process `pid` of tenant `name` (created on first use) as connection `conn`,
+    /// unchecked: what a socket sends goes through [`Daemon::admit`].
     pub fn join(&mut self, conn: u64, pid: u32, name: &str, priority: i32) -> TenantId {
         let id = self.tenants.find(name).unwrap_or_else(|_| {
             let id = self.tenants.add(name).expect("name is new");
@@ -124,20 +129,29 @@ impl Daemon {
         if !self.procs.values().any(|p| p.tenant == id) {
             self.tenants.get_mut(id).priority = priority;
         }
-        self.procs.insert(conn, Proc { pid, tenant: id, report: ShimReport::default(), sent: None, exposure: 0 });
+        self.procs.insert(conn, Proc { pid, tenant: id, report: ShimReport::default(), doubted: false, sent: None, exposure: 0 });
         id
     }
 
-    /// Takes a process's report.
-    pub fn report(&mut self, conn: u64, r: ShimReport) {
+    /// Takes a process's report as far as it is believable ([`trust::believable`]).
+    /// Returns what was not believed, the first time for a process.
+    pub fn report(&mut self, conn: u64, r: ShimReport) -> Option<String> {
+        let budget = self.hbm.unwrap_or(u64::MAX);
+        let mut doubt = None;
         if let Some(p) = self.procs.get_mut(&conn) {
+            let (r, why) = trust::believable(p, r, budget);
+            if why.is_some() && !p.doubted {
+                p.doubted = true;
+                doubt = why;
+            }
             p.report = r;
             if p.sent.is_some_and(|g| g.seq == r.grant) {
                 p.exposure = p.sent.map_or(0, |g| g.cap);
             }
         }
-        let held = self.procs.values().map(|p| p.report.held).sum();
+        let held = self.procs.values().map(|p| p.report.held).fold(0, u64::saturating_add);
         self.peak_held = self.peak_held.max(held);
+        doubt
     }
 
     /// Bytes of GPU memory the process on `conn` last reported holding.
@@ -155,9 +169,9 @@ impl Daemon {
     pub fn leave(&mut self, conn: u64) -> Option<(u32, String)> {
         let p = self.procs.remove(&conn)?;
         let past = self.past.entry(p.tenant).or_default();
-        past.commands += p.report.commands;
-        past.bytes_h2d += p.report.bytes_h2d;
-        past.bytes_d2h += p.report.bytes_d2h;
+        past.commands = past.commands.saturating_add(p.report.commands);
+        past.bytes_h2d = past.bytes_h2d.saturating_add(p.report.bytes_h2d);
+        past.bytes_d2h = past.bytes_d2h.saturating_add(p.report.bytes_d2h);
         if self.running.is_some_and(|r| r.tenant == p.tenant) && !self.procs.values().any(|q| q.tenant == p.tenant) {
             self.running = None;
         }
@@ -183,19 +197,20 @@ impl Daemon {
         let mut u = ShimReport { commands: past.commands, bytes_h2d: past.bytes_h2d, bytes_d2h: past.bytes_d2h, ..Default::default() };
         for p in self.procs.values().filter(|p| p.tenant == t) {
             let r = &p.report;
-            u.held += r.held;
-            u.resident += r.resident;
-            u.allocated += r.allocated;
-            u.swapped += r.swapped;
-            u.want += r.want.max(r.blocked);
-            u.period += r.period.max(r.want).max(r.blocked);
-            u.blocked += r.blocked;
-            u.commands += r.commands;
-            u.bytes_h2d += r.bytes_h2d;
-            u.bytes_d2h += r.bytes_d2h;
+            let add = |a: &mut u64, b: u64| *a = a.saturating_add(b);
+            add(&mut u.held, r.held);
+            add(&mut u.resident, r.resident);
+            add(&mut u.allocated, r.allocated);
+            add(&mut u.swapped, r.swapped);
+            add(&mut u.want, r.want.max(r.blocked));
+            add(&mut u.period, r.period.max(r.want).max(r.blocked));
+            add(&mut u.blocked, r.blocked);
+            add(&mut u.commands, r.commands);
+            add(&mut u.bytes_h2d, r.bytes_h2d);
+            add(&mut u.bytes_d2h, r.bytes_d2h);
+            add(&mut u.finished, r.finished);
             u.busy |= r.busy;
             u.waiting |= r.waiting;
-            u.finished += r.finished;
         }
         u
     }
@@ -245,7 +260,7 @@ impl Daemon {
             return self.grants(&live, &caps, &caps, &caps, &runs, concurrent, &usage);
         };
         // What nobody wants is shared by the tenants that run (up to their high limits).
-        let left = hbm.saturating_sub(caps.iter().sum());
+        let left = hbm.saturating_sub(caps.iter().fold(0, |a, c| a.saturating_add(*c)));
         let takers: Vec<usize> = (0..live.len()).filter(|&i| runs[&live[i]] && high(&live[i]) > caps[i]).collect();
         for &i in &takers {
             caps[i] = (caps[i] + left / takers.len() as u64 / CHUNK_BYTES * CHUNK_BYTES).min(high(&live[i]));
@@ -255,7 +270,7 @@ impl Daemon {
         // reported back on. What is left is free, and goes to the tenants that grow in
         // order of their next run; a shrinking tenant's memory is free once it reports so.
         let reserved: Vec<u64> = live.iter().map(|t| self.reserved(*t, usage[t].held)).collect();
-        let mut free = hbm.saturating_sub(reserved.iter().sum());
+        let mut free = hbm.saturating_sub(reserved.iter().fold(0, |a, r| a.saturating_add(*r)));
         let mut now_caps = caps.clone();
         let mut by_run: Vec<usize> = (0..live.len()).collect();
         by_run.sort_by_key(|&i| (order[&live[i]], live[i]));
@@ -272,7 +287,7 @@ impl Daemon {
     /// What tenant `t`, holding `held`, may be holding by now: up to the largest cap it
     /// was sent and has not yet reported back on.
     fn reserved(&self, t: TenantId, held: u64) -> u64 {
-        let exposure: u64 = self.procs.values().filter(|p| p.tenant == t).map(|p| p.exposure).sum();
+        let exposure = self.procs.values().filter(|p| p.tenant == t).map(|p| p.exposure).fold(0, u64::saturating_add);
         held.max(exposure)
     }
 
@@ -332,7 +347,7 @@ impl Daemon {
             let gated = self.policy == Policy::Priority && top.is_some_and(|p| k.priority < p);
             runs.insert(*t, !k.limits.frozen && !gated);
             let max = live.iter().map(|u| self.tenants.get(*u).priority).max().unwrap_or(0);
-            order.insert(*t, if k.limits.frozen { u64::MAX } else { (max - k.priority) as u64 });
+            order.insert(*t, if k.limits.frozen { u64::MAX } else { (i64::from(max) - i64::from(k.priority)).unsigned_abs() });
         }
         (runs, order)
     }
@@ -362,7 +377,7 @@ impl Daemon {
         if keep.is_none() {
             if let Some(r) = self.running.take() {
                 self.sched.charge(r.tenant, now.saturating_sub(r.since.unwrap_or(now)));
-                let ran = usage.get(&r.tenant).map_or(0, |u| u.commands - r.commands);
+                let ran = usage.get(&r.tenant).map_or(0, |u| u.commands.saturating_sub(r.commands));
                 self.events.push(format!("{} ran {ran} commands in {:.1} ms", self.tenants.get(r.tenant).name, (now - r.switched) as f64 / 1e6));
             }
             if let Some(head) = self.sched.timeline(&views, 1).head() {
@@ -385,7 +400,7 @@ impl Daemon {
     /// A tenant's grant split among its processes in proportion to what they want.
     fn split(&self, t: TenantId, g: Grant) -> Vec<(u64, Grant)> {
         let procs: Vec<(u64, u64)> = self.procs.iter().filter(|(_, p)| p.tenant == t).map(|(c, p)| (*c, p.report.want.max(p.report.blocked))).collect();
-        let total: u64 = procs.iter().map(|(_, w)| *w).sum();
+        let total = procs.iter().map(|(_, w)| *w).fold(0, u64::saturating_add);
         let n = procs.len() as u64;
         let mut left = g.cap;
         procs
@@ -405,6 +420,9 @@ impl Daemon {
             .collect()
     }
 }
+
+mod trust;
+pub use trust::{Hello, Sender};
 
 #[cfg(test)]
 mod tests;

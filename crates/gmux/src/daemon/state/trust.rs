@@ -1,0 +1,257 @@
+//! What the daemon takes from a tenant, checked: a `Hello` joins only a tenant of its own
+//! user and asks only for what it may, a knob write keeps the tenants' protected memory
+//! within the budget, and a report is believed only as far as the grants allow.
+
+use super::{Daemon, Proc};
+use gmux_core::knobs::Knob;
+use gmux_core::protocol::{ShimReport, PROTOCOL};
+use gmux_core::size::format_size;
+use gmux_core::TenantId;
+
+/// Longest tenant name, in bytes.
+pub const MAX_NAME: usize = 128;
+
+/// Largest priority magnitude anyone may ask for (the daemon's owner included), so that
+/// differences of priorities never overflow.
+pub const MAX_PRIORITY_MAGNITUDE: i32 = 1_000_000;
+
+/// Who sent a message: from `SO_PEERCRED`, and whether that user administers the daemon
+/// (its owner or root).
+#[derive(Debug, Clone, Copy)]
+pub struct Sender {
+    /// Process id.
+    pub pid: u32,
+    /// User id.
+    pub uid: u32,
+    /// The daemon's owner or root.
+    pub admin: bool,
+}
+
+/// A `Hello`'s fields.
+#[derive(Debug, Clone)]
+pub struct Hello<'a> {
+    /// The shim's protocol version.
+    pub version: u32,
+    /// Tenant name.
+    pub tenant: &'a str,
+    /// Priority asked for.
+    pub priority: i32,
+    /// `gmem.limit.high` asked for.
+    pub high: Option<u64>,
+}
+
+impl Daemon {
+    /// Registers the sender's process as connection `conn` of the tenant its `Hello`
+    /// names, or says why not (one line, with what to do).
+    pub fn admit(&mut self, conn: u64, who: Sender, h: &Hello) -> Result<TenantId, String> {
+        if h.version != PROTOCOL {
+            return Err(format!("this libgmux.so speaks protocol {}, gmuxd speaks {PROTOCOL}: run the shim and the daemon of one build", h.version));
+        }
+        if h.tenant.is_empty() || h.tenant.len() > MAX_NAME || h.tenant.chars().any(char::is_control) {
+            return Err(format!("tenant names are 1 to {MAX_NAME} bytes with no control characters; pick another --tenant"));
+        }
+        if h.priority.unsigned_abs() > MAX_PRIORITY_MAGNITUDE.unsigned_abs() || (!who.admin && h.priority > self.max_priority) {
+            let most = if who.admin { MAX_PRIORITY_MAGNITUDE } else { self.max_priority };
+            return Err(format!("priority {} is out of range: you may ask for -{MAX_PRIORITY_MAGNITUDE} to {most} (the daemon's owner sets the ceiling with --max-priority)", h.priority));
+        }
+        let existing = self.tenants.find(h.tenant).ok();
+        if let Some(t) = existing {
+            if self.tenants.get(t).owner.is_some_and(|o| o != who.uid) && who.uid != 0 {
+                return Err(format!("tenant {:?} is another user's; pick another --tenant name", h.tenant));
+            }
+        }
+        let mut limits = existing.map(|t| self.tenants.get(t).limits.clone()).unwrap_or_default();
+        if let Some(asked) = h.high {
+            let pinned = existing.filter(|t| self.tenants.get(*t).high_set_by_admin).and_then(|t| self.tenants.get(t).limits.high);
+            if let Some(set) = pinned.filter(|set| asked > *set) {
+                return Err(format!(
+                    "--mem-limit {} is above tenant {:?}'s gmem.limit.high of {}, which the daemon's owner set; ask for at most that, or ask the owner to raise it",
+                    format_size(asked),
+                    h.tenant,
+                    format_size(set)
+                ));
+            }
+            limits.set(Knob::LimitHigh, &asked.to_string()).map_err(|e| format!("--mem-limit: {e}"))?;
+        }
+        let t = self.join(conn, who.pid, h.tenant, h.priority);
+        let tenant = self.tenants.get_mut(t);
+        tenant.owner.get_or_insert(who.uid);
+        tenant.limits = limits;
+        Ok(t)
+    }
+
+    /// `gmux set` by the daemon's owner or root. A `gmem.limit.high` set this way is one
+    /// that a joining process cannot raise; `gmem.limit.low`s together stay within the budget.
+    pub fn set_knob(&mut self, tenant: &str, knob: &str, value: &str) -> Result<(), String> {
+        let t = self.tenants.find(tenant).map_err(|e| e.to_string())?;
+        let k = Knob::parse(knob).map_err(|e| e.to_string())?;
+        let mut limits = self.tenants.get(t).limits.clone();
+        limits.set(k, value).map_err(|e| e.to_string())?;
+        if let (Knob::LimitLow, Some(budget)) = (k, self.hbm) {
+            let others: u64 = self.tenants.ids().filter(|u| *u != t).map(|u| self.tenants.get(u).limits.low).fold(0, u64::saturating_add);
+            if others.saturating_add(limits.low) > budget {
+                return Err(format!(
+                    "gmem.limit.low {value} would protect {} in all, more than the budget of {}: the others protect {}; lower theirs first or ask for at most {}",
+                    format_size(others.saturating_add(limits.low)),
+                    format_size(budget),
+                    format_size(others),
+                    format_size(budget.saturating_sub(others))
+                ));
+            }
+        }
+        let tenant = self.tenants.get_mut(t);
+        tenant.limits = limits;
+        if k == Knob::LimitHigh {
+            tenant.high_set_by_admin = tenant.limits.high.is_some();
+        }
+        Ok(())
+    }
+}
+
+/// `r` as far as it can be believed of process `p`: memory held at most what its grants
+/// let it hold, memory wanted at most `budget`, counters never going back. Returns what
+/// was not believed, to log.
+pub fn believable(p: &Proc, mut r: ShimReport, budget: u64) -> (ShimReport, Option<String>) {
+    let mut doubts = Vec::new();
+    let may_hold = p.exposure.max(p.sent.map_or(0, |g| g.cap));
+    if r.held > may_hold {
+        doubts.push(format!("holding {} (granted at most {})", format_size(r.held), format_size(may_hold)));
+        r.held = may_hold;
+    }
+    r.resident = r.resident.min(r.held);
+    for (name, v) in [("want", &mut r.want), ("period", &mut r.period), ("blocked", &mut r.blocked)] {
+        if *v > budget {
+            doubts.push(format!("{name} {} (budget {})", format_size(*v), format_size(budget)));
+            *v = budget;
+        }
+    }
+    let last = &p.report;
+    for (name, v, was) in [("commands", &mut r.commands, last.commands), ("finished", &mut r.finished, last.finished), ("bytes_h2d", &mut r.bytes_h2d, last.bytes_h2d), ("bytes_d2h", &mut r.bytes_d2h, last.bytes_d2h)] {
+        if *v < was {
+            doubts.push(format!("{name} going back from {was} to {v}"));
+            *v = was;
+        }
+    }
+    (r, (!doubts.is_empty()).then(|| doubts.join(", ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::state::Switch;
+    use gmux_core::protocol::Grant;
+    use gmux_core::sched::Policy;
+
+    const G: u64 = 1 << 30;
+    const ALICE: Sender = Sender { pid: 100, uid: 2000, admin: false };
+    const BOB: Sender = Sender { pid: 200, uid: 3000, admin: false };
+    const ROOT: Sender = Sender { pid: 1, uid: 0, admin: true };
+
+    fn hello(tenant: &str) -> Hello<'_> {
+        Hello { version: PROTOCOL, tenant, priority: 0, high: None }
+    }
+
+    fn daemon() -> Daemon {
+        Daemon::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched)
+    }
+
+    #[test]
+    fn a_hello_joins_only_a_tenant_of_its_own_user() {
+        let mut d = daemon();
+        let t = d.admit(1, ALICE, &hello("train")).unwrap();
+        assert_eq!(d.tenants.get(t).owner, Some(2000));
+        let e = d.admit(2, BOB, &Hello { high: Some(2 << 20), ..hello("train") }).unwrap_err();
+        assert!(e.contains("another user's") && e.contains("--tenant"), "{e}");
+        assert_eq!(d.tenants.get(t).limits.high, None, "the refused Hello changed nothing");
+        assert_eq!(d.pids(t), vec![100]);
+        assert_eq!(d.admit(3, Sender { pid: 101, ..ALICE }, &hello("train")), Ok(t), "a second process of the same user");
+        assert_eq!(d.admit(4, ROOT, &hello("train")), Ok(t), "root joins any tenant");
+        assert_eq!(d.tenants.get(t).owner, Some(2000), "joining does not take a tenant over");
+    }
+
+    #[test]
+    fn a_hello_asks_for_a_valid_limit_and_never_above_the_owners() {
+        let mut d = daemon();
+        let t = d.admit(1, ALICE, &Hello { high: Some(6 * G), ..hello("job") }).unwrap();
+        assert_eq!(d.tenants.get(t).limits.high, Some(6 * G));
+        for tiny in [0, 1, (2 << 20) - 1] {
+            let e = d.admit(2, ALICE, &Hello { high: Some(tiny), ..hello("job") }).unwrap_err();
+            assert!(e.contains("--mem-limit") && e.contains("2M"), "{e}");
+        }
+        d.set_knob("job", "gmem.limit.high", "4G").unwrap();
+        let e = d.admit(3, ALICE, &Hello { high: Some(u64::MAX), ..hello("job") }).unwrap_err();
+        assert!(e.contains("above") && e.contains("4.0 GiB"), "{e}");
+        assert_eq!(d.tenants.get(t).limits.high, Some(4 * G));
+        d.admit(4, ALICE, &Hello { high: Some(2 * G), ..hello("job") }).unwrap();
+        assert_eq!(d.tenants.get(t).limits.high, Some(2 * G), "asking for less is fine");
+    }
+
+    #[test]
+    fn priorities_above_the_ceiling_are_the_owners_and_every_priority_is_bounded() {
+        let mut d = daemon();
+        d.max_priority = 2;
+        let e = d.admit(1, ALICE, &Hello { priority: 3, ..hello("a") }).unwrap_err();
+        assert!(e.contains("priority 3") && e.contains("--max-priority"), "{e}");
+        assert!(d.admit(2, ALICE, &Hello { priority: 2, ..hello("b") }).is_ok());
+        assert!(d.admit(3, ROOT, &Hello { priority: 50, ..hello("c") }).is_ok());
+        for p in [i32::MIN, i32::MAX, -MAX_PRIORITY_MAGNITUDE - 1] {
+            assert!(d.admit(4, ROOT, &Hello { priority: p, ..hello("d") }).is_err(), "priority {p}");
+        }
+    }
+
+    #[test]
+    fn a_hello_of_another_protocol_or_with_a_bad_name_is_refused_by_name() {
+        let mut d = daemon();
+        let e = d.admit(1, ALICE, &Hello { version: 0, ..hello("a") }).unwrap_err();
+        assert!(e.contains("protocol 0") && e.contains(&format!("speaks {PROTOCOL}")), "{e}");
+        let long = "x".repeat(MAX_NAME + 1);
+        for bad in ["", "a\nb", "tab\there", long.as_str()] {
+            assert!(d.admit(2, ALICE, &hello(bad)).unwrap_err().contains("tenant names"), "{bad:?}");
+        }
+        assert!(d.tenants.is_empty(), "nothing refused made a tenant");
+    }
+
+    #[test]
+    fn protected_memory_never_exceeds_the_budget() {
+        let mut d = daemon();
+        for (c, n) in [(1, "a"), (2, "b"), (3, "c")] {
+            d.admit(c, ALICE, &hello(n)).unwrap();
+        }
+        d.set_knob("a", "gmem.limit.low", "5G").unwrap();
+        let e = d.set_knob("b", "gmem.limit.low", "4G").unwrap_err();
+        assert!(e.contains("9.0 GiB") && e.contains("8.0 GiB") && e.contains("at most 3.0 GiB"), "{e}");
+        d.set_knob("b", "gmem.limit.low", "3G").unwrap();
+        d.set_knob("a", "gmem.limit.low", "4G").unwrap();
+        assert!(d.set_knob("c", "gmem.limit.low", "1G").is_ok());
+    }
+
+    #[test]
+    fn a_report_of_more_memory_than_granted_is_not_believed() {
+        let mut d = daemon();
+        d.admit(1, ALICE, &hello("liar")).unwrap();
+        d.admit(2, BOB, &hello("honest")).unwrap();
+        let fair = ShimReport { want: 4 * G, period: 4 * G, busy: true, ..Default::default() };
+        d.report(1, fair);
+        d.report(2, fair);
+        let sent = |d: &Daemon, c: u64| -> Grant { d.procs[&c].sent.expect("granted") };
+        d.decide(0);
+        let before = sent(&d, 2).cap;
+        assert!(before >= 2 * G, "{before}");
+        // Before the fix, holding 1 PiB left nothing of the budget for the neighbour.
+        let lie = ShimReport { held: 1 << 50, resident: 1 << 50, commands: u64::MAX, grant: sent(&d, 1).seq, ..fair };
+        let why = d.report(1, lie).expect("doubted");
+        assert!(why.contains("holding 1024.0 TiB"), "{why}");
+        assert_eq!(d.report(1, lie), None, "logged once per process");
+        assert!(d.procs[&1].report.held <= sent(&d, 1).cap);
+        d.decide(1);
+        assert_eq!(sent(&d, 2).cap, before, "the neighbour keeps its grant");
+        let back = ShimReport { commands: 5, ..lie };
+        d.report(1, back);
+        assert_eq!(d.procs[&1].report.commands, u64::MAX, "counters do not go back");
+        // Wants past the budget count as the budget; sums never overflow.
+        d.report(1, ShimReport { want: u64::MAX, period: u64::MAX, blocked: u64::MAX, ..lie });
+        let u = d.usage(d.tenants.find("liar").unwrap());
+        assert_eq!((u.want, u.period, u.blocked), (8 * G, 8 * G, 8 * G));
+        d.decide(2);
+    }
+}
