@@ -111,7 +111,7 @@ impl AppHandles {
     /// Checks a `cuMemMap` of `h` at `ptr`, whole; the caller backs the range or maps the
     /// alias, then calls [`AppHandles::mapped`].
     pub fn check_map(&self, ptr: CUdeviceptr, size: u64, offset: u64, h: u64) -> Result<Mapping, Refusal> {
-        let x = self.handles.get(&h).ok_or(Refusal::Invalid(CUDA_ERROR_INVALID_HANDLE))?;
+        let x = self.handles.get(&h).filter(|x| x.refs > 0).ok_or(Refusal::Invalid(CUDA_ERROR_INVALID_HANDLE))?;
         if x.mapped_at.is_empty() && x.was_mapped {
             return Err(Refusal::Unsupported("cuMemMap", "mapping a physical allocation again after its last cuMemUnmap: gmux does not keep an allocation's contents once it is unmapped everywhere; create a new one".into()));
         }
@@ -180,7 +180,11 @@ impl Shim {
             Mapping::New(bytes) => {
                 self.back(ptr, bytes, true).map_err(|_| Refusal::Invalid(CUDA_ERROR_OUT_OF_MEMORY))?;
             }
-            Mapping::Alias(of) => self.alias(ptr, of).map_err(|_| Refusal::Invalid(CUDA_ERROR_OUT_OF_MEMORY))?,
+            Mapping::Alias(of) => self.alias(ptr, of).map_err(|e| match e {
+                ShimError::Cuda(c) => Refusal::Invalid(c.code),
+                ShimError::Invalid(code) => Refusal::Invalid(code),
+                _ => Refusal::Invalid(CUDA_ERROR_OUT_OF_MEMORY),
+            })?,
         }
         self.app_vmm.mapped(ptr, h);
         Ok(matches!(mapping, Mapping::New(_)))

@@ -49,6 +49,8 @@ pub unsafe fn alloc_pitch(d: *mut CUdeviceptr, pitch: *mut usize, width: usize, 
 pub fn free(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr) -> CUresult {
     let mut g = existing();
     match g.as_mut() {
+        // The program's own mappings go with cuMemUnmap, as with the driver.
+        Some(st) if st.vmem.find(ptr).is_some_and(|r| r.app) => CUDA_ERROR_INVALID_VALUE,
         Some(st) if st.vmem.find(ptr).is_some() => match crate::capture::relaxed(|| st.free(ptr)) {
             Ok(()) => {
                 crate::record::free(ptr);

@@ -33,20 +33,28 @@ impl Span {
 
 impl CudaDevice {
     /// Maps the allocation's chunks at `base` too: those resident now at once, the others
-    /// as they come in. `base` is reserved and free.
+    /// as they come in. `base` is reserved and free. On failure nothing stays mapped there
+    /// and nothing is recorded.
     pub fn alias(&mut self, span: Span, base: CUdeviceptr) -> Result<(), CudaError> {
-        for c in span.chunks() {
-            self.aliases.entry(c).or_default().push(span.at(base, c));
-        }
         let resident: Vec<(ChunkId, u64, u32)> = self.mapped.iter().filter(|(c, _)| span.contains(**c)).map(|(c, (p, n))| (*c, *p, *n)).collect();
         let mut runs = Vec::new();
-        for (c, phys, n) in resident {
+        let mapped = resident.into_iter().try_for_each(|(c, phys, n)| {
             let (va, bytes) = (span.at(base, c), n as usize * CHUNK);
             self.settle_at(va, bytes)?;
             check(self.times.time(super::Call::Map, || crate::real!(cuMemMap(va, bytes, 0, phys, 0))), "cuMemMap")?;
             runs.push((va, bytes));
+            Ok(())
+        });
+        if let Err(e) = mapped.and_then(|()| self.grant(runs.clone())) {
+            for (va, bytes) in runs {
+                crate::real!(cuMemUnmap(va, bytes));
+            }
+            return Err(e);
         }
-        self.grant(runs)
+        for c in span.chunks() {
+            self.aliases.entry(c).or_default().push(span.at(base, c));
+        }
+        Ok(())
     }
 
     /// Makes the alias at `base` the chunks' own address; the old one becomes an alias.

@@ -9,9 +9,10 @@
 //! filled, then mapped again in reverse order further on (one physical allocation at two
 //! addresses). Kernels add through the second mapping, with a kernel over a ballast
 //! buffer of `--ballast` bytes between them to push the handles out of the limit, and the
-//! first mapping must show every sum; then the first mapping is unmapped and the handles
-//! released, and the memory lives on through the second. Prints `app-alias: N handles
-//! checked`.
+//! first mapping must show every sum; then one mapping is unmapped (the first, or with
+//! `--drop second` the second) and the handles released, and the memory lives on through
+//! the other. A mapping at an unreserved address must fail and harm nothing. Prints
+//! `app-alias: N handles checked`.
 //!
 //! `big-copy`: two buffers of `--bytes`, an upload, a memset of the second half, a
 //! device-to-device copy and a download, each over the whole buffer, checked word by word.
@@ -104,6 +105,12 @@ pub fn app_alias(app: &App, o: &Opts) -> bool {
         app.htod(at(va, i), &(0..words as u32).map(|j| (i as u32) << 24 | j).collect::<Vec<_>>());
         hs.push(h);
     }
+    // A second mapping at an address nobody reserved fails and leaves the first intact.
+    let nowhere = 0x7000_0000_0000u64;
+    if unsafe { (cu.mem_map)(nowhere, bytes, 0, hs[0], 0) } == CUDA_SUCCESS {
+        eprintln!("standin_app: app-alias: a mapping at an unreserved address succeeded");
+        return false;
+    }
     // Piece i of the second mapping is handle `handles - 1 - i`.
     for i in 0..handles {
         check(unsafe { (cu.mem_map)(at(second, i), bytes, 0, hs[handles - 1 - i], 0) }, "cuMemMap");
@@ -128,15 +135,17 @@ pub fn app_alias(app: &App, o: &Opts) -> bool {
         eprintln!("standin_app: app-alias: {m}");
         return false;
     }
-    check(unsafe { (cu.mem_unmap)(va, total) }, "cuMemUnmap");
+    let drop_second = o.get("drop") == Some("second");
+    let (gone, kept, piece_is_handle): (u64, u64, &dyn Fn(usize) -> usize) = if drop_second { (second, va, &|i| i) } else { (va, second, &|i| handles - 1 - i) };
+    check(unsafe { (cu.mem_unmap)(gone, total) }, "cuMemUnmap");
     for h in &hs {
         check(unsafe { (cu.mem_release)(*h) }, "cuMemRelease");
     }
     push_out();
-    (0..handles).for_each(|i| app.add(s, at(second, i), words as u64, 100));
+    (0..handles).for_each(|i| app.add(s, at(kept, i), words as u64, 100));
     app.sync(s);
-    let found = mismatch("second mapping alone", second, &|i| handles - 1 - i, 100);
-    check(unsafe { (cu.mem_unmap)(second, total) }, "cuMemUnmap");
+    let found = mismatch("the mapping kept", kept, piece_is_handle, 100);
+    check(unsafe { (cu.mem_unmap)(kept, total) }, "cuMemUnmap");
     check(unsafe { (cu.mem_address_free)(va, 2 * total + bytes) }, "cuMemAddressFree");
     app.free(ballast);
     if let Some(m) = found {
