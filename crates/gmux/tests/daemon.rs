@@ -247,3 +247,49 @@ fn a_hello_the_daemon_cannot_take_is_refused_with_the_reason() {
     let r = run_within(&mut c, Duration::from_secs(20));
     assert!(!r.status.success() && r.stderr.contains("cannot register with gmuxd") && r.stderr.contains("tenant names are"), "{}", r.describe());
 }
+
+#[test]
+fn a_tenant_that_stops_reading_its_grants_stalls_nobody_else() {
+    use std::io::{BufRead, BufReader, Write};
+    let d = Daemon::start("daemon-stuck", &["--hbm", "48M", "--timeslice", "2ms"]);
+    let v = gmux_core::protocol::PROTOCOL;
+    let hello = format!("{{\"op\":\"hello\",\"version\":{v},\"tenant\":\"stuck\",\"priority\":0,\"high\":{}}}\n", 4 * MIB);
+    let report = |want: u64, i: u64| format!("{{\"op\":\"report\",\"held\":0,\"resident\":0,\"allocated\":{want},\"swapped\":0,\"want\":{want},\"period\":{want},\"blocked\":0,\"commands\":{i},\"bytes_h2d\":0,\"bytes_d2h\":0,\"busy\":true,\"waiting\":false,\"finished\":{i},\"grant\":0}}\n");
+    // Tenant "stuck" (4 MiB at most) has two processes. One reports once and then never
+    // reads a grant. The other reads its grants and reports every millisecond with a want
+    // that flips between 2 and 6 MiB, so that the tenant's grant is split anew between the
+    // two at every report: the daemon's socket buffer to the first fills within seconds.
+    let mut stuck = std::os::unix::net::UnixStream::connect(d.sb.socket()).unwrap();
+    stuck.write_all(hello.as_bytes()).unwrap();
+    stuck.write_all(report(2 * MIB, 0).as_bytes()).unwrap();
+    let mut busy = std::os::unix::net::UnixStream::connect(d.sb.socket()).unwrap();
+    busy.write_all(hello.as_bytes()).unwrap();
+    let reader = BufReader::new(busy.try_clone().unwrap());
+    std::thread::spawn(move || reader.lines().map_while(Result::ok).for_each(drop));
+    std::thread::spawn(move || {
+        for i in 0u64.. {
+            let want = if i % 2 == 0 { 2 * MIB } else { 6 * MIB };
+            if busy.write_all(report(want, i).as_bytes()).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    let t0 = Instant::now();
+    while !d.log().contains("has not read its grants") {
+        assert!(t0.elapsed() < Duration::from_secs(20), "the daemon never noticed a process that reads nothing; gmuxd:\n{}", d.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let t0 = Instant::now();
+    let mut b = d.tenant("b", &["loop", "--buffers", "8", "--bytes", "4M", "--rounds", "30"]);
+    while b.0.as_mut().unwrap().try_wait().unwrap().is_none() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "b stalled beside a process that reads nothing; gmuxd:\n{}", d.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = b.finish("b");
+    assert!(out.contains("mismatches: 0"), "{out}");
+    let t0 = Instant::now();
+    let ps = d.ctl(&["ps"]);
+    assert!(ps.status.success() && t0.elapsed() < Duration::from_secs(1), "gmux ps took {:?}: {}", t0.elapsed(), ps.describe());
+    drop(stuck);
+}

@@ -2,6 +2,7 @@
 //! watches its pidfd, and the scheduler thread that sends the grants.
 
 use super::ctl::{self, Request};
+use super::outbox::{self, Outbox};
 use super::state::{Daemon, Hello, Sender};
 use crate::Failure;
 use gmux_core::protocol::{FromShim, Grant, Refused};
@@ -44,10 +45,13 @@ fn peer(s: &UnixStream) -> std::io::Result<Peer> {
     Ok(Peer { pid: c.pid as u32, uid: c.uid })
 }
 
+/// How long a grant may wait for its process to read before the process loses its turns.
+const PATIENCE: Duration = Duration::from_millis(500);
+
 struct Shared {
     d: Mutex<Daemon>,
     wake: Condvar,
-    out: Mutex<HashMap<u64, UnixStream>>,
+    out: Mutex<HashMap<u64, Arc<Outbox>>>,
     owner: u32,
     start: Instant,
     next_conn: AtomicU64,
@@ -64,8 +68,8 @@ impl Shared {
         self.start.elapsed().as_nanos() as Nanos
     }
 
-    /// Decides and sends the grants that changed (with the state locked, so that grants
-    /// reach each process in the order they were decided).
+    /// Decides and posts the grants that changed (with the state locked, so that each
+    /// process's newest grant is the newest decided); their writers send them.
     fn decide(&self, d: &mut Daemon) {
         let grants = d.decide(self.now());
         self.send(&grants);
@@ -77,12 +81,12 @@ impl Shared {
     }
 
     fn send(&self, grants: &[(u64, Grant)]) {
-        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        let out = self.out.lock().unwrap_or_else(|p| p.into_inner());
         for (conn, g) in grants {
-            if let Some(s) = out.get_mut(conn) {
+            if let Some(o) = out.get(conn) {
                 let mut line = serde_json::to_string(g).expect("serializable");
                 line.push('\n');
-                let _ = s.write_all(line.as_bytes());
+                o.post(line);
             }
         }
     }
@@ -93,7 +97,9 @@ impl Shared {
         let mut d = self.lock();
         let held = d.usage_of_conn(conn);
         let Some((pid, tenant)) = d.leave(conn) else { return };
-        self.out.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn);
+        if let Some(o) = self.out.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn) {
+            o.close();
+        }
         self.decide(&mut d);
         if d.live().is_empty() {
             *self.last_tenant.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
@@ -201,13 +207,25 @@ fn serve_conn(s: &Arc<Shared>, stream: UnixStream, path: &Path) {
 fn serve_tenant(s: &Arc<Shared>, stream: UnixStream, mut reader: BufReader<UnixStream>, who: Peer, hello: &Hello) {
     let conn = s.next_conn.fetch_add(1, Ordering::Relaxed);
     let Ok(out) = stream.try_clone() else { return };
-    s.out.lock().unwrap_or_else(|p| p.into_inner()).insert(conn, out);
+    let weak = Arc::downgrade(s);
+    let stalled = move |stuck: bool| {
+        if let Some(s) = weak.upgrade() {
+            if s.lock().set_unresponsive(conn, stuck) {
+                say(&format!("pid {} {}", who.pid, if stuck { format!("has not read its grants for {} ms: it loses its turns until it does", PATIENCE.as_millis()) } else { "reads its grants again".into() }));
+            }
+            s.wake.notify_all();
+        }
+    };
+    let Ok(outbox) = outbox::start(out, PATIENCE, stalled) else { return };
+    s.out.lock().unwrap_or_else(|p| p.into_inner()).insert(conn, outbox);
     let sender = Sender { pid: who.pid, uid: who.uid, admin: who.uid == s.owner || who.uid == 0 };
     {
         let mut d = s.lock();
         if let Err(why) = d.admit(conn, sender, hello) {
             drop(d);
-            s.out.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn);
+            if let Some(o) = s.out.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn) {
+                o.close();
+            }
             say(&format!("pid {} (uid {}) refused: {why}", who.pid, who.uid));
             let mut line = serde_json::to_string(&Refused { refused: why }).expect("serializable");
             line.push('\n');

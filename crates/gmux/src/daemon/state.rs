@@ -41,6 +41,8 @@ pub struct Proc {
     pub report: ShimReport,
     /// One of its reports was not believed (and logged).
     pub doubted: bool,
+    /// It has not read its grants for a while (stopped, or stuck): it gets no turns.
+    pub unresponsive: bool,
     /// The last grant sent to it.
     pub sent: Option<Grant>,
     /// Largest cap among the grants sent since the newest one it has applied (its own
@@ -129,7 +131,7 @@ impl Daemon {
         if !self.procs.values().any(|p| p.tenant == id) {
             self.tenants.get_mut(id).priority = priority;
         }
-        self.procs.insert(conn, Proc { pid, tenant: id, report: ShimReport::default(), doubted: false, sent: None, exposure: 0 });
+        self.procs.insert(conn, Proc { pid, tenant: id, report: ShimReport::default(), doubted: false, unresponsive: false, sent: None, exposure: 0 });
         id
     }
 
@@ -152,6 +154,24 @@ impl Daemon {
         let held = self.procs.values().map(|p| p.report.held).fold(0, u64::saturating_add);
         self.peak_held = self.peak_held.max(held);
         doubt
+    }
+
+    /// Marks whether the process on `conn` reads its grants; returns whether that changed.
+    /// A tenant none of whose processes read gets no turns and no memory ahead of the
+    /// others (what it holds stays counted: it cannot give it back while it does not read).
+    pub fn set_unresponsive(&mut self, conn: u64, stuck: bool) -> bool {
+        match self.procs.get_mut(&conn) {
+            Some(p) if p.unresponsive != stuck => {
+                p.unresponsive = stuck;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether some process of `t` reads its grants.
+    pub fn responsive(&self, t: TenantId) -> bool {
+        self.procs.values().any(|p| p.tenant == t && !p.unresponsive)
     }
 
     /// Bytes of GPU memory the process on `conn` last reported holding.
@@ -338,7 +358,7 @@ impl Daemon {
     /// highest class that has work. Memory goes by priority class.
     fn concurrent(&mut self, live: &[TenantId], usage: &HashMap<TenantId, ShimReport>) -> (HashMap<TenantId, bool>, HashMap<TenantId, u64>) {
         self.running = None;
-        let ready = |t: &TenantId| usage[t].busy || usage[t].waiting || usage[t].blocked > 0;
+        let ready = |t: &TenantId| (usage[t].busy || usage[t].waiting || usage[t].blocked > 0) && self.responsive(*t);
         let top = live.iter().filter(|t| ready(t) && !self.tenants.get(**t).limits.frozen).map(|t| self.tenants.get(*t).priority).max();
         let mut runs = HashMap::new();
         let mut order = HashMap::new();
@@ -347,7 +367,7 @@ impl Daemon {
             let gated = self.policy == Policy::Priority && top.is_some_and(|p| k.priority < p);
             runs.insert(*t, !k.limits.frozen && !gated);
             let max = live.iter().map(|u| self.tenants.get(*u).priority).max().unwrap_or(0);
-            order.insert(*t, if k.limits.frozen { u64::MAX } else { (i64::from(max) - i64::from(k.priority)).unsigned_abs() });
+            order.insert(*t, if k.limits.frozen || !self.responsive(*t) { u64::MAX } else { (i64::from(max) - i64::from(k.priority)).unsigned_abs() });
         }
         (runs, order)
     }
@@ -361,7 +381,7 @@ impl Daemon {
                 let k = self.tenants.get(*t);
                 let u = &usage[t];
                 let ready = u.busy || u.waiting || u.blocked > 0 || self.running.is_some_and(|r| r.tenant == *t);
-                TenantView { id: *t, ready, frozen: k.limits.frozen, priority: k.priority, weight: k.weight, timeslice: k.limits.timeslice }
+                TenantView { id: *t, ready, frozen: k.limits.frozen || !self.responsive(*t), priority: k.priority, weight: k.weight, timeslice: k.limits.timeslice }
             })
             .collect();
         if let Some(r) = self.running.as_mut().filter(|r| r.since.is_none()) {

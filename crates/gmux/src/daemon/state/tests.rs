@@ -143,3 +143,23 @@ fn a_tenant_of_two_processes_splits_its_grant_by_want() {
     assert_eq!((g[&0].cap, g[&1].cap), (2 * G, 6 * G));
     assert_eq!(d.pids(TenantId(0)), vec![100, 101]);
 }
+
+#[test]
+fn a_tenant_that_does_not_read_its_grants_loses_its_turns_and_keeps_its_memory_counted() {
+    let mut d = four_of_8g(Switch::Msched);
+    assert!(grants(&mut d, 0)[&0].run);
+    rep(&mut d, 0, busy(8 * G, 8 * G));
+    started(&mut d, 0, 8 * G, MS);
+    assert!(d.set_unresponsive(0, true) && !d.set_unresponsive(0, true));
+    let g = grants(&mut d, 2 * MS);
+    assert!(!g[&0].run, "its slice ends at once");
+    assert_eq!(g.values().filter(|g| g.run).count(), 1, "another tenant runs");
+    let others: u64 = g.iter().filter(|(c, _)| **c != 0).map(|(_, g)| g.cap).sum();
+    assert!(others <= 8 * G, "the 8 GiB it holds still count: the others have {others}");
+    for t in 1..40 {
+        assert!(!grants(&mut d, (2 + 25 * t) * MS)[&0].run, "no turn while it does not read");
+    }
+    assert!(d.set_unresponsive(0, false));
+    let back = (1..40).any(|t| grants(&mut d, (1000 + 25 * t) * MS)[&0].run);
+    assert!(back, "its turns come back once it reads");
+}
