@@ -87,6 +87,19 @@ impl Agent {
     }
 }
 
+/// The uid of the process at the other end of `s` (`SO_PEERCRED`).
+fn peer_uid(s: &UnixStream) -> std::io::Result<u32> {
+    use std::os::fd::AsRawFd;
+    let mut c = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `c` and `len` are valid for getsockopt to write.
+    let r = unsafe { libc::getsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, &mut c as *mut _ as *mut libc::c_void, &mut len) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(c.uid)
+}
+
 /// Why the daemon answered a `Hello` with `line` instead of a grant: its refusal, or the
 /// error text of a daemon too old to know this shim's `Hello`.
 fn refusal(line: &str) -> String {
@@ -107,6 +120,12 @@ pub fn attach() -> Option<Grant> {
     let path = config().daemon.as_ref()?;
     let fail = |why: String| -> ! { crate::log::fatal(&format!("cannot register with gmuxd at {}: {why}; start it with `gmux daemon`, or run with `gmux run --standalone`", path.display())) };
     let stream = UnixStream::connect(path).unwrap_or_else(|e| fail(e.to_string()));
+    match peer_uid(&stream) {
+        // SAFETY: geteuid has no preconditions.
+        Ok(uid) if uid == 0 || uid == unsafe { libc::geteuid() } => {}
+        Ok(uid) => fail(format!("it is served by uid {uid}, not by you or root; not talking to it (check GMUX_SOCKET)")),
+        Err(e) => fail(format!("cannot tell who serves it: {e}")),
+    }
     let hello = FromShim::Hello { version: PROTOCOL, tenant: config().tenant.clone(), priority: config().priority, high: config().mem_limit };
     let mut line = serde_json::to_string(&hello).expect("serializable");
     line.push('\n');

@@ -293,3 +293,17 @@ fn a_tenant_that_stops_reading_its_grants_stalls_nobody_else() {
     assert!(ps.status.success() && t0.elapsed() < Duration::from_secs(1), "gmux ps took {:?}: {}", t0.elapsed(), ps.describe());
     drop(stuck);
 }
+
+#[test]
+fn one_daemon_per_socket_and_nothing_else_at_its_path_is_touched() {
+    let d = Daemon::start("daemon-one", &["--hbm", "64M"]);
+    let second = run_within(Command::new(gmux_bin()).args(["daemon", "--socket"]).arg(d.sb.socket()), Duration::from_secs(10));
+    assert!(!second.status.success() && second.stderr.contains("already serves"), "{}", second.describe());
+    assert!(d.ctl(&["ps"]).status.success(), "the first daemon stopped serving");
+    // A regular file where the socket would go is refused, and kept.
+    let file = d.sb.dir.path().join("precious");
+    std::fs::write(&file, b"keep me").unwrap();
+    let r = run_within(Command::new(gmux_bin()).args(["daemon", "--socket"]).arg(&file), Duration::from_secs(10));
+    assert!(!r.status.success() && r.stderr.contains("not a gmux socket"), "{}", r.describe());
+    assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
+}

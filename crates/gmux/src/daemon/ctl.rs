@@ -136,12 +136,25 @@ fn ps(d: &Daemon, visible: &dyn Fn(TenantId) -> bool) -> String {
 /// Sends `req` to the daemon at `path` and returns its reply.
 pub fn request(path: &Path, req: &Request) -> Result<Reply, Failure> {
     let mut s = UnixStream::connect(path).map_err(|e| Failure::Runtime(format!("gmuxd is not running at {} ({e}); start it with `gmux daemon` (or any `gmux run`)", path.display())))?;
+    trusted(&s, path)?;
     let mut line = serde_json::to_string(req).expect("serializable");
     line.push('\n');
     s.write_all(line.as_bytes()).map_err(|e| Failure::Runtime(format!("cannot talk to gmuxd at {}: {e}", path.display())))?;
     let mut reply = String::new();
     BufReader::new(s).read_line(&mut reply).map_err(|e| Failure::Runtime(format!("no answer from gmuxd at {}: {e}", path.display())))?;
     serde_json::from_str(reply.trim()).map_err(|_| Failure::Runtime(format!("gmuxd at {} answered {:?}; is it the same version as this gmux?", path.display(), reply.trim())))
+}
+
+/// Refuses a daemon run by a user other than this one or root: whoever listens on the
+/// socket learns what is sent to it.
+fn trusted(s: &UnixStream, path: &Path) -> Result<(), Failure> {
+    let who = super::server::peer(s).map_err(|e| Failure::Runtime(format!("cannot tell who serves {}: {e}", path.display())))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if who.uid != me && who.uid != 0 {
+        return Err(Failure::Runtime(format!("{} is served by uid {}, not by you or root; not talking to it (check GMUX_SOCKET)", path.display(), who.uid)));
+    }
+    Ok(())
 }
 
 /// Makes sure a daemon listens at `path`, starting one (which exits after a minute
@@ -151,11 +164,11 @@ pub fn ensure_daemon(path: &Path) -> Result<(), Failure> {
         return Ok(());
     }
     let exe = std::env::current_exe().map_err(|e| Failure::Runtime(format!("cannot locate the gmux executable: {e}")))?;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| Failure::Runtime(format!("cannot create {}: {e}", dir.display())))?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        super::rundir::ensure_dir(dir).map_err(Failure::Runtime)?;
     }
     let log_path = path.with_extension("log");
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(|e| Failure::Runtime(format!("cannot open {}: {e}", log_path.display())))?;
+    let log = super::rundir::open_log(&log_path).map_err(Failure::Runtime)?;
     let mut cmd = std::process::Command::new(exe);
     cmd.args(["daemon", "--idle-exit", "60", "--socket"]).arg(path).stdin(std::process::Stdio::null()).stdout(log.try_clone().map_err(|e| Failure::Runtime(e.to_string()))?).stderr(log);
     use std::os::unix::process::CommandExt;

@@ -4,6 +4,7 @@
 
 pub mod ctl;
 mod outbox;
+mod rundir;
 mod server;
 pub mod state;
 

@@ -3,6 +3,7 @@
 
 use super::ctl::{self, Request};
 use super::outbox::{self, Outbox};
+use super::rundir;
 use super::state::{Daemon, Hello, Sender};
 use crate::Failure;
 use gmux_core::protocol::{FromShim, Grant, Refused};
@@ -11,7 +12,6 @@ use gmux_core::Nanos;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,7 +34,8 @@ pub struct Peer {
     pub uid: u32,
 }
 
-fn peer(s: &UnixStream) -> std::io::Result<Peer> {
+/// Who is on the other end of a connected socket (`SO_PEERCRED`).
+pub fn peer(s: &UnixStream) -> std::io::Result<Peer> {
     let mut c = libc::ucred { pid: 0, uid: 0, gid: 0 };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: `c` and `len` are valid for getsockopt to write.
@@ -112,14 +113,11 @@ impl Shared {
 
 /// Listens on `path` until stopped.
 pub fn serve(path: &Path, d: Daemon, idle_exit: u64, verbose: bool) -> Result<(), Failure> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| Failure::Runtime(format!("cannot create {}: {e}", dir.display())))?;
-        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        rundir::ensure_dir(dir).map_err(Failure::Runtime)?;
     }
-    if UnixStream::connect(path).is_ok() {
-        return Err(Failure::Runtime(format!("a gmuxd already serves {}; stop it with `gmux stop` or pick another --socket", path.display())));
-    }
-    let _ = std::fs::remove_file(path);
+    let lock = rundir::lock(path).map_err(Failure::Runtime)?;
+    rundir::clear_stale(path, &lock).map_err(Failure::Runtime)?;
     let listener = UnixListener::bind(path).map_err(|e| Failure::Runtime(format!("cannot listen on {}: {e}", path.display())))?;
     eprintln!(
         "gmuxd: serving {} (pid {}): budget {}, host {}, policy {}, switch {:?}",
@@ -156,6 +154,7 @@ pub fn serve(path: &Path, d: Daemon, idle_exit: u64, verbose: bool) -> Result<()
             }
         });
     }
+    let _held = lock;
     for conn in listener.incoming() {
         let Ok(stream) = conn else { continue };
         let s = shared.clone();
