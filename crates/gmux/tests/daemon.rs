@@ -307,3 +307,28 @@ fn one_daemon_per_socket_and_nothing_else_at_its_path_is_touched() {
     assert!(!r.status.success() && r.stderr.contains("not a gmux socket"), "{}", r.describe());
     assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
 }
+
+#[test]
+fn endless_lines_and_silent_connections_are_cut_off() {
+    use std::io::{Read, Write};
+    let d = Daemon::start("daemon-lines", &["--hbm", "64M"]);
+    let connect = || std::os::unix::net::UnixStream::connect(d.sb.socket()).unwrap();
+    // A line that never ends: the daemon reads at most 64 KiB of it, then hangs up.
+    let mut long = connect();
+    long.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+    let chunk = vec![b'x'; 16 << 10];
+    let mut sent = 0usize;
+    while long.write_all(&chunk).is_ok() && sent < 64 << 20 {
+        sent += chunk.len();
+    }
+    assert!(sent < 64 << 20, "the daemon took 64 MiB of one line");
+    // A connection that says nothing is closed after 5 s.
+    let mut silent = connect();
+    silent.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let t0 = Instant::now();
+    let mut buf = [0u8; 16];
+    assert_eq!(silent.read(&mut buf).unwrap_or(0), 0, "the daemon wrote to a silent connection");
+    assert!((Duration::from_secs(4)..Duration::from_secs(15)).contains(&t0.elapsed()), "closed after {:?}", t0.elapsed());
+    assert!(d.ctl(&["ps"]).status.success());
+    assert!(d.log().contains("a line longer than 65536 bytes"), "{}", d.log());
+}

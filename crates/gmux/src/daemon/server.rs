@@ -56,6 +56,10 @@ struct Shared {
     owner: u32,
     start: Instant,
     next_conn: AtomicU64,
+    /// Open connections per uid.
+    conns: Mutex<HashMap<u32, usize>>,
+    /// Connections per watched pid; one watcher thread per pid.
+    watched: Mutex<HashMap<u32, Vec<u64>>>,
     last_tenant: Mutex<Instant>,
     verbose: bool,
 }
@@ -98,6 +102,9 @@ impl Shared {
         let mut d = self.lock();
         let held = d.usage_of_conn(conn);
         let Some((pid, tenant)) = d.leave(conn) else { return };
+        if let Some(conns) = self.watched.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&pid) {
+            conns.retain(|c| *c != conn);
+        }
         if let Some(o) = self.out.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn) {
             o.close();
         }
@@ -136,6 +143,8 @@ pub fn serve(path: &Path, d: Daemon, idle_exit: u64, verbose: bool) -> Result<()
         owner: unsafe { libc::geteuid() },
         start: Instant::now(),
         next_conn: AtomicU64::new(1),
+        conns: Mutex::new(HashMap::new()),
+        watched: Mutex::new(HashMap::new()),
         last_tenant: Mutex::new(Instant::now()),
         verbose,
     });
@@ -155,13 +164,88 @@ pub fn serve(path: &Path, d: Daemon, idle_exit: u64, verbose: bool) -> Result<()
         });
     }
     let _held = lock;
+    let mut last_complaint: Option<Instant> = None;
     for conn in listener.incoming() {
-        let Ok(stream) = conn else { continue };
+        let stream = match conn {
+            Ok(stream) => stream,
+            Err(e) => {
+                // Out of descriptors (or another transient failure): wait instead of spinning.
+                if last_complaint.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                    say(&format!("cannot accept a connection ({e}); retrying every 100 ms"));
+                    last_complaint = Some(Instant::now());
+                }
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        let Some(slot) = Slot::take(&shared, &stream) else { continue };
         let s = shared.clone();
         let p = path.to_path_buf();
-        std::thread::spawn(move || serve_conn(&s, stream, &p));
+        let spawned = std::thread::Builder::new().name("gmuxd-conn".into()).spawn(move || {
+            let _slot = slot;
+            serve_conn(&s, stream, &p);
+        });
+        if let Err(e) = spawned {
+            say(&format!("cannot start a thread for a connection ({e}); dropping it"));
+        }
     }
     Ok(())
+}
+
+/// Most connections one user other than the daemon's owner and root may hold at once.
+const MAX_CONNS_PER_USER: usize = 256;
+
+/// Longest line a peer may send (a report is about 400 bytes).
+const MAX_LINE: u64 = 64 << 10;
+
+/// How long a new connection has to send its first line.
+const FIRST_LINE: Duration = Duration::from_secs(5);
+
+/// One user's connection, counted while it lives.
+struct Slot {
+    s: Arc<Shared>,
+    uid: u32,
+}
+
+impl Slot {
+    /// Counts a new connection, or refuses it (with the reason, to the peer) when its
+    /// user holds too many.
+    fn take(s: &Arc<Shared>, stream: &UnixStream) -> Option<Slot> {
+        let who = peer(stream).ok()?;
+        let mut conns = s.conns.lock().unwrap_or_else(|p| p.into_inner());
+        let n = conns.entry(who.uid).or_default();
+        if *n >= MAX_CONNS_PER_USER && who.uid != s.owner && who.uid != 0 {
+            drop(conns);
+            let reply = ctl::Reply::error(format!("uid {} already holds {MAX_CONNS_PER_USER} connections to gmuxd; close some", who.uid));
+            let _ = (&*stream).write_all(format!("{}\n", serde_json::to_string(&reply).expect("serializable")).as_bytes());
+            return None;
+        }
+        *n += 1;
+        Some(Slot { s: s.clone(), uid: who.uid })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut conns = self.s.conns.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = conns.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                conns.remove(&self.uid);
+            }
+        }
+    }
+}
+
+/// Reads one line of at most [`MAX_LINE`] bytes into `line`. `Ok(false)`: the peer hung
+/// up; an error: it failed, or sent a longer line.
+fn read_line<R: BufRead>(r: &mut R, line: &mut String) -> std::io::Result<bool> {
+    line.clear();
+    let n = std::io::Read::take(r, MAX_LINE + 1).read_line(line)?;
+    if n as u64 > MAX_LINE {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("a line longer than {MAX_LINE} bytes")));
+    }
+    Ok(n > 0)
 }
 
 /// Sends grants whenever something changed, and at slice ends.
@@ -179,9 +263,17 @@ fn serve_conn(s: &Arc<Shared>, stream: UnixStream, path: &Path) {
     let Ok(read) = stream.try_clone() else { return };
     let mut reader = BufReader::new(read);
     let mut line = String::new();
-    if reader.read_line(&mut line).unwrap_or(0) == 0 {
-        return;
+    let _ = stream.set_read_timeout(Some(FIRST_LINE));
+    match read_line(&mut reader, &mut line) {
+        Ok(true) => {}
+        Ok(false) => return,
+        Err(e) => {
+            say(&format!("pid {} (uid {}): {e}; closing its connection", who.pid, who.uid));
+            return;
+        }
     }
+    // A tenant may stay silent for long; its death is seen through its pid.
+    let _ = stream.set_read_timeout(None);
     match serde_json::from_str::<FromShim>(line.trim()) {
         Ok(FromShim::Hello { version, tenant, priority, high }) => serve_tenant(s, stream, reader, who, &Hello { version, tenant: &tenant, priority, high }),
         _ => {
@@ -238,10 +330,13 @@ fn serve_tenant(s: &Arc<Shared>, stream: UnixStream, mut reader: BufReader<UnixS
     watch_pid(s.clone(), conn, who.pid);
     let mut line = String::new();
     loop {
-        line.clear();
-        match reader.read_line(&mut line) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
+        match read_line(&mut reader, &mut line) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => {
+                say(&format!("pid {}: {e}; disconnecting it", who.pid));
+                break;
+            }
         }
         match serde_json::from_str::<FromShim>(line.trim()) {
             Ok(FromShim::Report(r)) => {
@@ -257,8 +352,16 @@ fn serve_tenant(s: &Arc<Shared>, stream: UnixStream, mut reader: BufReader<UnixS
 }
 
 /// Reclaims a process's memory as soon as it dies (its pidfd becomes readable), even
-/// before its socket is closed.
+/// before its socket is closed. One watcher per pid, however many connections it makes.
 fn watch_pid(s: Arc<Shared>, conn: u64, pid: u32) {
+    {
+        let mut w = s.watched.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(conns) = w.get_mut(&pid) {
+            conns.push(conn);
+            return;
+        }
+        w.insert(pid, vec![conn]);
+    }
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) } as i32;
     if fd < 0 {
@@ -267,10 +370,16 @@ fn watch_pid(s: Arc<Shared>, conn: u64, pid: u32) {
     }
     // SAFETY: `fd` is a new descriptor that this owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    std::thread::spawn(move || {
+    let spawned = std::thread::Builder::new().name("gmuxd-pid".into()).spawn(move || {
         let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd.
         while unsafe { libc::poll(&mut p, 1, -1) } < 0 {}
-        s.leave(conn, "exited");
+        let conns = s.watched.lock().unwrap_or_else(|p| p.into_inner()).remove(&pid).unwrap_or_default();
+        for c in conns {
+            s.leave(c, "exited");
+        }
     });
+    if let Err(e) = spawned {
+        say(&format!("cannot watch pid {pid} ({e}); its death is noticed when its socket closes"));
+    }
 }

@@ -445,4 +445,6 @@ mod trust;
 pub use trust::{Hello, Sender};
 
 #[cfg(test)]
+mod fuzz;
+#[cfg(test)]
 mod tests;
