@@ -332,3 +332,16 @@ fn endless_lines_and_silent_connections_are_cut_off() {
     assert!(d.ctl(&["ps"]).status.success());
     assert!(d.log().contains("a line longer than 65536 bytes"), "{}", d.log());
 }
+
+#[test]
+fn the_scale_benchmark_prints_its_table_and_json() {
+    let sb = Sandbox::new("daemon-scale", 1 << 30);
+    let json = sb.dir.path().join("scale.json");
+    let r = run_within(Command::new(gmux_bin()).args(["bench", "daemon-scale", "--tenants", "60", "--reports", "20", "--policy", "share", "--json"]).arg(&json), Duration::from_secs(60));
+    assert!(r.status.success() && r.stdout.contains("60 tenants, policy share") && r.stdout.contains("gmux ps"), "{}", r.describe());
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["tenants"], 60);
+    for k in ["join_all_ms", "decide_p50_ms", "decide_p99_ms", "decide_max_ms", "ps_ms", "leave_all_ms"] {
+        assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k} in {v}");
+    }
+}

@@ -4,7 +4,8 @@ use super::{Scheduler, TenantView};
 use crate::size::Nanos;
 use crate::tenant::TenantId;
 use crate::timeline::{Slot, Timeline};
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Mutex;
 
 /// Stride scheduling over runnable tenants.
@@ -61,15 +62,17 @@ impl Scheduler for WeightedShare {
 
     fn timeline(&self, tenants: &[TenantView], len: usize) -> Timeline {
         self.weights().extend(tenants.iter().map(|t| (t.id, t.weight)));
-        let mut run: Vec<(u128, TenantView)> =
-            tenants.iter().filter(|t| t.runnable()).map(|t| (self.pass(t.id), *t)).collect();
+        let run: Vec<TenantView> = tenants.iter().filter(|t| t.runnable()).copied().collect();
         if run.is_empty() {
             return Timeline::default();
         }
+        // The smallest pass first, ties by id: a heap keeps each pick O(log n).
+        let mut heap: BinaryHeap<Reverse<(u128, TenantId, usize)>> = run.iter().enumerate().map(|(i, t)| Reverse((self.pass(t.id), t.id, i))).collect();
         let slots = (0..len)
             .map(|_| {
-                let (pass, t) = run.iter_mut().min_by_key(|(p, t)| (*p, t.id)).expect("non-empty");
-                *pass += Self::stride(t.timeslice, t.weight).max(1);
+                let Reverse((pass, id, i)) = heap.pop().expect("non-empty");
+                let t = &run[i];
+                heap.push(Reverse((pass + Self::stride(t.timeslice, t.weight).max(1), id, i)));
                 Slot { tenant: t.id, slice: t.timeslice }
             })
             .collect();

@@ -1,10 +1,11 @@
-//! `gmux bench`: GPU benchmarks of the daemon, run with real tenant processes (the
-//! PyTorch programs in `gpu/`). Each prints a table, writes JSON, and keeps every
-//! process's log under `--out`.
+//! `gmux bench`: benchmarks of the daemon. The GPU ones run real tenant processes (the
+//! PyTorch programs in `gpu/`) and keep every process's log under `--out`; `daemon-scale`
+//! times the daemon's decisions on the CPU. Each prints a table and writes JSON.
 
 mod lab;
 mod micro;
 mod priority;
+mod scale;
 
 use crate::Failure;
 
@@ -15,6 +16,8 @@ pub enum BenchCommand {
     MschedMicro(micro::MicroArgs),
     /// A real-time inference tenant beside a best-effort training tenant.
     Priority(priority::PriorityArgs),
+    /// The daemon's decisions with many tenants (CPU only).
+    DaemonScale(scale::ScaleArgs),
 }
 
 /// Runs a benchmark.
@@ -22,5 +25,6 @@ pub fn bench(cmd: &BenchCommand) -> Result<(), Failure> {
     match cmd {
         BenchCommand::MschedMicro(a) => micro::run(a),
         BenchCommand::Priority(a) => priority::run(a),
+        BenchCommand::DaemonScale(a) => scale::run(a),
     }
 }

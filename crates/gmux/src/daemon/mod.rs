@@ -5,7 +5,7 @@
 pub mod ctl;
 mod outbox;
 mod rundir;
-mod server;
+pub mod server;
 pub mod state;
 
 use crate::Failure;

@@ -9,7 +9,7 @@ use gmux_core::protocol::{Fill, Grant, ShimReport};
 use gmux_core::sched::{Policy, Scheduler, TenantView};
 use gmux_core::size::format_size;
 use gmux_core::{Nanos, TenantId, Tenants, CHUNK_BYTES};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// How a time-sliced switch moves memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -102,6 +102,8 @@ pub struct Daemon {
     pub timeslice: Nanos,
     sched: Box<dyn Scheduler>,
     procs: BTreeMap<u64, Proc>,
+    /// The connections of each tenant with a process.
+    members: BTreeMap<TenantId, BTreeSet<u64>>,
     /// Switches and slice starts since the server last took them (`--verbose`).
     pub events: Vec<String>,
     past: HashMap<TenantId, Past>,
@@ -117,7 +119,7 @@ pub struct Daemon {
 impl Daemon {
     /// A daemon with no tenants.
     pub fn new(hbm: Option<u64>, host: Option<u64>, policy: Policy, switch: Switch) -> Self {
-        Daemon { hbm, host, policy, switch, tenants: Tenants::default(), timeslice: gmux_core::knobs::DEFAULT_TIMESLICE, sched: policy.build(), procs: BTreeMap::new(), events: Vec::new(), now: 0, peak_held: 0, max_priority: 0, past: HashMap::new(), running: None }
+        Daemon { hbm, host, policy, switch, tenants: Tenants::default(), timeslice: gmux_core::knobs::DEFAULT_TIMESLICE, sched: policy.build(), procs: BTreeMap::new(), members: BTreeMap::new(), events: Vec::new(), now: 0, peak_held: 0, max_priority: 0, past: HashMap::new(), running: None }
     }
 
     /// Registers process `pid` of tenant `name` (created on first use) as connection `conn`,
@@ -128,11 +130,29 @@ impl Daemon {
             self.tenants.get_mut(id).limits.timeslice = self.timeslice;
             id
         });
-        if !self.procs.values().any(|p| p.tenant == id) {
+        if !self.members.contains_key(&id) {
             self.tenants.get_mut(id).priority = priority;
         }
+        self.forget_member(conn);
+        self.members.entry(id).or_default().insert(conn);
         self.procs.insert(conn, Proc { pid, tenant: id, report: ShimReport::default(), doubted: false, unresponsive: false, sent: None, exposure: 0 });
         id
+    }
+
+    /// Removes connection `conn` from its tenant's members.
+    fn forget_member(&mut self, conn: u64) {
+        let Some(t) = self.procs.get(&conn).map(|p| p.tenant) else { return };
+        if let Some(m) = self.members.get_mut(&t) {
+            m.remove(&conn);
+            if m.is_empty() {
+                self.members.remove(&t);
+            }
+        }
+    }
+
+    /// The processes of tenant `t`, by connection.
+    fn procs_of(&self, t: TenantId) -> impl Iterator<Item = (u64, &Proc)> {
+        self.members.get(&t).into_iter().flatten().filter_map(|c| self.procs.get(c).map(|p| (*c, p)))
     }
 
     /// Takes a process's report as far as it is believable ([`trust::believable`]).
@@ -171,7 +191,7 @@ impl Daemon {
 
     /// Whether some process of `t` reads its grants.
     pub fn responsive(&self, t: TenantId) -> bool {
-        self.procs.values().any(|p| p.tenant == t && !p.unresponsive)
+        self.procs_of(t).any(|(_, p)| !p.unresponsive)
     }
 
     /// Bytes of GPU memory the process on `conn` last reported holding.
@@ -187,12 +207,13 @@ impl Daemon {
     /// Forgets a process that exited or disconnected; its memory no longer counts.
     /// Returns its pid and tenant name.
     pub fn leave(&mut self, conn: u64) -> Option<(u32, String)> {
+        self.forget_member(conn);
         let p = self.procs.remove(&conn)?;
         let past = self.past.entry(p.tenant).or_default();
         past.commands = past.commands.saturating_add(p.report.commands);
         past.bytes_h2d = past.bytes_h2d.saturating_add(p.report.bytes_h2d);
         past.bytes_d2h = past.bytes_d2h.saturating_add(p.report.bytes_d2h);
-        if self.running.is_some_and(|r| r.tenant == p.tenant) && !self.procs.values().any(|q| q.tenant == p.tenant) {
+        if self.running.is_some_and(|r| r.tenant == p.tenant) && !self.members.contains_key(&p.tenant) {
             self.running = None;
         }
         Some((p.pid, self.tenants.get(p.tenant).name.clone()))
@@ -200,22 +221,19 @@ impl Daemon {
 
     /// Tenants with at least one process, in id order.
     pub fn live(&self) -> Vec<TenantId> {
-        let mut v: Vec<TenantId> = self.procs.values().map(|p| p.tenant).collect();
-        v.sort_unstable();
-        v.dedup();
-        v
+        self.members.keys().copied().collect()
     }
 
     /// Pids of a tenant's processes.
     pub fn pids(&self, t: TenantId) -> Vec<u32> {
-        self.procs.values().filter(|p| p.tenant == t).map(|p| p.pid).collect()
+        self.procs_of(t).map(|(_, p)| p.pid).collect()
     }
 
     /// Sum of a tenant's processes' reports (counters include exited processes).
     pub fn usage(&self, t: TenantId) -> ShimReport {
         let past = self.past.get(&t).copied().unwrap_or_default();
         let mut u = ShimReport { commands: past.commands, bytes_h2d: past.bytes_h2d, bytes_d2h: past.bytes_d2h, ..Default::default() };
-        for p in self.procs.values().filter(|p| p.tenant == t) {
+        for (_, p) in self.procs_of(t) {
             let r = &p.report;
             let add = |a: &mut u64, b: u64| *a = a.saturating_add(b);
             add(&mut u.held, r.held);
@@ -243,7 +261,7 @@ impl Daemon {
 
     /// Whether tenant `t`'s processes were last granted to run.
     pub fn running_now(&self, t: TenantId) -> bool {
-        self.procs.values().any(|p| p.tenant == t && p.sent.is_some_and(|g| g.run))
+        self.procs_of(t).any(|(_, p)| p.sent.is_some_and(|g| g.run))
     }
 
     /// When the running tenant's slice ends (time-sliced mode).
@@ -307,7 +325,7 @@ impl Daemon {
     /// What tenant `t`, holding `held`, may be holding by now: up to the largest cap it
     /// was sent and has not yet reported back on.
     fn reserved(&self, t: TenantId, held: u64) -> u64 {
-        let exposure = self.procs.values().filter(|p| p.tenant == t).map(|p| p.exposure).fold(0, u64::saturating_add);
+        let exposure = self.procs_of(t).map(|(_, p)| p.exposure).fold(0, u64::saturating_add);
         held.max(exposure)
     }
 
@@ -315,9 +333,12 @@ impl Daemon {
     #[allow(clippy::too_many_arguments)]
     fn grants(&mut self, live: &[TenantId], caps: &[u64], now_caps: &[u64], most: &[u64], runs: &HashMap<TenantId, bool>, concurrent: bool, usage: &HashMap<TenantId, ShimReport>) -> Vec<(u64, Grant)> {
         let mut out = Vec::new();
+        // The tenants holding more than their caps (evicting): at most the first two matter.
+        let over: Vec<usize> = (0..live.len()).filter(|&j| usage[&live[j]].held > caps[j]).take(2).collect();
+        let top = live.iter().map(|u| self.tenants.get(*u).priority).max().unwrap_or(0);
         for (i, t) in live.iter().enumerate() {
             let now_cap = now_caps[i];
-            let evicting = live.iter().enumerate().any(|(j, u)| u != t && usage[u].held > caps[j]);
+            let evicting = over.iter().any(|&j| j != i);
             let (run, fill) = match self.switch {
                 _ if concurrent => (runs[t], Fill::None),
                 Switch::Msched => (runs[t], Fill::Forecast),
@@ -331,7 +352,7 @@ impl Daemon {
                 }
             }
             let gated = concurrent && self.policy == Policy::Priority && !runs[t];
-            let inflight = if gated || (self.policy == Policy::Priority && !self.top_class(live, *t)) { GATED_INFLIGHT } else { 0 };
+            let inflight = if gated || (self.policy == Policy::Priority && self.tenants.get(*t).priority < top) { GATED_INFLIGHT } else { 0 };
             out.extend(self.split(*t, Grant { cap: now_cap, most: most[i], run, fill, inflight, seq: 0 }));
         }
         out.retain_mut(|(conn, g)| {
@@ -348,12 +369,6 @@ impl Daemon {
         out
     }
 
-    /// Whether `t` is in the highest priority class among live tenants.
-    fn top_class(&self, live: &[TenantId], t: TenantId) -> bool {
-        let top = live.iter().map(|u| self.tenants.get(*u).priority).max().unwrap_or(0);
-        self.tenants.get(t).priority >= top
-    }
-
     /// Everything fits (or strict priority): every unfrozen tenant runs, except below the
     /// highest class that has work. Memory goes by priority class.
     fn concurrent(&mut self, live: &[TenantId], usage: &HashMap<TenantId, ShimReport>) -> (HashMap<TenantId, bool>, HashMap<TenantId, u64>) {
@@ -362,11 +377,11 @@ impl Daemon {
         let top = live.iter().filter(|t| ready(t) && !self.tenants.get(**t).limits.frozen).map(|t| self.tenants.get(*t).priority).max();
         let mut runs = HashMap::new();
         let mut order = HashMap::new();
+        let max = live.iter().map(|u| self.tenants.get(*u).priority).max().unwrap_or(0);
         for t in live {
             let k = self.tenants.get(*t);
             let gated = self.policy == Policy::Priority && top.is_some_and(|p| k.priority < p);
             runs.insert(*t, !k.limits.frozen && !gated);
-            let max = live.iter().map(|u| self.tenants.get(*u).priority).max().unwrap_or(0);
             order.insert(*t, if k.limits.frozen || !self.responsive(*t) { u64::MAX } else { (i64::from(max) - i64::from(k.priority)).unsigned_abs() });
         }
         (runs, order)
@@ -419,7 +434,7 @@ impl Daemon {
 
     /// A tenant's grant split among its processes in proportion to what they want.
     fn split(&self, t: TenantId, g: Grant) -> Vec<(u64, Grant)> {
-        let procs: Vec<(u64, u64)> = self.procs.iter().filter(|(_, p)| p.tenant == t).map(|(c, p)| (*c, p.report.want.max(p.report.blocked))).collect();
+        let procs: Vec<(u64, u64)> = self.procs_of(t).map(|(c, p)| (c, p.report.want.max(p.report.blocked))).collect();
         let total = procs.iter().map(|(_, w)| *w).fold(0, u64::saturating_add);
         let n = procs.len() as u64;
         let mut left = g.cap;
