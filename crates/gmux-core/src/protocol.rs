@@ -61,6 +61,10 @@ pub struct ShimReport {
     pub finished: u64,
     /// Sequence number of the newest grant applied before this report.
     pub grant: u64,
+    /// Bytes the largest command so far needed resident at once (of those that had to
+    /// bring memory in): a limit below it ends the process at its next such command.
+    #[serde(default)]
+    pub largest: u64,
 }
 
 /// Daemon → shim, in place of the first grant: the `Hello` was refused, and why (with

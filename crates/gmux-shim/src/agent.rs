@@ -363,11 +363,21 @@ pub fn gate() {
         a.changed.notify_all();
     }
     l.waiting += 1;
+    let t0 = std::time::Instant::now();
+    let mut told = Duration::ZERO;
     while !l.open {
-        l = a.changed.wait(l).unwrap_or_else(|p| p.into_inner());
+        l = a.changed.wait_timeout(l, SAY_WAIT).unwrap_or_else(|p| p.into_inner()).0;
+        if !l.open && t0.elapsed() >= told + SAY_WAIT {
+            told = t0.elapsed();
+            crate::log!(Warn, "waiting {:.0} s for a turn from gmuxd: tenant {:?} is frozen, or others run now; `gmux ps` shows who", told.as_secs_f64(), config().tenant);
+        }
     }
     l.waiting -= 1;
 }
+
+/// How long a wait for the daemon goes before the process says what it waits for (and
+/// again after each as long).
+const SAY_WAIT: Duration = Duration::from_secs(5);
 
 /// The error for a working set of `need` bytes over the limit `limit`: wait for the
 /// grant when the daemon may still grant it, else too big.
@@ -388,8 +398,22 @@ pub fn wait_grant(need: u64) {
     l.blocked = need;
     l.poke = true;
     a.changed.notify_all();
+    let since = std::time::Instant::now();
+    let mut told = Duration::ZERO;
     while l.grant.cap < need && !l.lost {
-        l = a.changed.wait(l).unwrap_or_else(|p| p.into_inner());
+        l = a.changed.wait_timeout(l, SAY_WAIT).unwrap_or_else(|p| p.into_inner()).0;
+        if l.grant.cap < need && !l.lost && since.elapsed() >= told + SAY_WAIT {
+            told = since.elapsed();
+            crate::log!(
+                Warn,
+                "waiting {:.0} s for gmuxd to grant a command's {}: tenant {:?} has {} (at most {}); the others hold or protect (gmem.limit.low) the rest; `gmux ps` shows who",
+                told.as_secs_f64(),
+                format_size(need),
+                config().tenant,
+                format_size(l.grant.cap),
+                format_size(l.grant.most)
+            );
+        }
     }
     l.blocked = 0;
     crate::log!(Debug, "agent {t0:.3}: a launch waited {:.2} ms for a grant of {}", (stamp() - t0) * 1e3, format_size(need));

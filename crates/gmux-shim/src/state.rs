@@ -85,6 +85,8 @@ pub struct Stats {
     pub waits_for_others: u64,
     /// Plans made.
     pub plans: u64,
+    /// Bytes the largest command that had to bring memory in needed resident at once.
+    pub largest_need: u64,
     /// Plans that evicted in OPT order over a forecast.
     pub forecast_plans: u64,
     /// Commands released in each of the last three slots in which the daemon let the
@@ -472,6 +474,7 @@ impl Shim {
         }
         let required = need.len();
         let need_bytes = required as u64 * CHUNK_BYTES;
+        self.stats.largest_need = self.stats.largest_need.max(need_bytes);
         let room = self.room();
         if need_bytes > room {
             return Err(crate::agent::over_grant(need_bytes, room));

@@ -171,6 +171,7 @@ impl Shim {
             waiting: false,
             finished,
             grant: 0,
+            largest: self.stats.largest_need,
         }
     }
 }

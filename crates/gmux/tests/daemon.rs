@@ -345,3 +345,20 @@ fn the_scale_benchmark_prints_its_table_and_json() {
         assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k} in {v}");
     }
 }
+
+#[test]
+fn a_process_that_waits_for_the_daemon_says_what_it_waits_for() {
+    let d = Daemon::start("daemon-wait", &["--hbm", "64M"]);
+    let a = d.tenant("a", &["loop", "--buffers", "4", "--bytes", "4M", "--rounds", "400"]);
+    let t0 = Instant::now();
+    while d.try_stat("a", "commands ").unwrap_or(0) < 5 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "tenant a never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(d.ctl(&["set", "a", "compute.freeze", "1"]).status.success());
+    std::thread::sleep(Duration::from_millis(6500));
+    assert!(d.ctl(&["set", "a", "compute.freeze", "0"]).status.success());
+    let out = a.finish("a");
+    assert!(out.contains("mismatches: 0"), "{out}");
+    assert!(out.contains("waiting 5 s for a turn from gmuxd") && out.contains("gmux ps"), "{out}");
+}

@@ -76,7 +76,7 @@ pub fn answer(d: &mut Daemon, req: &Request, who: Peer, owner: u32) -> Reply {
                 return Reply::error(format!("unknown tenant {tenant:?}: list tenants with `gmux ps`"));
             }
             match d.set_knob(tenant, knob, value) {
-                Ok(()) => Reply::ok(String::new()),
+                Ok(warning) => Reply::ok(warning.unwrap_or_default()),
                 Err(e) => Reply::error(e),
             }
         }

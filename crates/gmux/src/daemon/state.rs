@@ -247,6 +247,7 @@ impl Daemon {
             add(&mut u.bytes_h2d, r.bytes_h2d);
             add(&mut u.bytes_d2h, r.bytes_d2h);
             add(&mut u.finished, r.finished);
+            u.largest = u.largest.max(r.largest);
             u.busy |= r.busy;
             u.waiting |= r.waiting;
         }

@@ -52,6 +52,7 @@ fn report() -> impl Strategy<Value = ShimReport> {
         waiting: !busy,
         finished,
         grant,
+        largest: want,
     })
 }
 

@@ -81,8 +81,10 @@ impl Daemon {
     }
 
     /// `gmux set` by the daemon's owner or root. A `gmem.limit.high` set this way is one
-    /// that a joining process cannot raise; `gmem.limit.low`s together stay within the budget.
-    pub fn set_knob(&mut self, tenant: &str, knob: &str, value: &str) -> Result<(), String> {
+    /// that a joining process cannot raise; `gmem.limit.low`s together stay within the
+    /// budget. Returns a warning when the new limit is below what the tenant's largest
+    /// command so far needed.
+    pub fn set_knob(&mut self, tenant: &str, knob: &str, value: &str) -> Result<Option<String>, String> {
         let t = self.tenants.find(tenant).map_err(|e| e.to_string())?;
         let k = Knob::parse(knob).map_err(|e| e.to_string())?;
         let mut limits = self.tenants.get(t).limits.clone();
@@ -99,12 +101,20 @@ impl Daemon {
                 ));
             }
         }
+        let largest = self.usage(t).largest;
         let tenant = self.tenants.get_mut(t);
         tenant.limits = limits;
-        if k == Knob::LimitHigh {
-            tenant.high_set_by_admin = tenant.limits.high.is_some();
+        if k != Knob::LimitHigh {
+            return Ok(None);
         }
-        Ok(())
+        tenant.high_set_by_admin = tenant.limits.high.is_some();
+        Ok(tenant.limits.high.filter(|h| *h < largest).map(|h| {
+            format!(
+                "warning: tenant {tenant:?}'s largest command so far needed {} at once, more than the new gmem.limit.high of {}: its next such command ends its process (status 86)",
+                format_size(largest),
+                format_size(h)
+            )
+        }))
     }
 }
 
@@ -119,7 +129,7 @@ pub fn believable(p: &Proc, mut r: ShimReport, budget: u64) -> (ShimReport, Opti
         r.held = may_hold;
     }
     r.resident = r.resident.min(r.held);
-    for (name, v) in [("want", &mut r.want), ("period", &mut r.period), ("blocked", &mut r.blocked)] {
+    for (name, v) in [("want", &mut r.want), ("period", &mut r.period), ("blocked", &mut r.blocked), ("largest", &mut r.largest)] {
         if *v > budget {
             doubts.push(format!("{name} {} (budget {})", format_size(*v), format_size(budget)));
             *v = budget;
@@ -178,7 +188,7 @@ mod tests {
             let e = d.admit(2, ALICE, &Hello { high: Some(tiny), ..hello("job") }).unwrap_err();
             assert!(e.contains("--mem-limit") && e.contains("2M"), "{e}");
         }
-        d.set_knob("job", "gmem.limit.high", "4G").unwrap();
+        assert_eq!(d.set_knob("job", "gmem.limit.high", "4G"), Ok(None));
         let e = d.admit(3, ALICE, &Hello { high: Some(u64::MAX), ..hello("job") }).unwrap_err();
         assert!(e.contains("above") && e.contains("4.0 GiB"), "{e}");
         assert_eq!(d.tenants.get(t).limits.high, Some(4 * G));
@@ -217,7 +227,7 @@ mod tests {
         for (c, n) in [(1, "a"), (2, "b"), (3, "c")] {
             d.admit(c, ALICE, &hello(n)).unwrap();
         }
-        d.set_knob("a", "gmem.limit.low", "5G").unwrap();
+        assert_eq!(d.set_knob("a", "gmem.limit.low", "5G"), Ok(None));
         let e = d.set_knob("b", "gmem.limit.low", "4G").unwrap_err();
         assert!(e.contains("9.0 GiB") && e.contains("8.0 GiB") && e.contains("at most 3.0 GiB"), "{e}");
         d.set_knob("b", "gmem.limit.low", "3G").unwrap();
@@ -253,5 +263,16 @@ mod tests {
         let u = d.usage(d.tenants.find("liar").unwrap());
         assert_eq!((u.want, u.period, u.blocked), (8 * G, 8 * G, 8 * G));
         d.decide(2);
+    }
+
+    #[test]
+    fn a_limit_below_the_largest_command_so_far_is_set_with_a_warning() {
+        let mut d = daemon();
+        d.admit(1, ALICE, &hello("big")).unwrap();
+        d.report(1, ShimReport { largest: 3 * G, ..Default::default() });
+        assert_eq!(d.set_knob("big", "gmem.limit.high", "4G"), Ok(None));
+        let w = d.set_knob("big", "gmem.limit.high", "2G").unwrap().expect("a warning");
+        assert!(w.contains("3.0 GiB") && w.contains("2.0 GiB") && w.contains("status 86"), "{w}");
+        assert_eq!(d.tenants.get(d.tenants.find("big").unwrap()).limits.high, Some(2 * G), "set all the same");
     }
 }
