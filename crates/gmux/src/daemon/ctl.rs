@@ -165,7 +165,7 @@ pub fn ensure_daemon(path: &Path) -> Result<(), Failure> {
     }
     let exe = std::env::current_exe().map_err(|e| Failure::Runtime(format!("cannot locate the gmux executable: {e}")))?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        super::rundir::ensure_dir(dir).map_err(Failure::Runtime)?;
+        super::rundir::ensure_dir(dir, None).map_err(Failure::Runtime)?;
     }
     let log_path = path.with_extension("log");
     let log = super::rundir::open_log(&log_path).map_err(Failure::Runtime)?;

@@ -41,6 +41,11 @@ pub struct DaemonArgs {
     /// ask for.
     #[arg(long, default_value_t = 0, value_name = "N", allow_negative_numbers = true)]
     pub max_priority: i32,
+    /// Let the members of this group use the daemon too (each sees and runs only their own
+    /// tenants): the socket is made mode 0660 for the group, and its directory, if the
+    /// daemon makes it, 0710.
+    #[arg(long, value_name = "NAME")]
+    pub group: Option<String>,
     /// Log every switch and slice start.
     #[arg(long)]
     pub verbose: bool,
@@ -82,5 +87,6 @@ pub fn daemon(args: &DaemonArgs) -> Result<(), Failure> {
     let mut d = state::Daemon::new(hbm, host, args.policy, args.switch);
     d.timeslice = slice;
     d.max_priority = args.max_priority;
-    server::serve(&path, d, args.idle_exit, args.verbose)
+    let group = args.group.as_deref().map(rundir::group_id).transpose().map_err(Failure::Usage)?;
+    server::serve(&path, d, group, args.idle_exit, args.verbose)
 }

@@ -12,12 +12,16 @@ fn me() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// Makes `dir` with mode 0700 (and its missing parents), or checks the one there: a
-/// directory, not a link, owned by this user or root, that others cannot write into
-/// unless it is sticky (as `/tmp`).
-pub fn ensure_dir(dir: &Path) -> Result<(), String> {
+/// Makes `dir` with mode 0700 (and its missing parents; 0710 and group `group` for the
+/// directory itself when given, so that the group's members reach the socket), or checks
+/// the one there: a directory, not a link, owned by this user or root, that others cannot
+/// write into unless it is sticky (as `/tmp`).
+pub fn ensure_dir(dir: &Path, group: Option<u32>) -> Result<(), String> {
     if std::fs::symlink_metadata(dir).is_err() {
         DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        if let Some(gid) = group {
+            share(dir, gid, 0o710)?;
+        }
     }
     let m = std::fs::symlink_metadata(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
     let fix = "remove it, or choose another place with --socket or GMUX_SOCKET";
@@ -31,6 +35,25 @@ pub fn ensure_dir(dir: &Path) -> Result<(), String> {
         return Err(format!("{} is writable by everyone and not sticky, so anyone could replace the socket; {fix}", dir.display()));
     }
     Ok(())
+}
+
+/// Gives `path`, which gmux made, to group `gid` with `mode`.
+pub fn share(path: &Path, gid: u32, mode: u32) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::os::unix::fs::chown(path, None, Some(gid)).map_err(|e| format!("cannot give {} to group {gid}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| format!("cannot set the mode of {}: {e}", path.display()))
+}
+
+/// The id of group `name`.
+pub fn group_id(name: &str) -> Result<u32, String> {
+    let c = std::ffi::CString::new(name).map_err(|_| format!("--group {name:?}: not a group name"))?;
+    // SAFETY: getgrnam takes a NUL-terminated name; the entry is read before any other call.
+    let g = unsafe { libc::getgrnam(c.as_ptr()) };
+    if g.is_null() {
+        return Err(format!("--group {name}: no such group (see /etc/group)"));
+    }
+    // SAFETY: `g` is a valid entry returned just above.
+    Ok(unsafe { (*g).gr_gid })
 }
 
 /// Opens `path` for appending (a log), made 0600 if new, never through a link.
@@ -99,17 +122,17 @@ mod tests {
     fn a_directory_is_made_private_and_a_planted_one_is_refused() {
         let d = scratch("dir");
         let fresh = d.join("a/b");
-        ensure_dir(&fresh).unwrap();
+        ensure_dir(&fresh, None).unwrap();
         assert_eq!(std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o777, 0o700);
         std::os::unix::fs::symlink(&fresh, d.join("link")).unwrap();
-        assert!(ensure_dir(&d.join("link")).unwrap_err().contains("not a directory"), "a link is not followed");
+        assert!(ensure_dir(&d.join("link"), None).unwrap_err().contains("not a directory"), "a link is not followed");
         let open = d.join("open");
         std::fs::create_dir(&open).unwrap();
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
-        assert!(ensure_dir(&open).unwrap_err().contains("writable by everyone"));
+        assert!(ensure_dir(&open, None).unwrap_err().contains("writable by everyone"));
         assert_eq!(std::fs::metadata(&open).unwrap().permissions().mode() & 0o777, 0o777, "gmux changed the mode of a directory it did not make");
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
-        ensure_dir(&open).unwrap();
+        ensure_dir(&open, None).unwrap();
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -118,14 +118,17 @@ impl Shared {
     }
 }
 
-/// Listens on `path` until stopped.
-pub fn serve(path: &Path, d: Daemon, idle_exit: u64, verbose: bool) -> Result<(), Failure> {
+/// Listens on `path` until stopped; with `group`, that group's members may connect too.
+pub fn serve(path: &Path, d: Daemon, group: Option<u32>, idle_exit: u64, verbose: bool) -> Result<(), Failure> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        rundir::ensure_dir(dir).map_err(Failure::Runtime)?;
+        rundir::ensure_dir(dir, group).map_err(Failure::Runtime)?;
     }
     let lock = rundir::lock(path).map_err(Failure::Runtime)?;
     rundir::clear_stale(path, &lock).map_err(Failure::Runtime)?;
     let listener = UnixListener::bind(path).map_err(|e| Failure::Runtime(format!("cannot listen on {}: {e}", path.display())))?;
+    if let Some(gid) = group {
+        rundir::share(path, gid, 0o660).map_err(Failure::Runtime)?;
+    }
     eprintln!(
         "gmuxd: serving {} (pid {}): budget {}, host {}, policy {}, switch {:?}",
         path.display(),
