@@ -362,3 +362,15 @@ fn a_process_that_waits_for_the_daemon_says_what_it_waits_for() {
     assert!(out.contains("mismatches: 0"), "{out}");
     assert!(out.contains("waiting 5 s for a turn from gmuxd") && out.contains("gmux ps"), "{out}");
 }
+
+#[test]
+fn the_fuzz_benchmark_finds_the_daemon_standing_and_leak_free() {
+    let sb = Sandbox::new("daemon-fuzz", 1 << 30);
+    let json = sb.dir.path().join("fuzz.json");
+    let r = run_within(Command::new(gmux_bin()).args(["bench", "daemon-fuzz", "--messages", "30000", "--clients", "4", "--json"]).arg(&json), Duration::from_secs(60));
+    assert!(r.status.success(), "{}", r.describe());
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["messages"], 30000);
+    assert_eq!(v["daemon_alive"], true);
+    assert!(v["connections"].as_u64().unwrap() > 50, "{v}");
+}

@@ -1,7 +1,8 @@
 //! `gmux bench`: benchmarks of the daemon. The GPU ones run real tenant processes (the
 //! PyTorch programs in `gpu/`) and keep every process's log under `--out`; `daemon-scale`
-//! times the daemon's decisions on the CPU. Each prints a table and writes JSON.
+//! and `daemon-fuzz` run on the CPU. Each prints a table and writes JSON.
 
+mod fuzz;
 mod lab;
 mod micro;
 mod priority;
@@ -18,6 +19,8 @@ pub enum BenchCommand {
     Priority(priority::PriorityArgs),
     /// The daemon's decisions with many tenants (CPU only).
     DaemonScale(scale::ScaleArgs),
+    /// A real daemon fed random and absurd messages over its socket (CPU only).
+    DaemonFuzz(fuzz::FuzzArgs),
 }
 
 /// Runs a benchmark.
@@ -26,5 +29,6 @@ pub fn bench(cmd: &BenchCommand) -> Result<(), Failure> {
         BenchCommand::MschedMicro(a) => micro::run(a),
         BenchCommand::Priority(a) => priority::run(a),
         BenchCommand::DaemonScale(a) => scale::run(a),
+        BenchCommand::DaemonFuzz(a) => fuzz::run(a),
     }
 }

@@ -332,6 +332,7 @@ fn serve_tenant(s: &Arc<Shared>, stream: UnixStream, mut reader: BufReader<UnixS
     say(&format!("pid {} joined tenant {tenant:?} (priority {priority})", who.pid));
     watch_pid(s.clone(), conn, who.pid);
     let mut line = String::new();
+    let mut bad = 0u64;
     loop {
         match read_line(&mut reader, &mut line) {
             Ok(true) => {}
@@ -348,8 +349,16 @@ fn serve_tenant(s: &Arc<Shared>, stream: UnixStream, mut reader: BufReader<UnixS
                 }
                 s.wake.notify_all();
             }
-            _ => say(&format!("pid {}: ignoring a bad message: {:?}", who.pid, line.trim().chars().take(200).collect::<String>())),
+            _ => {
+                bad += 1;
+                if bad <= 3 {
+                    say(&format!("pid {}: ignoring a bad message: {:?}", who.pid, line.trim().chars().take(200).collect::<String>()));
+                }
+            }
         }
+    }
+    if bad > 3 {
+        say(&format!("pid {}: ignored {} more bad messages", who.pid, bad - 3));
     }
     s.leave(conn, "disconnected");
 }
