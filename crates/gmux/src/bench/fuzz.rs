@@ -213,6 +213,7 @@ pub fn run(a: &FuzzArgs) -> Result<(), Failure> {
         let _ = w.join();
     }
     let seconds = start.elapsed().as_secs_f64();
+    let daemon_alive = daemon.try_wait().is_ok_and(|s| s.is_none()) && request(&socket, &Request::Ps).is_ok();
     // Let the daemon notice the last hang-ups. It keeps one thread and one descriptor
     // (a pidfd) watching this process, its clients' pid, until this process exits.
     let (fds_allowed, threads_allowed) = (fds_before + 1, threads_before + 1);
@@ -220,7 +221,6 @@ pub fn run(a: &FuzzArgs) -> Result<(), Failure> {
     while settle.elapsed() < Duration::from_secs(10) && (fds(pid) > fds_allowed || status(pid, "Threads:") > threads_allowed) {
         std::thread::sleep(Duration::from_millis(100));
     }
-    let daemon_alive = daemon.try_wait().is_ok_and(|s| s.is_none()) && request(&socket, &Request::Ps).is_ok();
     let left_over = inventory(pid);
     let r = Results {
         messages: sent.load(Ordering::Relaxed),

@@ -361,6 +361,7 @@ fn serve_tenant(s: &Arc<Shared>, stream: UnixStream, mut reader: BufReader<UnixS
         say(&format!("pid {}: ignored {} more bad messages", who.pid, bad - 3));
     }
     s.leave(conn, "disconnected");
+    s.lock().closed(conn);
 }
 
 /// Reclaims a process's memory as soon as it dies (its pidfd becomes readable), even

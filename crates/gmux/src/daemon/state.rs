@@ -104,6 +104,9 @@ pub struct Daemon {
     procs: BTreeMap<u64, Proc>,
     /// The connections of each tenant with a process.
     members: BTreeMap<TenantId, BTreeSet<u64>>,
+    /// Processes that died while their connection is still open: their tenant and last
+    /// counters, so that reports still in the connection when the process died count.
+    departed: BTreeMap<u64, (TenantId, ShimReport)>,
     /// Switches and slice starts since the server last took them (`--verbose`).
     pub events: Vec<String>,
     past: HashMap<TenantId, Past>,
@@ -119,7 +122,7 @@ pub struct Daemon {
 impl Daemon {
     /// A daemon with no tenants.
     pub fn new(hbm: Option<u64>, host: Option<u64>, policy: Policy, switch: Switch) -> Self {
-        Daemon { hbm, host, policy, switch, tenants: Tenants::default(), timeslice: gmux_core::knobs::DEFAULT_TIMESLICE, sched: policy.build(), procs: BTreeMap::new(), members: BTreeMap::new(), events: Vec::new(), now: 0, peak_held: 0, max_priority: 0, past: HashMap::new(), running: None }
+        Daemon { hbm, host, policy, switch, tenants: Tenants::default(), timeslice: gmux_core::knobs::DEFAULT_TIMESLICE, sched: policy.build(), procs: BTreeMap::new(), members: BTreeMap::new(), departed: BTreeMap::new(), events: Vec::new(), now: 0, peak_held: 0, max_priority: 0, past: HashMap::new(), running: None }
     }
 
     /// Registers process `pid` of tenant `name` (created on first use) as connection `conn`,
@@ -134,6 +137,7 @@ impl Daemon {
             self.tenants.get_mut(id).priority = priority;
         }
         self.forget_member(conn);
+        self.departed.remove(&conn);
         self.members.entry(id).or_default().insert(conn);
         self.procs.insert(conn, Proc { pid, tenant: id, report: ShimReport::default(), doubted: false, unresponsive: false, sent: None, exposure: 0 });
         id
@@ -158,6 +162,17 @@ impl Daemon {
     /// Takes a process's report as far as it is believable ([`trust::believable`]).
     /// Returns what was not believed, the first time for a process.
     pub fn report(&mut self, conn: u64, r: ShimReport) -> Option<String> {
+        if let Some((t, last)) = self.departed.get_mut(&conn) {
+            // Sent before the process died, read after: only its counters still matter.
+            let past = self.past.entry(*t).or_default();
+            past.commands = past.commands.saturating_add(r.commands.saturating_sub(last.commands));
+            past.bytes_h2d = past.bytes_h2d.saturating_add(r.bytes_h2d.saturating_sub(last.bytes_h2d));
+            past.bytes_d2h = past.bytes_d2h.saturating_add(r.bytes_d2h.saturating_sub(last.bytes_d2h));
+            last.commands = last.commands.max(r.commands);
+            last.bytes_h2d = last.bytes_h2d.max(r.bytes_h2d);
+            last.bytes_d2h = last.bytes_d2h.max(r.bytes_d2h);
+            return None;
+        }
         let budget = self.hbm.unwrap_or(u64::MAX);
         let mut doubt = None;
         if let Some(p) = self.procs.get_mut(&conn) {
@@ -204,11 +219,13 @@ impl Daemon {
         self.sched.name()
     }
 
-    /// Forgets a process that exited or disconnected; its memory no longer counts.
-    /// Returns its pid and tenant name.
+    /// Forgets a process that exited or disconnected; its memory no longer counts. Until
+    /// [`Daemon::closed`], reports still read from its connection add to its tenant's
+    /// counters. Returns its pid and tenant name.
     pub fn leave(&mut self, conn: u64) -> Option<(u32, String)> {
         self.forget_member(conn);
         let p = self.procs.remove(&conn)?;
+        self.departed.insert(conn, (p.tenant, p.report));
         let past = self.past.entry(p.tenant).or_default();
         past.commands = past.commands.saturating_add(p.report.commands);
         past.bytes_h2d = past.bytes_h2d.saturating_add(p.report.bytes_h2d);
@@ -217,6 +234,11 @@ impl Daemon {
             self.running = None;
         }
         Some((p.pid, self.tenants.get(p.tenant).name.clone()))
+    }
+
+    /// Connection `conn` is closed: nothing more comes from it.
+    pub fn closed(&mut self, conn: u64) {
+        self.departed.remove(&conn);
     }
 
     /// Tenants with at least one process, in id order.

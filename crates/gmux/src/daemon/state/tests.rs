@@ -163,3 +163,20 @@ fn a_tenant_that_does_not_read_its_grants_loses_its_turns_and_keeps_its_memory_c
     let back = (1..40).any(|t| grants(&mut d, (1000 + 25 * t) * MS)[&0].run);
     assert!(back, "its turns come back once it reads");
 }
+
+#[test]
+fn reports_read_after_the_process_died_still_count() {
+    // The pid watcher may see a death before the connection's last reports are read.
+    let mut d = four_of_8g(Switch::Msched);
+    d.report(0, ShimReport { commands: 10, bytes_h2d: 4, ..busy(0, 8 * G) });
+    d.leave(0);
+    assert_eq!(d.stat(TenantId(0)).submitted, 10);
+    assert_eq!(d.report(0, ShimReport { commands: 13, bytes_h2d: 6, ..busy(0, 8 * G) }), None);
+    assert_eq!((d.stat(TenantId(0)).submitted, d.stat(TenantId(0)).bytes_h2d), (13, 6), "the late report counts, once");
+    d.report(0, ShimReport { commands: 12, ..busy(0, 8 * G) });
+    assert_eq!(d.stat(TenantId(0)).submitted, 13, "and never backwards");
+    assert!(d.live().iter().all(|t| *t != TenantId(0)), "it holds nothing");
+    d.closed(0);
+    d.report(0, ShimReport { commands: 20, ..busy(0, 8 * G) });
+    assert_eq!(d.stat(TenantId(0)).submitted, 13, "nothing after the connection closed");
+}
