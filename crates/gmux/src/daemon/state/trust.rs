@@ -119,11 +119,14 @@ impl Daemon {
 }
 
 /// `r` as far as it can be believed of process `p`: memory held at most what its grants
-/// let it hold, memory wanted at most `budget`, counters never going back. Returns what
+/// let it hold (or what it held before, while it shrinks), memory wanted at most
+/// `budget`, counters never going back. Returns what
 /// was not believed, to log.
 pub fn believable(p: &Proc, mut r: ShimReport, budget: u64) -> (ShimReport, Option<String>) {
     let mut doubts = Vec::new();
-    let may_hold = p.exposure.max(p.sent.map_or(0, |g| g.cap));
+    // A process grows only under a grant, and shrinks toward a smaller one over several
+    // reports: it may hold what it held, or up to any cap it may have acted on.
+    let may_hold = p.exposure.max(p.sent.map_or(0, |g| g.cap)).max(p.report.held);
     if r.held > may_hold {
         doubts.push(format!("holding {} (granted at most {})", format_size(r.held), format_size(may_hold)));
         r.held = may_hold;
@@ -274,5 +277,27 @@ mod tests {
         let w = d.set_knob("big", "gmem.limit.high", "2G").unwrap().expect("a warning");
         assert!(w.contains("3.0 GiB") && w.contains("2.0 GiB") && w.contains("status 86"), "{w}");
         assert_eq!(d.tenants.get(d.tenants.find("big").unwrap()).limits.high, Some(2 * G), "set all the same");
+    }
+
+    #[test]
+    fn a_process_shrinking_over_several_reports_is_believed() {
+        // The shim reports having applied a smaller grant after each eviction step, while
+        // it still holds more than the new cap.
+        let mut d = daemon();
+        d.admit(1, ALICE, &hello("t")).unwrap();
+        d.report(1, ShimReport { want: 6 * G, busy: true, ..Default::default() });
+        d.decide(0);
+        let big = d.procs[&1].sent.unwrap();
+        d.report(1, ShimReport { held: big.cap, want: 6 * G, busy: true, grant: big.seq, ..Default::default() });
+        d.set_knob("t", "gmem.limit.high", "2G").unwrap();
+        d.decide(1);
+        let small = d.procs[&1].sent.unwrap();
+        assert!(small.cap <= 2 * G && small.cap < big.cap, "{small:?}");
+        for held in [big.cap - G, 3 * G, 2 * G] {
+            let why = d.report(1, ShimReport { held, want: 6 * G, busy: true, grant: small.seq, ..Default::default() });
+            assert_eq!((why, d.procs[&1].report.held), (None, held), "an honest shrink step was doubted");
+        }
+        let why = d.report(1, ShimReport { held: 5 * G, want: 6 * G, busy: true, grant: small.seq, ..Default::default() });
+        assert!(why.is_some() && d.procs[&1].report.held == 2 * G, "growing again past the grant is not believed");
     }
 }
