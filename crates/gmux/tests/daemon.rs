@@ -323,6 +323,15 @@ fn endless_lines_and_silent_connections_are_cut_off() {
         sent += chunk.len();
     }
     assert!(sent < 64 << 20, "the daemon took 64 MiB of one line");
+    // A connection that trickles a byte every 300 ms is closed after 5 s too.
+    let mut trickle = connect();
+    let mut drip = trickle.try_clone().unwrap();
+    std::thread::spawn(move || {
+        while drip.write_all(b"x").is_ok() {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    });
+    trickle.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     // A connection that says nothing is closed after 5 s.
     let mut silent = connect();
     silent.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -330,6 +339,8 @@ fn endless_lines_and_silent_connections_are_cut_off() {
     let mut buf = [0u8; 16];
     assert_eq!(silent.read(&mut buf).unwrap_or(0), 0, "the daemon wrote to a silent connection");
     assert!((Duration::from_secs(4)..Duration::from_secs(15)).contains(&t0.elapsed()), "closed after {:?}", t0.elapsed());
+    assert_eq!(trickle.read(&mut buf).unwrap_or(0), 0, "the daemon wrote to a trickling connection");
+    assert!(t0.elapsed() < Duration::from_secs(15), "a trickle kept its connection for {:?}", t0.elapsed());
     assert!(d.ctl(&["ps"]).status.success());
     assert!(d.log().contains("a line longer than 65536 bytes"), "{}", d.log());
 }

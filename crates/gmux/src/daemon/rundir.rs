@@ -17,11 +17,14 @@ fn me() -> u32 {
 /// the one there: a directory, not a link, owned by this user or root, that others cannot
 /// write into unless it is sticky (as `/tmp`).
 pub fn ensure_dir(dir: &Path, group: Option<u32>) -> Result<(), String> {
+    let mut made = false;
     if std::fs::symlink_metadata(dir).is_err() {
-        DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        if let Some(gid) = group {
-            share(dir, gid, 0o710)?;
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            DirBuilder::new().recursive(true).mode(0o700).create(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
         }
+        // Not recursive: whatever appears at `dir` meanwhile (a link) makes this fail, and
+        // is then checked below instead of followed.
+        made = DirBuilder::new().mode(0o700).create(dir).is_ok();
     }
     let m = std::fs::symlink_metadata(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
     let fix = "remove it, or choose another place with --socket or GMUX_SOCKET";
@@ -33,6 +36,9 @@ pub fn ensure_dir(dir: &Path, group: Option<u32>) -> Result<(), String> {
     }
     if m.mode() & 0o002 != 0 && m.mode() & 0o1000 == 0 {
         return Err(format!("{} is writable by everyone and not sticky, so anyone could replace the socket; {fix}", dir.display()));
+    }
+    if let (true, Some(gid)) = (made, group) {
+        share(dir, gid, 0o710)?;
     }
     Ok(())
 }

@@ -240,6 +240,24 @@ impl Drop for Slot {
     }
 }
 
+/// A connection's reading end with an optional deadline for everything read (not each
+/// read: a peer that trickles a byte at a time still runs out of time).
+struct Timed {
+    s: UnixStream,
+    deadline: Option<Instant>,
+}
+
+impl std::io::Read for Timed {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = match self.deadline {
+            Some(d) => Some(d.checked_duration_since(Instant::now()).filter(|l| !l.is_zero()).ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no first line within {} s", FIRST_LINE.as_secs())))?),
+            None => None,
+        };
+        self.s.set_read_timeout(left)?;
+        self.s.read(buf)
+    }
+}
+
 /// Reads one line of at most [`MAX_LINE`] bytes into `line`. `Ok(false)`: the peer hung
 /// up; an error: it failed, or sent a longer line.
 fn read_line<R: BufRead>(r: &mut R, line: &mut String) -> std::io::Result<bool> {
@@ -264,9 +282,8 @@ fn schedule(s: &Shared) {
 fn serve_conn(s: &Arc<Shared>, stream: UnixStream, path: &Path) {
     let Ok(who) = peer(&stream) else { return };
     let Ok(read) = stream.try_clone() else { return };
-    let mut reader = BufReader::new(read);
+    let mut reader = BufReader::new(Timed { s: read, deadline: Some(Instant::now() + FIRST_LINE) });
     let mut line = String::new();
-    let _ = stream.set_read_timeout(Some(FIRST_LINE));
     match read_line(&mut reader, &mut line) {
         Ok(true) => {}
         Ok(false) => return,
@@ -276,7 +293,7 @@ fn serve_conn(s: &Arc<Shared>, stream: UnixStream, path: &Path) {
         }
     }
     // A tenant may stay silent for long; its death is seen through its pid.
-    let _ = stream.set_read_timeout(None);
+    reader.get_mut().deadline = None;
     match serde_json::from_str::<FromShim>(line.trim()) {
         Ok(FromShim::Hello { version, tenant, priority, high }) => serve_tenant(s, stream, reader, who, &Hello { version, tenant: &tenant, priority, high }),
         _ => {
@@ -298,7 +315,7 @@ fn serve_conn(s: &Arc<Shared>, stream: UnixStream, path: &Path) {
     }
 }
 
-fn serve_tenant(s: &Arc<Shared>, stream: UnixStream, mut reader: BufReader<UnixStream>, who: Peer, hello: &Hello) {
+fn serve_tenant(s: &Arc<Shared>, stream: UnixStream, mut reader: BufReader<Timed>, who: Peer, hello: &Hello) {
     let conn = s.next_conn.fetch_add(1, Ordering::Relaxed);
     let Ok(out) = stream.try_clone() else { return };
     let weak = Arc::downgrade(s);
@@ -344,7 +361,8 @@ fn serve_tenant(s: &Arc<Shared>, stream: UnixStream, mut reader: BufReader<UnixS
         }
         match serde_json::from_str::<FromShim>(line.trim()) {
             Ok(FromShim::Report(r)) => {
-                if let Some(why) = s.lock().report(conn, r) {
+                let doubt = s.lock().report(conn, r);
+                if let Some(why) = doubt {
                     say(&format!("pid {}: not believed: {why}; the daemon goes by its grants instead", who.pid));
                 }
                 s.wake.notify_all();
@@ -367,6 +385,10 @@ fn serve_tenant(s: &Arc<Shared>, stream: UnixStream, mut reader: BufReader<UnixS
 /// Reclaims a process's memory as soon as it dies (its pidfd becomes readable), even
 /// before its socket is closed. One watcher per pid, however many connections it makes.
 fn watch_pid(s: Arc<Shared>, conn: u64, pid: u32) {
+    if pid == 0 {
+        // A peer in another pid namespace: its death is seen when its socket closes.
+        return;
+    }
     {
         let mut w = s.watched.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(conns) = w.get_mut(&pid) {
@@ -375,15 +397,20 @@ fn watch_pid(s: Arc<Shared>, conn: u64, pid: u32) {
         }
         w.insert(pid, vec![conn]);
     }
+    let unwatched = |why: String| {
+        s.watched.lock().unwrap_or_else(|p| p.into_inner()).remove(&pid);
+        say(&format!("{why}; its death is noticed when its socket closes"));
+    };
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) } as i32;
     if fd < 0 {
-        say(&format!("pidfd_open({pid}) failed ({}); its death is noticed when its socket closes", std::io::Error::last_os_error()));
-        return;
+        return unwatched(format!("pidfd_open({pid}) failed ({})", std::io::Error::last_os_error()));
     }
     // SAFETY: `fd` is a new descriptor that this owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let watcher = s.clone();
     let spawned = std::thread::Builder::new().name("gmuxd-pid".into()).spawn(move || {
+        let s = watcher;
         let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd.
         while unsafe { libc::poll(&mut p, 1, -1) } < 0 {}
@@ -393,6 +420,6 @@ fn watch_pid(s: Arc<Shared>, conn: u64, pid: u32) {
         }
     });
     if let Err(e) = spawned {
-        say(&format!("cannot watch pid {pid} ({e}); its death is noticed when its socket closes"));
+        unwatched(format!("cannot watch pid {pid} ({e})"));
     }
 }

@@ -27,7 +27,7 @@ pub enum Switch {
 pub const GATED_INFLIGHT: u32 = 2;
 
 fn round_up(bytes: u64) -> u64 {
-    bytes.div_ceil(CHUNK_BYTES) * CHUNK_BYTES
+    bytes.div_ceil(CHUNK_BYTES).saturating_mul(CHUNK_BYTES)
 }
 
 /// One registered process.

@@ -119,8 +119,8 @@ impl Daemon {
 }
 
 /// `r` as far as it can be believed of process `p`: memory held at most what its grants
-/// let it hold (or what it held before, while it shrinks), memory wanted at most
-/// `budget`, counters never going back. Returns what
+/// let it hold (or what it held before, while it shrinks), memory wanted, allocated or
+/// swapped at most `budget`, counters never going back. Returns what
 /// was not believed, to log.
 pub fn believable(p: &Proc, mut r: ShimReport, budget: u64) -> (ShimReport, Option<String>) {
     let mut doubts = Vec::new();
@@ -132,7 +132,7 @@ pub fn believable(p: &Proc, mut r: ShimReport, budget: u64) -> (ShimReport, Opti
         r.held = may_hold;
     }
     r.resident = r.resident.min(r.held);
-    for (name, v) in [("want", &mut r.want), ("period", &mut r.period), ("blocked", &mut r.blocked), ("largest", &mut r.largest)] {
+    for (name, v) in [("want", &mut r.want), ("period", &mut r.period), ("blocked", &mut r.blocked), ("largest", &mut r.largest), ("allocated", &mut r.allocated), ("swapped", &mut r.swapped)] {
         if *v > budget {
             doubts.push(format!("{name} {} (budget {})", format_size(*v), format_size(budget)));
             *v = budget;
