@@ -386,3 +386,43 @@ fn the_fuzz_benchmark_finds_the_daemon_standing_and_leak_free() {
     assert_eq!(v["daemon_alive"], true);
     assert!(v["connections"].as_u64().unwrap() > 50, "{v}");
 }
+
+#[test]
+fn a_daemon_whose_log_nobody_reads_still_serves() {
+    // stderr is a pipe that is never drained: it fills with refusals, then --verbose
+    // switches come, and the daemon must go on.
+    let sb = Sandbox::new("daemon-mute", 1 << 30);
+    let mut daemon = Command::new(gmux_bin()).args(["daemon", "--hbm", "48M", "--timeslice", "1ms", "--verbose", "--socket"]).arg(sb.socket()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let t0 = Instant::now();
+    while !sb.socket().exists() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "daemon did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // 1,500 refused Hellos log far more than a pipe holds.
+    for _ in 0..1500 {
+        use std::io::Write;
+        let mut c = std::os::unix::net::UnixStream::connect(sb.socket()).unwrap();
+        let _ = c.write_all(format!("{{\"op\":\"hello\",\"version\":0,\"tenant\":\"{}\",\"priority\":0,\"high\":null}}\n", "x".repeat(100)).as_bytes());
+    }
+    let tenant = |name: &str| {
+        let mut c = sb.gmux(None, ["loop", "--buffers", "8", "--bytes", "4M", "--rounds", "300"]);
+        c.env_remove("GMUX_SOCKET").env("GMUX_SOCKET", sb.socket()).env("GMUX_TENANT", name).stdout(Stdio::piped()).stderr(Stdio::piped());
+        c.spawn().unwrap()
+    };
+    let (mut a, mut b) = (tenant("a"), tenant("b"));
+    let t0 = Instant::now();
+    while a.try_wait().unwrap().is_none() || b.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = (a.kill(), b.kill(), daemon.kill());
+            panic!("the tenants stalled behind a daemon whose log nobody reads");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for (c, n) in [(a, "a"), (b, "b")] {
+        assert!(finish(c, n).contains("mismatches: 0"));
+    }
+    let ps = run_within(Command::new(gmux_bin()).arg("ps").env("GMUX_SOCKET", sb.socket()), Duration::from_secs(5));
+    assert!(ps.status.success(), "{}", ps.describe());
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+}

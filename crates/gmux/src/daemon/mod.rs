@@ -3,6 +3,7 @@
 //! ([`state`]); `gmux ps/get/set` talk to it over the same socket ([`ctl`]).
 
 pub mod ctl;
+mod log;
 mod outbox;
 mod rundir;
 pub mod server;

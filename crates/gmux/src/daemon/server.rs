@@ -3,6 +3,7 @@
 
 use super::ctl::{self, Request};
 use super::outbox::{self, Outbox};
+use super::log::say;
 use super::rundir;
 use super::state::{Daemon, Hello, Sender};
 use crate::Failure;
@@ -17,13 +18,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-
-/// Logs one line with the wall-clock time (seconds since the epoch), so that events
-/// can be lined up with other programs' clocks.
-fn say(msg: &str) {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    eprintln!("gmuxd {:.3}: {msg}", t.as_secs_f64());
-}
 
 /// Who is on the other end of a connection (`SO_PEERCRED`).
 #[derive(Debug, Clone, Copy)]
@@ -124,6 +118,7 @@ pub fn serve(path: &Path, d: Daemon, group: Option<u32>, idle_exit: u64, verbose
         rundir::ensure_dir(dir, group).map_err(Failure::Runtime)?;
     }
     let lock = rundir::lock(path).map_err(Failure::Runtime)?;
+    super::log::start();
     rundir::clear_stale(path, &lock).map_err(Failure::Runtime)?;
     let listener = UnixListener::bind(path).map_err(|e| Failure::Runtime(format!("cannot listen on {}: {e}", path.display())))?;
     if let Some(gid) = group {
@@ -162,6 +157,7 @@ pub fn serve(path: &Path, d: Daemon, group: Option<u32>, idle_exit: u64, verbose
             if idle {
                 say(&format!("no tenants for {idle_exit} s; exiting"));
                 let _ = std::fs::remove_file(&path);
+                super::log::flush();
                 std::process::exit(0);
             }
         });
@@ -302,6 +298,7 @@ fn serve_conn(s: &Arc<Shared>, stream: UnixStream, path: &Path) {
                     let _ = (&stream).write_all(b"{\"ok\":true,\"text\":\"gmuxd stopped\"}\n");
                     let _ = std::fs::remove_file(path);
                     say(&format!("stopped by pid {}", who.pid));
+                    super::log::flush();
                     std::process::exit(0);
                 }
                 Ok(req) => ctl::answer(&mut s.lock(), &req, who, s.owner),
@@ -310,6 +307,7 @@ fn serve_conn(s: &Arc<Shared>, stream: UnixStream, path: &Path) {
             s.wake.notify_all();
             let mut text = serde_json::to_string(&reply).expect("serializable");
             text.push('\n');
+            let _ = stream.set_write_timeout(Some(FIRST_LINE));
             let _ = (&stream).write_all(text.as_bytes());
         }
     }
@@ -340,6 +338,7 @@ fn serve_tenant(s: &Arc<Shared>, stream: UnixStream, mut reader: BufReader<Timed
             say(&format!("pid {} (uid {}) refused: {why}", who.pid, who.uid));
             let mut line = serde_json::to_string(&Refused { refused: why }).expect("serializable");
             line.push('\n');
+            let _ = stream.set_write_timeout(Some(FIRST_LINE));
             let _ = (&stream).write_all(line.as_bytes());
             return;
         }
