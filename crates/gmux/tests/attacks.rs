@@ -53,8 +53,9 @@ fn another_user_can_neither_join_nor_read_nor_change_nor_stop_what_is_not_theirs
     let socket = sb.dir.path().join("run").join("gpu0.sock");
     let log = std::fs::File::create(sb.dir.path().join("daemon.log")).unwrap();
     let mut daemon = Command::new(gmux_bin()).args(["daemon", "--hbm", "64M", "--group", "nogroup", "--socket"]).arg(&socket).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
+    // The file appears at bind, a moment before connections are accepted.
     let t0 = Instant::now();
-    while !socket.exists() {
+    while std::os::unix::net::UnixStream::connect(&socket).map(|mut s| std::io::Write::write_all(&mut s, b"{\"op\":\"ps\"}\n")).is_err() {
         assert!(t0.elapsed() < Duration::from_secs(5), "daemon did not start");
         std::thread::sleep(Duration::from_millis(10));
     }

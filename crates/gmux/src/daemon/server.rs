@@ -1,5 +1,6 @@
-//! The daemon's sockets and threads: one thread per connection, one per process that
-//! watches its pidfd, and the scheduler thread that sends the grants.
+//! The daemon's sockets and threads: one thread per connection (and, for a tenant's, a
+//! writer of its grants, [`super::outbox`]), one per process that watches its pidfd, and
+//! the scheduler thread that decides the grants.
 
 use super::ctl::{self, Request};
 use super::outbox::{self, Outbox};

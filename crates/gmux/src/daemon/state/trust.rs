@@ -61,7 +61,7 @@ impl Daemon {
             }
         }
         let mut limits = existing.map(|t| self.tenants.get(t).limits.clone()).unwrap_or_default();
-        if let Some(asked) = h.high {
+        let high = if let Some(asked) = h.high {
             let pinned = existing.filter(|t| self.tenants.get(*t).high_set_by_admin).and_then(|t| self.tenants.get(t).limits.high);
             if let Some(set) = pinned.filter(|set| asked > *set) {
                 return Err(format!(
@@ -72,11 +72,16 @@ impl Daemon {
                 ));
             }
             limits.set(Knob::LimitHigh, &asked.to_string()).map_err(|e| format!("--mem-limit: {e}"))?;
-        }
+            Some(limits.high)
+        } else {
+            None
+        };
         let t = self.join(conn, who.pid, h.tenant, h.priority);
         let tenant = self.tenants.get_mut(t);
         tenant.owner.get_or_insert(who.uid);
-        tenant.limits = limits;
+        if let Some(high) = high {
+            tenant.limits.high = high;
+        }
         Ok(t)
     }
 
@@ -185,8 +190,10 @@ mod tests {
     #[test]
     fn a_hello_asks_for_a_valid_limit_and_never_above_the_owners() {
         let mut d = daemon();
+        d.timeslice = 5_000_000;
         let t = d.admit(1, ALICE, &Hello { high: Some(6 * G), ..hello("job") }).unwrap();
         assert_eq!(d.tenants.get(t).limits.high, Some(6 * G));
+        assert_eq!(d.tenants.get(t).limits.timeslice, 5_000_000, "a new tenant gets the daemon's --timeslice");
         for tiny in [0, 1, (2 << 20) - 1] {
             let e = d.admit(2, ALICE, &Hello { high: Some(tiny), ..hello("job") }).unwrap_err();
             assert!(e.contains("--mem-limit") && e.contains("2M"), "{e}");
