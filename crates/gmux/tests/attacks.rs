@@ -100,6 +100,11 @@ fn another_user_can_neither_join_nor_read_nor_change_nor_stop_what_is_not_theirs
     assert!(joined.contains("another user's"), "{joined}");
     let own = hello("nobodys");
     assert!(own.contains("\"cap\""), "a member of the daemon's group runs a tenant of its own: {own}");
+    // Holding more connections than a user may.
+    let mut c = Command::new(&me);
+    c.args(["--exact", "hello_as_another_user", "--ignored", "--nocapture"]).env("GMUX_SOCKET", &socket).env("GMUX_ATTACK_CONNS", "300");
+    let r = run_within(as_nobody(&mut c), Duration::from_secs(30));
+    assert!(r.stdout.contains("ANSWER") && r.stdout.contains("already holds 256 connections"), "{}", r.describe());
 
     assert_eq!(ctl(&["get", "victim", "gmem.limit.high"], false).stdout.trim(), "max", "root's tenant was changed");
     assert!(ctl(&["ps"], false).stdout.contains("victim"), "the daemon stopped serving root");
@@ -111,12 +116,23 @@ fn another_user_can_neither_join_nor_read_nor_change_nor_stop_what_is_not_theirs
 }
 
 /// Run by the test above as uid 65534: says Hello for tenant `GMUX_ATTACK_TENANT` with a
-/// 2 MiB limit and prints the daemon's first answer.
+/// 2 MiB limit, or holds `GMUX_ATTACK_CONNS` connections, and prints the daemon's answer.
 #[test]
 #[ignore = "run as another user by another_user_can_neither_join_nor_read_nor_change_nor_stop_what_is_not_theirs"]
 fn hello_as_another_user() {
     use std::io::{BufRead, BufReader, Write};
-    let (Some(socket), Some(tenant)) = (std::env::var_os("GMUX_SOCKET"), std::env::var("GMUX_ATTACK_TENANT").ok()) else { return };
+    let Some(socket) = std::env::var_os("GMUX_SOCKET") else { return };
+    if let Some(n) = std::env::var("GMUX_ATTACK_CONNS").ok().and_then(|n| n.parse::<usize>().ok()) {
+        // Opens `n` connections and keeps them; prints what the last one is told.
+        let held: Vec<_> = (0..n).filter_map(|_| std::os::unix::net::UnixStream::connect(&socket).ok()).collect();
+        let last = held.last().expect("connected").try_clone().unwrap();
+        last.set_read_timeout(Some(std::time::Duration::from_secs(3))).unwrap();
+        let mut answer = String::new();
+        let _ = BufReader::new(last).read_line(&mut answer);
+        println!("ANSWER {} ({} connections open)", answer.trim(), held.len());
+        return;
+    }
+    let Some(tenant) = std::env::var("GMUX_ATTACK_TENANT").ok() else { return };
     let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
     let v = gmux_core::protocol::PROTOCOL;
     s.write_all(format!("{{\"op\":\"hello\",\"version\":{v},\"tenant\":{tenant:?},\"priority\":0,\"high\":2097152}}\n").as_bytes()).unwrap();
