@@ -244,13 +244,21 @@ struct Timed {
     deadline: Option<Instant>,
 }
 
+impl Timed {
+    /// Reads without a deadline from now on.
+    fn untimed(&mut self) {
+        self.deadline = None;
+        let _ = self.s.set_read_timeout(None);
+    }
+}
+
 impl std::io::Read for Timed {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let left = match self.deadline {
-            Some(d) => Some(d.checked_duration_since(Instant::now()).filter(|l| !l.is_zero()).ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no first line within {} s", FIRST_LINE.as_secs())))?),
-            None => None,
-        };
-        self.s.set_read_timeout(left)?;
+        if let Some(d) = self.deadline {
+            let left = d.checked_duration_since(Instant::now()).filter(|l| !l.is_zero());
+            let left = left.ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no first line within {} s", FIRST_LINE.as_secs())))?;
+            self.s.set_read_timeout(Some(left))?;
+        }
         self.s.read(buf)
     }
 }
@@ -290,7 +298,7 @@ fn serve_conn(s: &Arc<Shared>, stream: UnixStream, path: &Path) {
         }
     }
     // A tenant may stay silent for long; its death is seen through its pid.
-    reader.get_mut().deadline = None;
+    reader.get_mut().untimed();
     match serde_json::from_str::<FromShim>(line.trim()) {
         Ok(FromShim::Hello { version, tenant, priority, high }) => serve_tenant(s, stream, reader, who, &Hello { version, tenant: &tenant, priority, high }),
         _ => {

@@ -58,6 +58,15 @@ struct Past {
     bytes_d2h: u64,
 }
 
+impl Past {
+    /// Adds what a process's counters grew by from `before` to `now`.
+    fn add(&mut self, now: &ShimReport, before: &ShimReport) {
+        self.commands = self.commands.saturating_add(now.commands.saturating_sub(before.commands));
+        self.bytes_h2d = self.bytes_h2d.saturating_add(now.bytes_h2d.saturating_sub(before.bytes_h2d));
+        self.bytes_d2h = self.bytes_d2h.saturating_add(now.bytes_d2h.saturating_sub(before.bytes_d2h));
+    }
+}
+
 /// The slot running now in time-sliced mode. Its slice starts when its first command
 /// after the switch has finished, so that the switch's migration is not charged to it
 /// (MSched: suspend, migrate, resume, then the slice).
@@ -164,10 +173,7 @@ impl Daemon {
     pub fn report(&mut self, conn: u64, r: ShimReport) -> Option<String> {
         if let Some((t, last)) = self.departed.get_mut(&conn) {
             // Sent before the process died, read after: only its counters still matter.
-            let past = self.past.entry(*t).or_default();
-            past.commands = past.commands.saturating_add(r.commands.saturating_sub(last.commands));
-            past.bytes_h2d = past.bytes_h2d.saturating_add(r.bytes_h2d.saturating_sub(last.bytes_h2d));
-            past.bytes_d2h = past.bytes_d2h.saturating_add(r.bytes_d2h.saturating_sub(last.bytes_d2h));
+            self.past.entry(*t).or_default().add(&r, last);
             last.commands = last.commands.max(r.commands);
             last.bytes_h2d = last.bytes_h2d.max(r.bytes_h2d);
             last.bytes_d2h = last.bytes_d2h.max(r.bytes_d2h);
@@ -226,10 +232,7 @@ impl Daemon {
         self.forget_member(conn);
         let p = self.procs.remove(&conn)?;
         self.departed.insert(conn, (p.tenant, p.report));
-        let past = self.past.entry(p.tenant).or_default();
-        past.commands = past.commands.saturating_add(p.report.commands);
-        past.bytes_h2d = past.bytes_h2d.saturating_add(p.report.bytes_h2d);
-        past.bytes_d2h = past.bytes_d2h.saturating_add(p.report.bytes_d2h);
+        self.past.entry(p.tenant).or_default().add(&p.report, &ShimReport::default());
         if self.running.is_some_and(|r| r.tenant == p.tenant) && !self.members.contains_key(&p.tenant) {
             self.running = None;
         }
