@@ -1,7 +1,6 @@
 //! gmux: share one GPU among many CUDA processes. Command-line entry point.
 
 mod bench;
-mod daemon;
 mod plot;
 mod record;
 mod run;
@@ -35,7 +34,7 @@ enum Command {
     /// Run a scenario file on the simulator and print its results.
     Sim(sim::SimArgs),
     /// Run gmuxd, the per-GPU daemon that schedules tenants and divides GPU memory.
-    Daemon(daemon::DaemonArgs),
+    Daemon(gmuxd::DaemonArgs),
     /// List the daemon's tenants.
     Ps,
     /// Read a tenant's knobs (all, or one by its Ghost name).
@@ -58,6 +57,15 @@ pub enum Failure {
     Runtime(String),
 }
 
+impl From<gmuxd::Failure> for Failure {
+    fn from(f: gmuxd::Failure) -> Failure {
+        match f {
+            gmuxd::Failure::Usage(m) => Failure::Usage(m),
+            gmuxd::Failure::Runtime(m) => Failure::Runtime(m),
+        }
+    }
+}
+
 impl Failure {
     fn status(&self) -> u8 {
         match self {
@@ -74,8 +82,8 @@ impl Failure {
 }
 
 /// Sends a control request to the daemon and prints its answer.
-fn control(req: daemon::ctl::Request) -> Result<(), Failure> {
-    let reply = daemon::ctl::request(&daemon::socket_path(), &req)?;
+fn control(req: gmuxd::ctl::Request) -> Result<(), Failure> {
+    let reply = gmuxd::ctl::request(&gmuxd::socket_path(), &req)?;
     if !reply.ok {
         return Err(Failure::Runtime(reply.text));
     }
@@ -99,11 +107,11 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(&args),
         Command::Record(args) => record::record(&args),
         Command::Sim(args) => sim::sim(&args),
-        Command::Daemon(args) => daemon::daemon(&args),
-        Command::Ps => control(daemon::ctl::Request::Ps),
-        Command::Get { tenant, knob } => control(daemon::ctl::Request::Get { tenant, knob }),
-        Command::Set { tenant, knob, value } => control(daemon::ctl::Request::Set { tenant, knob, value }),
-        Command::Stop => control(daemon::ctl::Request::Stop),
+        Command::Daemon(args) => gmuxd::daemon(&args).map_err(Failure::from),
+        Command::Ps => control(gmuxd::ctl::Request::Ps),
+        Command::Get { tenant, knob } => control(gmuxd::ctl::Request::Get { tenant, knob }),
+        Command::Set { tenant, knob, value } => control(gmuxd::ctl::Request::Set { tenant, knob, value }),
+        Command::Stop => control(gmuxd::ctl::Request::Stop),
         Command::Bench(cmd) => bench::bench(&cmd),
     };
     match result {

@@ -101,8 +101,8 @@ pub fn command(args: &RunArgs) -> Result<std::process::Command, Failure> {
         cmd.env("GMUX_MEM_LIMIT", l.to_string());
     }
     if !args.standalone {
-        let socket = crate::daemon::socket_path();
-        crate::daemon::ctl::ensure_daemon(&socket)?;
+        let socket = gmuxd::socket_path();
+        gmuxd::ctl::ensure_daemon(&socket)?;
         cmd.env("GMUX_DAEMON", &socket).env("GMUX_PRIORITY", args.priority.to_string());
         if let Some(t) = &args.tenant {
             cmd.env("GMUX_TENANT", t);

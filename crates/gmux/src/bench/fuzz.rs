@@ -4,7 +4,7 @@
 //! still run, hold no more descriptors or threads than before (but the one watching the
 //! clients' process), and have grown its memory by at most 10 MiB. On the CPU; no GPU or shim is involved.
 
-use crate::daemon::ctl::{request, Request};
+use gmuxd::ctl::{request, Request};
 use crate::Failure;
 use gmux_core::protocol::PROTOCOL;
 use serde::Serialize;

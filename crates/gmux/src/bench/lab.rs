@@ -1,7 +1,7 @@
 //! What the benchmarks share: where things are, starting a daemon and tenant processes,
 //! reading their reports and the daemon's counters.
 
-use crate::daemon::ctl::{self, Request};
+use gmuxd::ctl::{self, Request};
 use crate::Failure;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

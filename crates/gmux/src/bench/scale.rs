@@ -2,9 +2,9 @@
 //! a decision after each report, `gmux ps` and leaves, timed with N tenants of one
 //! process each, all busy and together over the budget (so that they take turns).
 
-use crate::daemon::ctl::{self, Request};
-use crate::daemon::server::Peer;
-use crate::daemon::state::{Daemon, Hello, Sender, Switch};
+use gmuxd::ctl::{self, Request};
+use gmuxd::server::Peer;
+use gmuxd::state::{Daemon, Hello, Sender, Switch};
 use crate::Failure;
 use gmux_core::protocol::{ShimReport, PROTOCOL};
 use gmux_core::sched::Policy;

@@ -3,8 +3,8 @@
 //! daemon or make it grant more than its budget to any process.
 
 use super::*;
-use crate::daemon::ctl::{self, Request};
-use crate::daemon::server::Peer;
+use crate::ctl::{self, Request};
+use crate::server::Peer;
 use gmux_core::protocol::{FromShim, PROTOCOL};
 use gmux_core::sched::Policy;
 use proptest::prelude::*;

@@ -1,6 +1,7 @@
 //! gmuxd (`gmux daemon`): one per GPU. Tenants' shims register over a unix socket; the
 //! daemon runs the scheduler's timeline and divides the GPU-memory budget among them
-//! ([`state`]); `gmux ps/get/set` talk to it over the same socket ([`ctl`]).
+//! ([`state`]); `gmux ps/get/set` talk to it over the same socket ([`ctl`]). The `gmux`
+//! CLI runs it; this crate holds all of it.
 
 pub mod ctl;
 mod log;
@@ -9,10 +10,18 @@ mod rundir;
 pub mod server;
 pub mod state;
 
-use crate::Failure;
 use gmux_core::sched::Policy;
 use gmux_core::size::parse_size;
 use std::path::PathBuf;
+
+/// Why the daemon or a control request failed, by whose fault.
+#[derive(Debug, PartialEq)]
+pub enum Failure {
+    /// Bad arguments or input: the caller's to fix.
+    Usage(String),
+    /// The work itself failed (the daemon is not there, a file is not ours, ...).
+    Runtime(String),
+}
 
 /// Arguments of `gmux daemon`.
 #[derive(Debug, clap::Args)]

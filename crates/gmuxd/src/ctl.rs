@@ -193,7 +193,7 @@ pub fn ensure_daemon(path: &Path) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::state::{Hello, Sender, Switch};
+    use crate::state::{Hello, Sender, Switch};
     use gmux_core::protocol::PROTOCOL;
     use gmux_core::sched::Policy;
 

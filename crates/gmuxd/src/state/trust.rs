@@ -156,7 +156,7 @@ pub fn believable(p: &Proc, mut r: ShimReport, budget: u64) -> (ShimReport, Opti
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::state::Switch;
+    use crate::state::Switch;
     use gmux_core::protocol::Grant;
     use gmux_core::sched::Policy;
 
