@@ -2,23 +2,31 @@
 # Multi-tenant checks of gmuxd on a GPU, run through the device tool after
 # scripts/gpu-pack.sh (carry .gpu-bin):
 #
-#   bash scripts/gpu-tenants.sh [integrity] [kill]
+#   bash scripts/gpu-tenants.sh [integrity] [kill] [restart]
 #
 #   integrity  the checksum program as 4 tenants at 300% of a 16 GiB budget (4 x 12 GB),
 #              round robin: every tenant must report 0 mismatches
 #   kill       tenant A holds most of the budget; B waits for memory; SIGKILL A and time
 #              until the daemon hands A's memory on and until the driver shows it free
+#   restart    4 checksum tenants at 150% of a 16 GiB budget; the daemon is SIGKILLed
+#              mid-run and a new one started 3 s later on the same socket: every tenant
+#              must register again and report 0 mismatches, and the caps of all grants
+#              the shims applied (their GMUX_LOG=debug lines) must add up to at most the
+#              budget at every instant
 #
-# Full logs go to $OUT/tenants/; the last lines printed are the summary.
+# Full logs go to $OUT/tenants-logs.tgz (the device tool brings back a few files, so
+# they travel as one), the summary to $OUT/tenants-summary.txt; the last lines printed
+# are the summary.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-OUT=${OUT:-./out}
-mkdir -p "$OUT/tenants" && OUT=$(cd "$OUT" && pwd)/tenants
+RESULTS=${OUT:-./out}
+mkdir -p "$RESULTS" && RESULTS=$(cd "$RESULTS" && pwd)
 cd "$ROOT" || exit 1
 command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
 GMUX=$ROOT/.gpu-bin/gmux
 WORK=/tmp/gmux-tenants
-mkdir -p "$WORK"
+OUT=$WORK/logs
+rm -rf "$OUT" && mkdir -p "$OUT"
 CHECKSUM=$WORK/checksum
 SUMMARY=()
 export GMUX_LOG=info
@@ -94,14 +102,61 @@ kill_test() {
   SUMMARY+=("kill       $ok  driver_freed_s=$free_s used_mib_before=$used_before daemon_reclaim_s=$daemon_s B_exit=$brc B=\"$(grep -o 'mismatches=[0-9]*' "$OUT/kill.B.log")\"")
 }
 
+restart_test() {
+  local flags=(--hbm 16G --policy rr --timeslice 50ms --switch "${SWITCH:-msched}")
+  start_daemon restart "${flags[@]}"
+  local pids=() t0=$SECONDS
+  for i in 0 1 2 3; do
+    GMUX_LOG=debug timeout 540 "$GMUX" run --tenant "r$i" -- "$CHECKSUM" integrity --total-gb 6 --ops "${RESTART_OPS:-1200}" --seed $((i + 21)) >"$OUT/restart.$i.log" 2>&1 &
+    pids+=($!)
+  done
+  sleep "${RESTART_AFTER_S:-15}"
+  "$GMUX" ps >"$OUT/restart.ps.before" 2>&1
+  kill -9 "$DAEMON"; wait "$DAEMON" 2>/dev/null
+  local t_kill=$SECONDS
+  sleep 3
+  "$GMUX" daemon --socket "$GMUX_SOCKET" "${flags[@]}" >"$OUT/restart.daemon2.log" 2>&1 &
+  DAEMON=$!
+  sleep 5; "$GMUX" ps >"$OUT/restart.ps.after" 2>&1
+  local rcs="" bad=0 back=0
+  for i in 0 1 2 3; do wait "${pids[$i]}"; rcs+="$? "; done
+  for i in 0 1 2 3; do
+    grep -q '^integrity:.* mismatches=0 ' "$OUT/restart.$i.log" || bad=$((bad + 1))
+    grep -q 'registered again with gmuxd' "$OUT/restart.$i.log" && back=$((back + 1))
+  done
+  stop_daemon
+  # The sum of the caps every shim last applied, at each grant any of them applied.
+  local most
+  most=$(python3 - "$OUT"/restart.?.log <<'PY'
+import re, sys
+events = []
+for n, path in enumerate(sys.argv[1:]):
+    for line in open(path, errors="replace"):
+        m = re.search(r"agent ([0-9.]+): grant \d+ cap (\d+) run", line)
+        if m:
+            events.append((float(m.group(1)), n, int(m.group(2))))
+caps, most = {}, 0
+for t, n, cap in sorted(events):
+    caps[n] = cap
+    most = max(most, sum(caps.values()))
+print(f"{most / 2**30:.2f} grants={len(events)}")
+PY
+)
+  local ok=FAIL
+  [[ $bad == 0 && $back == 4 ]] && awk "BEGIN { exit !(${most%% *} <= 16.0) }" && ok=PASS
+  SUMMARY+=("restart    $ok  tenants=4 budget=16G total=24GB exit=[${rcs% }] registered_again=$back/4 $(grep -ho 'mismatches=[0-9]*' "$OUT"/restart.?.log | tr '\n' ' ')most_granted_gib=$most down_s=3 killed_at_s=$((t_kill - t0)) time=$((SECONDS - t0))s")
+}
+
 steps=("$@")
 ((${#steps[@]})) || steps=(integrity kill)
 for s in "${steps[@]}"; do
   case $s in
     integrity) integrity ;;
     kill) kill_test ;;
+    restart) restart_test ;;
     *) echo "unknown step $s" ;;
   esac
 done
+tar czf "$RESULTS/tenants-logs.tgz" -C "$OUT" .
 echo "=== summary"
-printf '%s\n' "${SUMMARY[@]}"
+printf '%s\n' "${SUMMARY[@]}" | tee "$RESULTS/tenants-summary.txt"

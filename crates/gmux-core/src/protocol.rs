@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// Version of these messages. A `Hello` of another version is refused with a
 /// [`Refused`] that says so: a shim and a daemon of different builds never half-agree.
-pub const PROTOCOL: u32 = 1;
+pub const PROTOCOL: u32 = 2;
 
 /// Shim → daemon.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,9 +23,25 @@ pub enum FromShim {
         priority: i32,
         /// `gmem.limit.high` asked for with `gmux run --mem-limit`.
         high: Option<u64>,
+        /// What a process that lost its daemon holds, when it registers with the next one.
+        #[serde(default)]
+        resume: Option<Resume>,
     },
     /// The shim's state now.
     Report(ShimReport),
+}
+
+/// What a process holds when it registers again after losing its daemon (which crashed,
+/// or was stopped or restarted): it kept running within its last grant meanwhile.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resume {
+    /// Physical GPU memory it holds.
+    pub held: u64,
+    /// The cap of the last grant it applied: it may grow to it without asking again.
+    pub cap: u64,
+    /// That grant's sequence number; the new daemon's grants to it continue after it.
+    pub seq: u64,
 }
 
 /// What one process of a tenant reports.

@@ -3,16 +3,19 @@
 //! switched in), and the reports the daemon divides memory by.
 //!
 //! Two threads: a reader applies each grant at once (a pause closes the launch gate
-//! before the next launch), and a worker evicts down to the grant, fills after a
-//! switch-in and reports. Launches wait at the gate outside the state lock, so the worker
-//! can always shrink a paused process.
+//! before the next launch) and registers again when the daemon is lost ([`connect`]),
+//! and a worker evicts down to the grant, fills after a switch-in and reports. Launches
+//! wait at the gate outside the state lock, so the worker can always shrink a paused
+//! process.
+
+mod connect;
 
 use crate::config::config;
 use crate::state::ShimError;
 use crate::log::stamp;
-use gmux_core::protocol::{Fill, FromShim, Grant, Refused, PROTOCOL};
+use gmux_core::protocol::{Fill, FromShim, Grant};
 use gmux_core::size::format_size;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
@@ -31,7 +34,8 @@ struct Link {
     blocked: u64,
     /// Report at once.
     poke: bool,
-    /// The daemon is gone: run on alone with the last grant.
+    /// The daemon is gone: run on within the last grant until the next one registers this
+    /// process again.
     lost: bool,
     /// Threads waiting at the gate.
     waiting: u32,
@@ -44,7 +48,8 @@ struct Agent {
     open: AtomicBool,
     inflight: AtomicU32,
     changed: Condvar,
-    out: Mutex<UnixStream>,
+    /// The connection's writing end (`None` while the daemon is lost).
+    out: Mutex<Option<UnixStream>>,
 }
 
 static AGENT: OnceLock<Agent> = OnceLock::new();
@@ -67,86 +72,68 @@ impl Agent {
         }
     }
 
+    /// Sends `msg`, unless the daemon is lost.
     fn send(&self, msg: &FromShim) {
         let mut line = serde_json::to_string(msg).expect("serializable");
         line.push('\n');
         let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
-        if out.write_all(line.as_bytes()).is_err() {
+        if out.as_mut().is_some_and(|o| o.write_all(line.as_bytes()).is_err()) {
             drop(out);
             self.lose("the connection was closed");
         }
     }
 
+    /// The daemon is gone: the process runs on (its launches no longer wait for turns)
+    /// within its last grant, which cannot grow until a daemon registers it again.
     fn lose(&self, why: &str) {
+        if let Some(o) = self.out.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = o.shutdown(std::net::Shutdown::Both);
+        }
         let mut l = self.lock();
         if !l.lost {
-            crate::log!(Warn, "lost gmuxd ({why}); running on alone with the last grant of {}", gmux_core::size::format_size(l.grant.cap));
+            crate::log!(Warn, "lost gmuxd ({why}); running on within the last grant of {} until a daemon serves {} again (`gmux daemon`, or any `gmux run`, starts one)", format_size(l.grant.cap), config().daemon.as_ref().map_or(String::new(), |p| p.display().to_string()));
         }
         l.lost = true;
         self.set_open(&mut l, true);
+        self.changed.notify_all();
     }
 }
 
-/// The uid of the process at the other end of `s` (`SO_PEERCRED`).
-fn peer_uid(s: &UnixStream) -> std::io::Result<u32> {
-    use std::os::fd::AsRawFd;
-    let mut c = libc::ucred { pid: 0, uid: 0, gid: 0 };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: `c` and `len` are valid for getsockopt to write.
-    let r = unsafe { libc::getsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, &mut c as *mut _ as *mut libc::c_void, &mut len) };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(c.uid)
-}
-
-/// Why the daemon answered a `Hello` with `line` instead of a grant: its refusal, or the
-/// error text of a daemon too old to know this shim's `Hello`.
-fn refusal(line: &str) -> String {
-    if let Ok(r) = serde_json::from_str::<Refused>(line) {
-        return r.refused;
-    }
-    let text = serde_json::from_str::<serde_json::Value>(line).ok().and_then(|v| v.get("text").and_then(|t| t.as_str()).map(str::to_string));
-    match text {
-        Some(t) => format!("{t} (the daemon may be older than this shim: run gmux daemon and libgmux.so from the same build)"),
-        None if line.is_empty() => "the daemon closed the connection".into(),
-        None => line.to_string(),
-    }
+/// Takes grant `g` at once: a pause closes the gate before the next launch.
+fn apply(a: &Agent, g: Grant) {
+    crate::log!(Debug, "agent {:.3}: grant {} cap {} run {}", stamp(), g.seq, g.cap, g.run);
+    let mut l = a.lock();
+    l.grant = g;
+    l.generation += 1;
+    let open = g.run && (l.open || g.fill != Fill::Whole);
+    a.set_open(&mut l, open);
+    a.inflight.store(g.inflight, Ordering::Relaxed);
+    a.changed.notify_all();
 }
 
 /// Registers with the daemon at `GMUX_DAEMON` and returns its first grant. A process
 /// that cannot register stops with the reason and the fix.
 pub fn attach() -> Option<Grant> {
     let path = config().daemon.as_ref()?;
-    let fail = |why: String| -> ! { crate::log::fatal(&format!("cannot register with gmuxd at {}: {why}; start it with `gmux daemon`, or run with `gmux run --standalone`", path.display())) };
-    let stream = UnixStream::connect(path).unwrap_or_else(|e| fail(e.to_string()));
-    match peer_uid(&stream) {
-        // SAFETY: geteuid has no preconditions.
-        Ok(uid) if uid == 0 || uid == unsafe { libc::geteuid() } => {}
-        Ok(uid) => fail(format!("it is served by uid {uid}, not by you or root; not talking to it (check GMUX_SOCKET)")),
-        Err(e) => fail(format!("cannot tell who serves it: {e}")),
-    }
-    let hello = FromShim::Hello { version: PROTOCOL, tenant: config().tenant.clone(), priority: config().priority, high: config().mem_limit };
-    let mut line = serde_json::to_string(&hello).expect("serializable");
-    line.push('\n');
-    (&stream).write_all(line.as_bytes()).unwrap_or_else(|e| fail(e.to_string()));
-    let mut reader = BufReader::new(stream.try_clone().unwrap_or_else(|e| fail(e.to_string())));
-    let mut first = String::new();
-    reader.read_line(&mut first).unwrap_or_else(|e| fail(e.to_string()));
-    let grant: Grant = serde_json::from_str(first.trim()).unwrap_or_else(|_| fail(refusal(first.trim())));
+    let (stream, reader, grant) = connect::register(path, None).unwrap_or_else(|e| {
+        let why = match e {
+            connect::Failed::Unreachable(why) | connect::Failed::Refused(why) => why,
+        };
+        crate::log::fatal(&format!("cannot register with gmuxd at {}: {why}; start it with `gmux daemon`, or run with `gmux run --standalone`", path.display()))
+    });
     let a = Agent {
         link: Mutex::new(Link { grant, generation: 0, open: grant.run && grant.fill != Fill::Whole, blocked: 0, poke: true, lost: false, waiting: 0 }),
         open: AtomicBool::new(grant.run && grant.fill != Fill::Whole),
         inflight: AtomicU32::new(grant.inflight),
         changed: Condvar::new(),
-        out: Mutex::new(stream),
+        out: Mutex::new(Some(stream)),
     };
     if AGENT.set(a).is_err() {
         return Some(grant);
     }
     std::thread::Builder::new().name("gmux-agent-rx".into()).spawn(move || {
         crate::capture::relax_this_thread();
-        read_grants(reader)
+        connect::read_grants(reader)
     })
     .expect("thread");
     std::thread::Builder::new()
@@ -156,31 +143,9 @@ pub fn attach() -> Option<Grant> {
             work()
         })
         .expect("thread");
-    crate::log!(Debug, "registered with gmuxd as tenant {:?}: grant {}", config().tenant, gmux_core::size::format_size(grant.cap));
+    crate::log!(Debug, "registered with gmuxd as tenant {:?}: grant {}", config().tenant, format_size(grant.cap));
+    crate::log!(Debug, "agent {:.3}: grant {} cap {} run {}", stamp(), grant.seq, grant.cap, grant.run);
     Some(grant)
-}
-
-fn read_grants(mut reader: BufReader<UnixStream>) {
-    let a = agent().expect("attached");
-    let mut line = String::new();
-    loop {
-        line.clear();
-        match reader.read_line(&mut line) {
-            Ok(0) | Err(_) => return a.lose("the daemon closed the connection"),
-            Ok(_) => {}
-        }
-        let Ok(g) = serde_json::from_str::<Grant>(line.trim()) else {
-            crate::log!(Warn, "gmuxd: {}", line.trim());
-            continue;
-        };
-        let mut l = a.lock();
-        l.grant = g;
-        l.generation += 1;
-        let open = g.run && (l.open || g.fill != Fill::Whole);
-        a.set_open(&mut l, open);
-        a.inflight.store(g.inflight, Ordering::Relaxed);
-        a.changed.notify_all();
-    }
 }
 
 /// The worker: shrink to the grant, fill after a switch-in, report.
@@ -336,9 +301,6 @@ fn work() {
         if matches!(step, Ok(true)) {
             a.lock().poke = true;
         }
-        if a.lock().lost {
-            return;
-        }
     }
 }
 
@@ -380,17 +342,20 @@ pub fn gate() {
 const SAY_WAIT: Duration = Duration::from_secs(5);
 
 /// The error for a working set of `need` bytes over the limit `limit`: wait for the
-/// grant when the daemon may still grant it, else too big.
+/// grant when a daemon may still grant it (this one, or the next after it is lost), else
+/// too big.
 pub fn over_grant(need: u64, limit: u64) -> ShimError {
-    match agent() {
-        Some(a) if !a.lock().lost && need <= a.lock().grant.most => ShimError::Wait { need },
-        Some(a) => ShimError::TooBig { need, limit: a.lock().grant.most.max(limit) },
-        None => ShimError::TooBig { need, limit },
+    let Some(a) = agent() else { return ShimError::TooBig { need, limit } };
+    let most = a.lock().grant.most;
+    if need <= most {
+        ShimError::Wait { need }
+    } else {
+        ShimError::TooBig { need, limit: most.max(limit) }
     }
 }
 
-/// Blocks until the grant covers `need` bytes (or the daemon is gone), telling the daemon
-/// what is waiting.
+/// Blocks until the grant covers `need` bytes, telling the daemon what is waiting (a lost
+/// daemon's next one: growing without one could oversubscribe the budget).
 pub fn wait_grant(need: u64) {
     let Some(a) = agent() else { return };
     let t0 = stamp();
@@ -400,10 +365,21 @@ pub fn wait_grant(need: u64) {
     a.changed.notify_all();
     let since = std::time::Instant::now();
     let mut told = Duration::ZERO;
-    while l.grant.cap < need && !l.lost {
+    while l.grant.cap < need {
         l = a.changed.wait_timeout(l, SAY_WAIT).unwrap_or_else(|p| p.into_inner()).0;
-        if l.grant.cap < need && !l.lost && since.elapsed() >= told + SAY_WAIT {
+        if l.grant.cap < need && since.elapsed() >= told + SAY_WAIT {
             told = since.elapsed();
+            if l.lost {
+                crate::log!(
+                    Warn,
+                    "waiting {:.0} s for gmuxd to come back: a command needs {}, more than the last grant of {}; start it with `gmux daemon` (or any `gmux run`) at {}",
+                    told.as_secs_f64(),
+                    format_size(need),
+                    format_size(l.grant.cap),
+                    config().daemon.as_ref().map_or(String::new(), |p| p.display().to_string())
+                );
+                continue;
+            }
             crate::log!(
                 Warn,
                 "waiting {:.0} s for gmuxd to grant a command's {}: tenant {:?} has {} (at most {}); the others hold or protect (gmem.limit.low) the rest; `gmux ps` shows who",
@@ -419,10 +395,10 @@ pub fn wait_grant(need: u64) {
     crate::log!(Debug, "agent {t0:.3}: a launch waited {:.2} ms for a grant of {}", (stamp() - t0) * 1e3, format_size(need));
 }
 
-/// The current grant in bytes, when registered with a daemon that is still there.
+/// The current grant in bytes, when registered with a daemon (the last one's while it is
+/// lost).
 pub fn granted() -> Option<u64> {
-    let l = agent()?.lock();
-    (!l.lost).then_some(l.grant.cap)
+    Some(agent()?.lock().grant.cap)
 }
 
 /// Most unfinished commands per stream: the daemon's setting, else `GMUX_INFLIGHT`.

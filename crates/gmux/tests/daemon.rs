@@ -2,125 +2,12 @@
 
 mod common;
 
+use common::daemon::*;
 use common::*;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
-
-/// Waits until a daemon listens at `socket` (the file appears at bind, a moment before
-/// connections are accepted).
-fn wait_for_daemon(socket: &std::path::Path) {
-    use std::io::Write;
-    let t0 = Instant::now();
-    loop {
-        if let Ok(mut s) = std::os::unix::net::UnixStream::connect(socket) {
-            let _ = s.write_all(b"{\"op\":\"ps\"}\n");
-            return;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(5), "daemon did not start");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// A sandbox with a daemon of its own, stopped when dropped.
-struct Daemon {
-    sb: Sandbox,
-    child: Child,
-}
-
-impl Daemon {
-    fn start(name: &str, flags: &[&str]) -> Daemon {
-        let sb = Sandbox::new(name, 1 << 30);
-        let log = std::fs::File::create(sb.dir.path().join("daemon.log")).unwrap();
-        let child = Command::new(gmux_bin()).arg("daemon").args(flags).arg("--socket").arg(sb.socket()).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
-        wait_for_daemon(&sb.socket());
-        Daemon { sb, child }
-    }
-
-    /// `gmux ARGS` against this daemon.
-    fn ctl(&self, args: &[&str]) -> Ran {
-        run(Command::new(gmux_bin()).args(args).env("GMUX_SOCKET", self.sb.socket()))
-    }
-
-    /// A tenant running `standin_app ARGS`, started in the background.
-    fn tenant(&self, name: &str, args: &[&str]) -> Tenant {
-        let mut c = self.sb.gmux(None, args);
-        c.env_remove("GMUX_SOCKET").env("GMUX_SOCKET", self.sb.socket()).env("GMUX_TENANT", name).stdout(Stdio::piped()).stderr(Stdio::piped());
-        Tenant(Some(c.spawn().unwrap()))
-    }
-
-    /// The number after `label` in `gmux get TENANT ggroup.stat`.
-    fn stat(&self, tenant: &str, label: &str) -> u64 {
-        self.try_stat(tenant, label).unwrap_or_else(|| panic!("no {label} of tenant {tenant}"))
-    }
-
-    /// As [`Daemon::stat`]; `None` before the tenant has joined.
-    fn try_stat(&self, tenant: &str, label: &str) -> Option<u64> {
-        let r = self.ctl(&["get", tenant, "ggroup.stat"]);
-        r.stdout.lines().find_map(|l| l.strip_prefix(label).map(|v| v.trim().parse().unwrap()))
-    }
-
-    /// What the daemon printed so far.
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.sb.dir.path().join("daemon.log")).unwrap_or_default()
-    }
-
-    /// Whether the daemon logs `text` within 2 s (its log is written by a thread of its own).
-    fn logs(&self, text: &str) -> bool {
-        let t0 = Instant::now();
-        while !self.log().contains(text) {
-            if t0.elapsed() > Duration::from_secs(2) {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        true
-    }
-
-    fn peak_held(&self) -> u64 {
-        let ps = self.ctl(&["ps"]).stdout;
-        let peak = ps.split("peak ").nth(1).and_then(|s| s.split(')').next()).unwrap_or_else(|| panic!("no peak in {ps}"));
-        gmux_core::size::parse_size(&peak.replace(" MiB", "M").replace(" GiB", "G").replace(" KiB", "K").replace(" B", "").replace(".0", "")).unwrap()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.ctl(&["stop"]);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A tenant that must not outlive its test, even a failed one.
-struct Tenant(Option<Child>);
-
-impl Tenant {
-    fn child(&mut self) -> &mut Child {
-        self.0.as_mut().expect("running")
-    }
-
-    fn finish(mut self, what: &str) -> String {
-        finish(self.0.take().expect("running"), what)
-    }
-}
-
-impl Drop for Tenant {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn finish(c: Child, what: &str) -> String {
-    let out = c.wait_with_output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{what} failed:\n{text}");
-    text
-}
 
 #[test]
 fn tenants_over_the_budget_take_turns_and_keep_every_byte() {

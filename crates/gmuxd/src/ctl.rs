@@ -170,7 +170,7 @@ pub fn ensure_daemon(path: &Path) -> Result<(), Failure> {
     let log_path = path.with_extension("log");
     let log = super::rundir::open_log(&log_path).map_err(Failure::Runtime)?;
     let mut cmd = std::process::Command::new(exe);
-    cmd.args(["daemon", "--idle-exit", "60", "--socket"]).arg(path).stdin(std::process::Stdio::null()).stdout(log.try_clone().map_err(|e| Failure::Runtime(e.to_string()))?).stderr(log);
+    cmd.args(["daemon", "--resume", "--idle-exit", "60", "--socket"]).arg(path).stdin(std::process::Stdio::null()).stdout(log.try_clone().map_err(|e| Failure::Runtime(e.to_string()))?).stderr(log);
     use std::os::unix::process::CommandExt;
     // SAFETY: setsid is async-signal-safe; the daemon leaves the caller's session.
     unsafe {
@@ -201,9 +201,9 @@ mod tests {
 
     fn daemon() -> Daemon {
         let mut d = Daemon::new(Some(16 << 30), None, Policy::RoundRobin, Switch::Msched);
-        let hello = |tenant| Hello { version: PROTOCOL, tenant, priority: 0, high: None };
-        d.admit(1, Sender { pid: 4242, uid: 2000, admin: false }, &hello("mine")).unwrap();
-        d.admit(2, Sender { pid: 5151, uid: 3000, admin: false }, &hello("theirs")).unwrap();
+        let hello = |tenant| Hello { version: PROTOCOL, tenant, priority: 0, high: None, resume: None };
+        d.admit(1, Sender { pid: 4242, uid: 2000, admin: false, start: 0 }, &hello("mine")).unwrap();
+        d.admit(2, Sender { pid: 5151, uid: 3000, admin: false, start: 0 }, &hello("theirs")).unwrap();
         d
     }
 

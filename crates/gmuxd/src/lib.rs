@@ -3,12 +3,16 @@
 //! ([`state`]); `gmux ps/get/set` talk to it over the same socket ([`ctl`]). The `gmux`
 //! CLI runs it; this crate holds all of it.
 
+mod conn;
 pub mod ctl;
+pub mod fuzzing;
+pub mod journal;
 mod log;
 mod outbox;
 mod rundir;
 pub mod server;
 pub mod state;
+mod watch;
 
 use gmux_core::sched::Policy;
 use gmux_core::size::parse_size;
@@ -62,6 +66,12 @@ pub struct DaemonArgs {
     /// Exit after this many seconds without tenants (0: never).
     #[arg(long, default_value_t = 0, value_name = "SECONDS")]
     pub idle_exit: u64,
+    /// Take the settings above from the previous daemon on this socket (its journal,
+    /// `<socket>.journal`) when it left them; `gmux run` starts daemons this way. Without
+    /// it, the flags given here apply. Either way, the previous daemon's tenants, their
+    /// knobs and its processes still running are taken over.
+    #[arg(long)]
+    pub resume: bool,
 }
 
 /// The socket the daemon listens on and clients connect to.
@@ -94,9 +104,7 @@ pub fn daemon(args: &DaemonArgs) -> Result<(), Failure> {
     let host = size("host", &args.host)?;
     let path = args.socket.clone().unwrap_or_else(socket_path);
     let slice = gmux_core::knobs::parse_duration(&args.timeslice).ok_or_else(|| Failure::Usage(format!("--timeslice {}: write a duration between 1us and 10s, e.g. 20ms", args.timeslice)))?;
-    let mut d = state::Daemon::new(hbm, host, args.policy, args.switch);
-    d.timeslice = slice;
-    d.max_priority = args.max_priority;
+    let settings = journal::Settings { hbm, host, policy: args.policy, switch: args.switch, timeslice: slice, max_priority: args.max_priority };
     let group = args.group.as_deref().map(rundir::group_id).transpose().map_err(Failure::Usage)?;
-    server::serve(&path, d, group, args.idle_exit, args.verbose)
+    server::serve(&path, settings, &server::Options { group, idle_exit: args.idle_exit, verbose: args.verbose, resume: args.resume })
 }

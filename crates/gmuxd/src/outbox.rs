@@ -1,88 +1,52 @@
 //! Each tenant connection's outgoing grants. The daemon posts a connection's newest grant
-//! and goes on; a writer thread of the connection's own sends it. A grant is whole state,
+//! and goes on; a writer task of the connection's own sends it. A grant is whole state,
 //! so only the newest unsent one matters, and a process that stops reading its socket
 //! costs its own writer, never the daemon: no daemon lock is held while a socket is
 //! written.
 
-use std::io::{ErrorKind, Write};
-use std::os::unix::net::UnixStream;
-use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::watch;
 
-/// The newest unsent line of one connection.
-#[derive(Debug, Default)]
+/// The newest unsent line of one connection. Dropping it stops the writer once its
+/// current line is out (or its socket fails).
+#[derive(Debug)]
 pub struct Outbox {
-    slot: Mutex<Slot>,
-    posted: Condvar,
-}
-
-#[derive(Debug, Default)]
-struct Slot {
-    next: Option<String>,
-    closed: bool,
+    next: watch::Sender<Option<String>>,
 }
 
 impl Outbox {
     /// Replaces the unsent line, if any, with `line`; never waits for the socket.
     pub fn post(&self, line: String) {
-        self.lock().next = Some(line);
-        self.posted.notify_one();
-    }
-
-    /// Stops the writer once its current line is out (or its socket fails).
-    pub fn close(&self) {
-        self.lock().closed = true;
-        self.posted.notify_one();
-    }
-
-    fn closed(&self) -> bool {
-        self.lock().closed
-    }
-
-    /// The next line to send; `None` once closed.
-    fn take(&self) -> Option<String> {
-        let mut s = self.lock();
-        loop {
-            if s.closed {
-                return None;
-            }
-            if let Some(line) = s.next.take() {
-                return Some(line);
-            }
-            s = self.posted.wait(s).unwrap_or_else(|p| p.into_inner());
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Slot> {
-        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+        self.next.send_replace(Some(line));
     }
 }
 
-/// Starts the writer of `stream` and returns its outbox. `stalled(true)` is called when
-/// a line has waited `patience` for the peer to read, `stalled(false)` when it is out.
-pub fn start(stream: UnixStream, patience: Duration, stalled: impl Fn(bool) + Send + 'static) -> std::io::Result<Arc<Outbox>> {
-    stream.set_write_timeout(Some(patience))?;
-    let outbox = Arc::new(Outbox::default());
-    let o = outbox.clone();
-    std::thread::Builder::new().name("gmuxd-send".into()).spawn(move || {
+/// Starts the writer of `w` on the current runtime and returns its outbox.
+/// `stalled(true)` is called when a line has waited `patience` for the peer to read,
+/// `stalled(false)` when it is out.
+pub fn start<W>(mut w: W, patience: Duration, stalled: impl Fn(bool) + Send + 'static) -> Outbox
+where
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (next, mut rx) = watch::channel(None::<String>);
+    tokio::spawn(async move {
         let mut stuck = false;
-        while let Some(line) = o.take() {
+        while rx.changed().await.is_ok() {
+            let Some(line) = rx.borrow_and_update().clone() else { continue };
             let mut rest = line.as_bytes();
             while !rest.is_empty() {
-                match (&stream).write(rest) {
-                    Ok(0) => return,
-                    Ok(n) => rest = &rest[n..],
-                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                        if o.closed() {
-                            return;
-                        }
+                // `write` is cancel-safe: a write that times out has written nothing.
+                match tokio::time::timeout(patience, w.write(rest)).await {
+                    Ok(Ok(0)) | Ok(Err(_)) => return,
+                    Ok(Ok(n)) => rest = &rest[n..],
+                    Err(_) if rx.has_changed().is_err() => return,
+                    Err(_) => {
                         if !stuck {
                             stuck = true;
                             stalled(true);
                         }
                     }
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(_) => return,
                 }
             }
             if stuck {
@@ -90,8 +54,8 @@ pub fn start(stream: UnixStream, patience: Duration, stalled: impl Fn(bool) + Se
                 stalled(false);
             }
         }
-    })?;
-    Ok(outbox)
+    });
+    Outbox { next }
 }
 
 #[cfg(test)]
@@ -99,18 +63,23 @@ mod tests {
     use super::*;
     use std::io::{BufRead, BufReader};
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
     use std::time::Instant;
 
     #[test]
     fn a_peer_that_does_not_read_never_blocks_a_post_and_gets_the_newest_line() {
-        let (ours, theirs) = UnixStream::pair().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
         let stalls = Arc::new(AtomicUsize::new(0));
         let resumes = Arc::new(AtomicUsize::new(0));
         let (s, r) = (stalls.clone(), resumes.clone());
-        let outbox = start(ours, Duration::from_millis(50), move |stuck| {
-            if stuck { &s } else { &r }.fetch_add(1, Ordering::SeqCst);
-        })
-        .unwrap();
+        let outbox = rt.block_on(async {
+            let ours = tokio::net::UnixStream::from_std(ours).unwrap();
+            start(ours, Duration::from_millis(50), move |stuck| {
+                if stuck { &s } else { &r }.fetch_add(1, Ordering::SeqCst);
+            })
+        });
         // Far more than a socket buffer holds, from a peer that reads nothing.
         let t0 = Instant::now();
         let pad = "x".repeat(1000);
@@ -145,6 +114,8 @@ mod tests {
             assert!(t0.elapsed() < Duration::from_secs(5), "the writer never reported it drained");
             std::thread::sleep(Duration::from_millis(10));
         }
-        outbox.close();
+        drop(outbox);
+        // The writer ends when its outbox is dropped: the peer sees the end of the stream.
+        assert!(lines.next().is_none());
     }
 }

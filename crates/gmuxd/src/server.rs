@@ -1,24 +1,25 @@
-//! The daemon's sockets and threads: one thread per connection (and, for a tenant's, a
-//! writer of its grants, [`super::outbox`]), one per process that watches its pidfd, and
-//! the scheduler thread that decides the grants.
+//! The daemon's event loop: a tokio runtime of two worker threads serves every
+//! connection ([`crate::conn`]), the grant writers ([`crate::outbox`]), the watchers of
+//! process deaths ([`crate::watch`]) and the scheduler, which decides the grants. The
+//! decisions themselves are [`Daemon`]'s, under one lock that is never held across an
+//! await or a socket write.
 
-use super::ctl::{self, Request};
-use super::outbox::{self, Outbox};
+use super::journal::{self, Entry, Journal, Settings};
 use super::log::say;
+use super::outbox::Outbox;
 use super::rundir;
-use super::state::{Daemon, Hello, Sender};
+use super::state::Daemon;
 use crate::Failure;
-use gmux_core::protocol::{FromShim, Grant, Refused};
 use gmux_core::size::format_size;
 use gmux_core::Nanos;
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 
 /// Who is on the other end of a connection (`SO_PEERCRED`).
 #[derive(Debug, Clone, Copy)]
@@ -41,38 +42,69 @@ pub fn peer(s: &UnixStream) -> std::io::Result<Peer> {
     Ok(Peer { pid: c.pid as u32, uid: c.uid })
 }
 
-/// How long a grant may wait for its process to read before the process loses its turns.
-const PATIENCE: Duration = Duration::from_millis(500);
+/// How the daemon runs, besides its [`Settings`].
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Members of this group may use the daemon too.
+    pub group: Option<u32>,
+    /// Exit after this many seconds without tenants (0: never).
+    pub idle_exit: u64,
+    /// Log every switch and slice start.
+    pub verbose: bool,
+    /// Take the settings of the previous daemon on this socket from its journal.
+    pub resume: bool,
+}
 
-struct Shared {
+/// What every task of the daemon shares.
+pub(crate) struct Shared {
     d: Mutex<Daemon>,
-    wake: Condvar,
-    out: Mutex<HashMap<u64, Arc<Outbox>>>,
-    owner: u32,
+    /// Wakes the scheduler: something changed.
+    pub(crate) wake: Notify,
+    pub(crate) out: Mutex<HashMap<u64, Outbox>>,
+    journal: Mutex<Option<Journal>>,
+    /// The journal's first line.
+    started: Entry,
+    pub(crate) owner: u32,
+    pub(crate) path: PathBuf,
     start: Instant,
-    next_conn: AtomicU64,
+    pub(crate) next_conn: AtomicU64,
     /// Open connections per uid.
-    conns: Mutex<HashMap<u32, usize>>,
-    /// Connections per watched pid; one watcher thread per pid.
-    watched: Mutex<HashMap<u32, Vec<u64>>>,
+    pub(crate) conns: Mutex<HashMap<u32, usize>>,
+    /// Connections per watched pid; one watcher per pid.
+    pub(crate) watched: Mutex<HashMap<u32, Vec<u64>>>,
     last_tenant: Mutex<Instant>,
     verbose: bool,
 }
 
+/// Locks `m`, taking over from a holder that panicked.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Daemon> {
-        self.d.lock().unwrap_or_else(|p| p.into_inner())
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Daemon> {
+        lock(&self.d)
     }
 
     fn now(&self) -> Nanos {
         self.start.elapsed().as_nanos() as Nanos
     }
 
-    /// Decides and posts the grants that changed (with the state locked, so that each
-    /// process's newest grant is the newest decided); their writers send them.
-    fn decide(&self, d: &mut Daemon) {
+    /// Keeps the changes in the journal, then decides and posts the grants that changed
+    /// (with the state locked, so that each process's newest grant is the newest decided,
+    /// and none goes out before what it depends on is kept); their writers send them.
+    pub(crate) fn decide(&self, d: &mut Daemon) {
+        self.keep(d);
         let grants = d.decide(self.now());
-        self.send(&grants);
+        let out = lock(&self.out);
+        for (conn, g) in &grants {
+            if let Some(o) = out.get(conn) {
+                let mut line = serde_json::to_string(g).expect("serializable");
+                line.push('\n');
+                o.post(line);
+            }
+        }
+        drop(out);
         for e in d.events.drain(..) {
             if self.verbose {
                 say(&e);
@@ -80,354 +112,163 @@ impl Shared {
         }
     }
 
-    fn send(&self, grants: &[(u64, Grant)]) {
-        let out = self.out.lock().unwrap_or_else(|p| p.into_inner());
-        for (conn, g) in grants {
-            if let Some(o) = out.get(conn) {
-                let mut line = serde_json::to_string(g).expect("serializable");
-                line.push('\n');
-                o.post(line);
+    /// Appends the state's new journal entries, or rewrites the journal whole once it has
+    /// grown past several times what it describes. A journal that cannot be written is
+    /// given up with one log line: the daemon serves on, but one after it would not know
+    /// these processes.
+    fn keep(&self, d: &mut Daemon) {
+        if d.journal.is_empty() {
+            return;
+        }
+        let mut j = lock(&self.journal);
+        if let Some(jr) = j.as_mut() {
+            let rewrite = jr.lines() > 1024 + 4 * (d.tenants.len() + d.live().len());
+            let r = if rewrite { self.rewrite(d, jr.path()).map(|new| *jr = new) } else { jr.append(&d.journal) };
+            if let Err(e) = r {
+                say(&format!("cannot write the journal {} ({e}); serving on, but a daemon after this one will not know these tenants' processes", jr.path().display()));
+                *j = None;
             }
         }
+        d.journal.clear();
+    }
+
+    fn rewrite(&self, d: &Daemon, path: &Path) -> std::io::Result<Journal> {
+        let mut entries = vec![self.started.clone()];
+        entries.extend(d.snapshot());
+        Journal::create(path, &entries)
     }
 
     /// Forgets connection `conn` (its process exited or hung up) and hands its memory on.
-    fn leave(&self, conn: u64, why: &str) {
+    pub(crate) fn leave(&self, conn: u64, why: &str) {
         let t0 = Instant::now();
         let mut d = self.lock();
         let held = d.usage_of_conn(conn);
         let Some((pid, tenant)) = d.leave(conn) else { return };
-        if let Some(conns) = self.watched.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&pid) {
+        if let Some(conns) = lock(&self.watched).get_mut(&pid) {
             conns.retain(|c| *c != conn);
         }
-        if let Some(o) = self.out.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn) {
-            o.close();
-        }
+        lock(&self.out).remove(&conn);
         self.decide(&mut d);
         if d.live().is_empty() {
-            *self.last_tenant.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+            *lock(&self.last_tenant) = Instant::now();
         }
         drop(d);
-        self.wake.notify_all();
+        self.wake.notify_one();
         say(&format!("tenant {tenant:?} pid {pid} {why}; its {} of GPU memory went to the others in {:.2} ms", format_size(held), t0.elapsed().as_secs_f64() * 1e3));
     }
 }
 
-/// Listens on `path` until stopped; with `group`, that group's members may connect too.
-pub fn serve(path: &Path, d: Daemon, group: Option<u32>, idle_exit: u64, verbose: bool) -> Result<(), Failure> {
+/// Listens on `path` until stopped.
+pub fn serve(path: &Path, mut settings: Settings, opts: &Options) -> Result<(), Failure> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        rundir::ensure_dir(dir, group).map_err(Failure::Runtime)?;
+        rundir::ensure_dir(dir, opts.group).map_err(Failure::Runtime)?;
     }
-    let lock = rundir::lock(path).map_err(Failure::Runtime)?;
+    let held = rundir::lock(path).map_err(Failure::Runtime)?;
     super::log::start();
-    rundir::clear_stale(path, &lock).map_err(Failure::Runtime)?;
-    let listener = UnixListener::bind(path).map_err(|e| Failure::Runtime(format!("cannot listen on {}: {e}", path.display())))?;
-    if let Some(gid) = group {
+    rundir::clear_stale(path, &held).map_err(Failure::Runtime)?;
+    let jpath = journal::path_for(path);
+    let boot = journal::boot_id();
+    let kept = journal::load(&jpath, &boot).unwrap_or_else(|e| {
+        say(&format!("{e}; starting without what the previous daemon kept"));
+        journal::Kept::default()
+    });
+    for s in &kept.skipped {
+        say(&format!("{}: skipped {s}", jpath.display()));
+    }
+    if let (true, Some(k)) = (opts.resume, &kept.settings) {
+        settings = k.clone();
+    }
+    let mut d = Daemon::with(&settings);
+    let orphans: Vec<(u32, u64, String)> = kept.procs.into_iter().filter(|(pid, (start, _))| journal::process_start(*pid) == Some(*start)).map(|(pid, (start, t))| (pid, start, t)).collect();
+    for w in d.restore(&kept.tenants, orphans) {
+        say(&w);
+    }
+    let started = Entry::Start { boot, settings: settings.clone() };
+    let mut entries = vec![started.clone()];
+    entries.extend(d.snapshot());
+    let journal = Journal::create(&jpath, &entries).map_err(|e| Failure::Runtime(format!("cannot write the journal {}: {e}", jpath.display())))?;
+    let listener = std::os::unix::net::UnixListener::bind(path).map_err(|e| Failure::Runtime(format!("cannot listen on {}: {e}", path.display())))?;
+    if let Some(gid) = opts.group {
         rundir::share(path, gid, 0o660).map_err(Failure::Runtime)?;
     }
+    listener.set_nonblocking(true).map_err(|e| Failure::Runtime(e.to_string()))?;
     eprintln!(
-        "gmuxd: serving {} (pid {}): budget {}, host {}, policy {}, switch {:?}",
+        "gmuxd: serving {} (pid {}): budget {}, host {}, policy {}, switch {:?}{}",
         path.display(),
         std::process::id(),
         d.hbm.map_or("device".into(), format_size),
         d.host.map_or("unlimited".into(), format_size),
         d.policy_name(),
-        d.switch
+        d.switch,
+        if d.recovering() { format!("; {} processes of the previous daemon may still hold memory: nobody grows until they register again or exit", d.awaited().count()) } else { String::new() }
     );
+    let awaited: Vec<u32> = d.awaited().map(|(pid, _)| pid).collect();
     let shared = Arc::new(Shared {
         d: Mutex::new(d),
-        wake: Condvar::new(),
+        wake: Notify::new(),
         out: Mutex::new(HashMap::new()),
+        journal: Mutex::new(Some(journal)),
+        started,
         // SAFETY: geteuid has no preconditions.
         owner: unsafe { libc::geteuid() },
+        path: path.to_path_buf(),
         start: Instant::now(),
         next_conn: AtomicU64::new(1),
         conns: Mutex::new(HashMap::new()),
         watched: Mutex::new(HashMap::new()),
         last_tenant: Mutex::new(Instant::now()),
-        verbose,
+        verbose: opts.verbose,
     });
-    let s = shared.clone();
-    std::thread::Builder::new().name("gmuxd-sched".into()).spawn(move || schedule(&s)).expect("thread");
-    if idle_exit > 0 {
-        let s = shared.clone();
-        let path = path.to_path_buf();
-        std::thread::spawn(move || loop {
-            std::thread::sleep(Duration::from_millis(200));
-            let idle = s.lock().live().is_empty() && s.last_tenant.lock().unwrap_or_else(|p| p.into_inner()).elapsed().as_secs() >= idle_exit;
-            if idle {
-                say(&format!("no tenants for {idle_exit} s; exiting"));
-                let _ = std::fs::remove_file(&path);
-                super::log::flush();
-                std::process::exit(0);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("gmuxd").enable_all().build().map_err(|e| Failure::Runtime(format!("cannot start the daemon's runtime: {e}")))?;
+    let _held = held;
+    rt.block_on(async move {
+        let listener = tokio::net::UnixListener::from_std(listener).map_err(|e| Failure::Runtime(e.to_string()))?;
+        for pid in awaited {
+            super::watch::watch_pid(&shared, pid, None);
+        }
+        tokio::spawn(schedule(shared.clone()));
+        if opts.idle_exit > 0 {
+            tokio::spawn(exit_when_idle(shared.clone(), opts.idle_exit));
+        }
+        super::conn::accept(shared, listener).await;
+        Ok(())
+    })
+}
+
+/// Sends grants whenever something changed, and at slice ends; says every few seconds
+/// which processes of a previous daemon it still waits for.
+async fn schedule(s: Arc<Shared>) {
+    let mut said: Option<Instant> = None;
+    loop {
+        let wait = {
+            let mut d = s.lock();
+            s.decide(&mut d);
+            if !d.recovering() {
+                said = None;
+            } else if said.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
+                let who: Vec<String> = d.awaited().map(|(pid, t)| format!("pid {pid} (tenant {t:?})")).collect();
+                say(&format!("waiting for {} to register again before anyone grows: it may hold memory under the previous daemon's grants (a stopped process continues with `kill -CONT`; one that is stuck can be ended)", who.join(", ")));
+                said = Some(Instant::now());
             }
-        });
-    }
-    let _held = lock;
-    let mut last_complaint: Option<Instant> = None;
-    for conn in listener.incoming() {
-        let stream = match conn {
-            Ok(stream) => stream,
-            Err(e) => {
-                // Out of descriptors (or another transient failure): wait instead of spinning.
-                if last_complaint.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
-                    say(&format!("cannot accept a connection ({e}); retrying every 100 ms"));
-                    last_complaint = Some(Instant::now());
-                }
-                std::thread::sleep(Duration::from_millis(100));
-                continue;
-            }
+            d.slice_end().map_or(Duration::from_millis(50), |end| Duration::from_nanos(end.saturating_sub(s.now()).max(100_000)))
         };
-        let Some(slot) = Slot::take(&shared, &stream) else { continue };
-        let s = shared.clone();
-        let p = path.to_path_buf();
-        let spawned = std::thread::Builder::new().name("gmuxd-conn".into()).spawn(move || {
-            let _slot = slot;
-            serve_conn(&s, stream, &p);
-        });
-        if let Err(e) = spawned {
-            say(&format!("cannot start a thread for a connection ({e}); dropping it"));
-        }
-    }
-    Ok(())
-}
-
-/// Most connections one user other than the daemon's owner and root may hold at once.
-const MAX_CONNS_PER_USER: usize = 256;
-
-/// Longest line a peer may send (a report is about 400 bytes).
-const MAX_LINE: u64 = 64 << 10;
-
-/// How long a new connection has to send its first line.
-const FIRST_LINE: Duration = Duration::from_secs(5);
-
-/// One user's connection, counted while it lives.
-struct Slot {
-    s: Arc<Shared>,
-    uid: u32,
-}
-
-impl Slot {
-    /// Counts a new connection, or refuses it (with the reason, to the peer) when its
-    /// user holds too many.
-    fn take(s: &Arc<Shared>, stream: &UnixStream) -> Option<Slot> {
-        let who = peer(stream).ok()?;
-        let mut conns = s.conns.lock().unwrap_or_else(|p| p.into_inner());
-        let n = conns.entry(who.uid).or_default();
-        if *n >= MAX_CONNS_PER_USER && who.uid != s.owner && who.uid != 0 {
-            drop(conns);
-            let reply = ctl::Reply::error(format!("uid {} already holds {MAX_CONNS_PER_USER} connections to gmuxd; close some", who.uid));
-            let _ = (&*stream).write_all(format!("{}\n", serde_json::to_string(&reply).expect("serializable")).as_bytes());
-            return None;
-        }
-        *n += 1;
-        Some(Slot { s: s.clone(), uid: who.uid })
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut conns = self.s.conns.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = conns.get_mut(&self.uid) {
-            *n -= 1;
-            if *n == 0 {
-                conns.remove(&self.uid);
-            }
+        tokio::select! {
+            _ = s.wake.notified() => {}
+            _ = tokio::time::sleep(wait) => {}
         }
     }
 }
 
-/// A connection's reading end with an optional deadline for everything read (not each
-/// read: a peer that trickles a byte at a time still runs out of time).
-struct Timed {
-    s: UnixStream,
-    deadline: Option<Instant>,
-}
-
-impl Timed {
-    /// Reads without a deadline from now on.
-    fn untimed(&mut self) {
-        self.deadline = None;
-        let _ = self.s.set_read_timeout(None);
-    }
-}
-
-impl std::io::Read for Timed {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if let Some(d) = self.deadline {
-            let left = d.checked_duration_since(Instant::now()).filter(|l| !l.is_zero());
-            let left = left.ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no first line within {} s", FIRST_LINE.as_secs())))?;
-            self.s.set_read_timeout(Some(left))?;
-        }
-        self.s.read(buf)
-    }
-}
-
-/// Reads one line of at most [`MAX_LINE`] bytes into `line`. `Ok(false)`: the peer hung
-/// up; an error: it failed, or sent a longer line.
-fn read_line<R: BufRead>(r: &mut R, line: &mut String) -> std::io::Result<bool> {
-    line.clear();
-    let n = std::io::Read::take(r, MAX_LINE + 1).read_line(line)?;
-    if n as u64 > MAX_LINE {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("a line longer than {MAX_LINE} bytes")));
-    }
-    Ok(n > 0)
-}
-
-/// Sends grants whenever something changed, and at slice ends.
-fn schedule(s: &Shared) {
-    let mut d = s.lock();
+/// Ends the daemon once it has had no tenants for `seconds`.
+async fn exit_when_idle(s: Arc<Shared>, seconds: u64) {
     loop {
-        s.decide(&mut d);
-        let wait = d.slice_end().map_or(Duration::from_millis(50), |end| Duration::from_nanos(end.saturating_sub(s.now()).max(100_000)));
-        d = s.wake.wait_timeout(d, wait).unwrap_or_else(|p| p.into_inner()).0;
-    }
-}
-
-fn serve_conn(s: &Arc<Shared>, stream: UnixStream, path: &Path) {
-    let Ok(who) = peer(&stream) else { return };
-    let Ok(read) = stream.try_clone() else { return };
-    let mut reader = BufReader::new(Timed { s: read, deadline: Some(Instant::now() + FIRST_LINE) });
-    let mut line = String::new();
-    match read_line(&mut reader, &mut line) {
-        Ok(true) => {}
-        Ok(false) => return,
-        Err(e) => {
-            say(&format!("pid {} (uid {}): {e}; closing its connection", who.pid, who.uid));
-            return;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let idle = s.lock().live().is_empty() && !s.lock().recovering() && lock(&s.last_tenant).elapsed().as_secs() >= seconds;
+        if idle {
+            say(&format!("no tenants for {seconds} s; exiting"));
+            let _ = std::fs::remove_file(&s.path);
+            super::log::flush();
+            std::process::exit(0);
         }
-    }
-    // A tenant may stay silent for long; its death is seen through its pid.
-    reader.get_mut().untimed();
-    match serde_json::from_str::<FromShim>(line.trim()) {
-        Ok(FromShim::Hello { version, tenant, priority, high }) => serve_tenant(s, stream, reader, who, &Hello { version, tenant: &tenant, priority, high }),
-        _ => {
-            let reply = match serde_json::from_str::<Request>(line.trim()) {
-                Ok(Request::Stop) if who.uid == s.owner || who.uid == 0 => {
-                    let _ = (&stream).write_all(b"{\"ok\":true,\"text\":\"gmuxd stopped\"}\n");
-                    let _ = std::fs::remove_file(path);
-                    say(&format!("stopped by pid {}", who.pid));
-                    super::log::flush();
-                    std::process::exit(0);
-                }
-                Ok(req) => ctl::answer(&mut s.lock(), &req, who, s.owner),
-                Err(e) => ctl::Reply::error(format!("bad request ({e}); use the gmux CLI of the same version as the daemon")),
-            };
-            s.wake.notify_all();
-            let mut text = serde_json::to_string(&reply).expect("serializable");
-            text.push('\n');
-            let _ = stream.set_write_timeout(Some(FIRST_LINE));
-            let _ = (&stream).write_all(text.as_bytes());
-        }
-    }
-}
-
-fn serve_tenant(s: &Arc<Shared>, stream: UnixStream, mut reader: BufReader<Timed>, who: Peer, hello: &Hello) {
-    let conn = s.next_conn.fetch_add(1, Ordering::Relaxed);
-    let Ok(out) = stream.try_clone() else { return };
-    let weak = Arc::downgrade(s);
-    let stalled = move |stuck: bool| {
-        if let Some(s) = weak.upgrade() {
-            if s.lock().set_unresponsive(conn, stuck) {
-                say(&format!("pid {} {}", who.pid, if stuck { format!("has not read its grants for {} ms: it loses its turns until it does", PATIENCE.as_millis()) } else { "reads its grants again".into() }));
-            }
-            s.wake.notify_all();
-        }
-    };
-    let Ok(outbox) = outbox::start(out, PATIENCE, stalled) else { return };
-    s.out.lock().unwrap_or_else(|p| p.into_inner()).insert(conn, outbox);
-    let sender = Sender { pid: who.pid, uid: who.uid, admin: who.uid == s.owner || who.uid == 0 };
-    {
-        let mut d = s.lock();
-        if let Err(why) = d.admit(conn, sender, hello) {
-            drop(d);
-            if let Some(o) = s.out.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn) {
-                o.close();
-            }
-            say(&format!("pid {} (uid {}) refused: {why}", who.pid, who.uid));
-            let mut line = serde_json::to_string(&Refused { refused: why }).expect("serializable");
-            line.push('\n');
-            let _ = stream.set_write_timeout(Some(FIRST_LINE));
-            let _ = (&stream).write_all(line.as_bytes());
-            return;
-        }
-        s.decide(&mut d);
-    }
-    let (tenant, priority) = (hello.tenant, hello.priority);
-    say(&format!("pid {} joined tenant {tenant:?} (priority {priority})", who.pid));
-    watch_pid(s.clone(), conn, who.pid);
-    let mut line = String::new();
-    let mut bad = 0u64;
-    loop {
-        match read_line(&mut reader, &mut line) {
-            Ok(true) => {}
-            Ok(false) => break,
-            Err(e) => {
-                say(&format!("pid {}: {e}; disconnecting it", who.pid));
-                break;
-            }
-        }
-        match serde_json::from_str::<FromShim>(line.trim()) {
-            Ok(FromShim::Report(r)) => {
-                let doubt = s.lock().report(conn, r);
-                if let Some(why) = doubt {
-                    say(&format!("pid {}: not believed: {why}; the daemon goes by its grants instead", who.pid));
-                }
-                s.wake.notify_all();
-            }
-            _ => {
-                bad += 1;
-                if bad <= 3 {
-                    say(&format!("pid {}: ignoring a bad message: {:?}", who.pid, line.trim().chars().take(200).collect::<String>()));
-                }
-            }
-        }
-    }
-    if bad > 3 {
-        say(&format!("pid {}: ignored {} more bad messages", who.pid, bad - 3));
-    }
-    s.leave(conn, "disconnected");
-    s.lock().closed(conn);
-}
-
-/// Reclaims a process's memory as soon as it dies (its pidfd becomes readable), even
-/// before its socket is closed. One watcher per pid, however many connections it makes.
-fn watch_pid(s: Arc<Shared>, conn: u64, pid: u32) {
-    if pid == 0 {
-        // A peer in another pid namespace: its death is seen when its socket closes.
-        return;
-    }
-    {
-        let mut w = s.watched.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(conns) = w.get_mut(&pid) {
-            conns.push(conn);
-            return;
-        }
-        w.insert(pid, vec![conn]);
-    }
-    let unwatched = |why: String| {
-        s.watched.lock().unwrap_or_else(|p| p.into_inner()).remove(&pid);
-        say(&format!("{why}; its death is noticed when its socket closes"));
-    };
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) } as i32;
-    if fd < 0 {
-        return unwatched(format!("pidfd_open({pid}) failed ({})", std::io::Error::last_os_error()));
-    }
-    // SAFETY: `fd` is a new descriptor that this owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let watcher = s.clone();
-    let spawned = std::thread::Builder::new().name("gmuxd-pid".into()).spawn(move || {
-        let s = watcher;
-        let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd.
-        while unsafe { libc::poll(&mut p, 1, -1) } < 0 {}
-        let conns = s.watched.lock().unwrap_or_else(|p| p.into_inner()).remove(&pid).unwrap_or_default();
-        for c in conns {
-            s.leave(c, "exited");
-        }
-    });
-    if let Err(e) = spawned {
-        unwatched(format!("cannot watch pid {pid} ({e})"));
     }
 }

@@ -1,7 +1,7 @@
 //! The daemon's decisions, free of sockets and clocks: which tenants run, and how much
 //! GPU memory each process may hold. [`Daemon::decide`] is called on every event (a
 //! report, a process joining or dying, a knob set, a slice ending) and returns the
-//! grants that changed.
+//! grants that changed. What a daemon after it must know goes into [`Daemon::journal`].
 
 use gmux_core::hbm::{all_fit, divide, Claim};
 use gmux_core::knobs::GroupStat;
@@ -9,10 +9,12 @@ use gmux_core::protocol::{Fill, Grant, ShimReport};
 use gmux_core::sched::{Policy, Scheduler, TenantView};
 use gmux_core::size::format_size;
 use gmux_core::{Nanos, TenantId, Tenants, CHUNK_BYTES};
+use crate::journal::{Entry, Settings};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// How a time-sliced switch moves memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Switch {
     /// MSched: the next tenant starts at once and brings in its forecast working set
     /// while the others evict in the background, in OPT order across tenants.
@@ -35,6 +37,8 @@ fn round_up(bytes: u64) -> u64 {
 pub struct Proc {
     /// Its pid (from `SO_PEERCRED`).
     pub pid: u32,
+    /// Its start time (0: unknown), which tells it from a later process of the same pid.
+    pub start: u64,
     /// Its tenant.
     pub tenant: TenantId,
     /// Its last report, as far as it was believable ([`trust::believable`]).
@@ -48,6 +52,8 @@ pub struct Proc {
     /// Largest cap among the grants sent since the newest one it has applied (its own
     /// included): what it may be holding before its next report.
     pub exposure: u64,
+    /// Sequence number of its first grant (after the last one of a previous daemon).
+    pub first_seq: u64,
 }
 
 /// Counters of a tenant's processes that have exited.
@@ -126,12 +132,25 @@ pub struct Daemon {
     pub peak_held: u64,
     /// Highest priority a user other than the daemon's owner or root may ask for.
     pub max_priority: i32,
+    /// Processes of a previous daemon, by pid, that may hold memory under its grants and
+    /// have not registered again: their start time and tenant ([`Daemon::restore`]).
+    awaited: BTreeMap<u32, (u64, String)>,
+    /// Changes to keep for a daemon after this one, since the server last took them.
+    pub journal: Vec<Entry>,
 }
 
 impl Daemon {
     /// A daemon with no tenants.
     pub fn new(hbm: Option<u64>, host: Option<u64>, policy: Policy, switch: Switch) -> Self {
-        Daemon { hbm, host, policy, switch, tenants: Tenants::default(), timeslice: gmux_core::knobs::DEFAULT_TIMESLICE, sched: policy.build(), procs: BTreeMap::new(), members: BTreeMap::new(), departed: BTreeMap::new(), events: Vec::new(), now: 0, peak_held: 0, max_priority: 0, past: HashMap::new(), running: None }
+        Daemon { hbm, host, policy, switch, tenants: Tenants::default(), timeslice: gmux_core::knobs::DEFAULT_TIMESLICE, sched: policy.build(), procs: BTreeMap::new(), members: BTreeMap::new(), departed: BTreeMap::new(), events: Vec::new(), now: 0, peak_held: 0, max_priority: 0, past: HashMap::new(), running: None, awaited: BTreeMap::new(), journal: Vec::new() }
+    }
+
+    /// A daemon with no tenants and these settings.
+    pub fn with(s: &Settings) -> Self {
+        let mut d = Daemon::new(s.hbm, s.host, s.policy, s.switch);
+        d.timeslice = s.timeslice;
+        d.max_priority = s.max_priority;
+        d
     }
 
     /// Registers process `pid` of tenant `name` (created on first use) as connection `conn`,
@@ -148,7 +167,7 @@ impl Daemon {
         self.forget_member(conn);
         self.departed.remove(&conn);
         self.members.entry(id).or_default().insert(conn);
-        self.procs.insert(conn, Proc { pid, tenant: id, report: ShimReport::default(), doubted: false, unresponsive: false, sent: None, exposure: 0 });
+        self.procs.insert(conn, Proc { pid, start: 0, tenant: id, report: ShimReport::default(), doubted: false, unresponsive: false, sent: None, exposure: 0, first_seq: 1 });
         id
     }
 
@@ -215,6 +234,11 @@ impl Daemon {
         self.procs_of(t).any(|(_, p)| !p.unresponsive)
     }
 
+    /// The caps of the grants last sent to every process, added up.
+    pub fn granted_now(&self) -> u64 {
+        self.procs.values().filter_map(|p| p.sent).map(|g| g.cap).fold(0, u64::saturating_add)
+    }
+
     /// Bytes of GPU memory the process on `conn` last reported holding.
     pub fn usage_of_conn(&self, conn: u64) -> u64 {
         self.procs.get(&conn).map_or(0, |p| p.report.held)
@@ -231,6 +255,9 @@ impl Daemon {
     pub fn leave(&mut self, conn: u64) -> Option<(u32, String)> {
         self.forget_member(conn);
         let p = self.procs.remove(&conn)?;
+        if !self.procs.values().any(|q| q.pid == p.pid) {
+            self.journal.push(Entry::Leave { pid: p.pid });
+        }
         self.departed.insert(conn, (p.tenant, p.report));
         self.past.entry(p.tenant).or_default().add(&p.report, &ShimReport::default());
         if self.running.is_some_and(|r| r.tenant == p.tenant) && !self.members.contains_key(&p.tenant) {
@@ -334,7 +361,8 @@ impl Daemon {
         // reported back on. What is left is free, and goes to the tenants that grow in
         // order of their next run; a shrinking tenant's memory is free once it reports so.
         let reserved: Vec<u64> = live.iter().map(|t| self.reserved(*t, usage[t].held)).collect();
-        let mut free = hbm.saturating_sub(reserved.iter().fold(0, |a, r| a.saturating_add(*r)));
+        // While a previous daemon's processes may still hold memory unseen, nobody grows.
+        let mut free = if self.recovering() { 0 } else { hbm.saturating_sub(reserved.iter().fold(0, |a, r| a.saturating_add(*r))) };
         let mut now_caps = caps.clone();
         let mut by_run: Vec<usize> = (0..live.len()).collect();
         by_run.sort_by_key(|&i| (order[&live[i]], live[i]));
@@ -387,7 +415,7 @@ impl Daemon {
             if prev == Some(*g) {
                 return false;
             }
-            g.seq = p.sent.map_or(1, |s| s.seq + 1);
+            g.seq = p.sent.map_or(p.first_seq, |s| s.seq + 1);
             p.exposure = p.exposure.max(g.cap);
             p.sent = Some(*g);
             true
@@ -482,6 +510,7 @@ impl Daemon {
     }
 }
 
+mod recovery;
 mod trust;
 pub use trust::{Hello, Sender};
 

@@ -61,8 +61,8 @@ pub fn run(a: &ScaleArgs) -> Result<(), Failure> {
     let mut now = 0u64;
     let t0 = Instant::now();
     for c in 0..a.tenants as u64 {
-        let who = Sender { pid: 1000 + c as u32, uid: 1000, admin: true };
-        d.admit(c, who, &Hello { version: PROTOCOL, tenant: &format!("t{c}"), priority: 0, high: None }).map_err(Failure::Runtime)?;
+        let who = Sender { pid: 1000 + c as u32, uid: 1000, admin: true, start: 0 };
+        d.admit(c, who, &Hello { version: PROTOCOL, tenant: &format!("t{c}"), priority: 0, high: None, resume: None }).map_err(Failure::Runtime)?;
         d.report(c, busy(0));
         now += 1_000_000;
         d.decide(now);

@@ -2,6 +2,7 @@
 //! driver, with or without `libgmux.so` preloaded.
 #![allow(dead_code)]
 
+pub mod daemon;
 pub mod summary;
 
 use std::path::{Path, PathBuf};

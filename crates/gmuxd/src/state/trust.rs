@@ -4,7 +4,8 @@
 
 use super::{Daemon, Proc};
 use gmux_core::knobs::Knob;
-use gmux_core::protocol::{ShimReport, PROTOCOL};
+use crate::journal::{Entry, TenantRecord};
+use gmux_core::protocol::{Resume, ShimReport, PROTOCOL};
 use gmux_core::size::format_size;
 use gmux_core::TenantId;
 
@@ -25,6 +26,8 @@ pub struct Sender {
     pub uid: u32,
     /// The daemon's owner or root.
     pub admin: bool,
+    /// Its process's start time (0: unknown).
+    pub start: u64,
 }
 
 /// A `Hello`'s fields.
@@ -38,6 +41,8 @@ pub struct Hello<'a> {
     pub priority: i32,
     /// `gmem.limit.high` asked for.
     pub high: Option<u64>,
+    /// What it holds, when it registers again after losing its daemon.
+    pub resume: Option<Resume>,
 }
 
 impl Daemon {
@@ -76,11 +81,24 @@ impl Daemon {
         } else {
             None
         };
+        let before = existing.map(|t| TenantRecord::of(self.tenants.get(t)));
         let t = self.join(conn, who.pid, h.tenant, h.priority);
         let tenant = self.tenants.get_mut(t);
         tenant.owner.get_or_insert(who.uid);
         if let Some(high) = high {
             tenant.limits.high = high;
+        }
+        let after = TenantRecord::of(tenant);
+        if before.as_ref() != Some(&after) {
+            self.journal.push(Entry::Tenant(after));
+        }
+        self.procs.get_mut(&conn).expect("joined").start = who.start;
+        self.journal.push(Entry::Join { pid: who.pid, start: who.start, tenant: h.tenant.to_string() });
+        if let Some(r) = h.resume {
+            self.resume(conn, who.pid, who.start, r);
+        } else if self.awaited.get(&who.pid).is_some_and(|(s, _)| who.start != 0 && *s == who.start) {
+            // An orphan that starts over (a second connection): its reports say what it holds.
+            self.orphan_gone(who.pid);
         }
         Ok(t)
     }
@@ -110,9 +128,14 @@ impl Daemon {
         let tenant = self.tenants.get_mut(t);
         tenant.limits = limits;
         if k != Knob::LimitHigh {
+            let record = Entry::Tenant(TenantRecord::of(tenant));
+            self.journal.push(record);
             return Ok(None);
         }
         tenant.high_set_by_admin = tenant.limits.high.is_some();
+        let record = Entry::Tenant(TenantRecord::of(tenant));
+        self.journal.push(record);
+        let tenant = self.tenants.get(t);
         Ok(tenant.limits.high.filter(|h| *h < largest).map(|h| {
             format!(
                 "warning: tenant {tenant:?}'s largest command so far needed {} at once, more than the new gmem.limit.high of {}: its next such command ends its process (status 86)",
@@ -161,12 +184,12 @@ mod tests {
     use gmux_core::sched::Policy;
 
     const G: u64 = 1 << 30;
-    const ALICE: Sender = Sender { pid: 100, uid: 2000, admin: false };
-    const BOB: Sender = Sender { pid: 200, uid: 3000, admin: false };
-    const ROOT: Sender = Sender { pid: 1, uid: 0, admin: true };
+    const ALICE: Sender = Sender { pid: 100, uid: 2000, admin: false, start: 0 };
+    const BOB: Sender = Sender { pid: 200, uid: 3000, admin: false, start: 0 };
+    const ROOT: Sender = Sender { pid: 1, uid: 0, admin: true, start: 0 };
 
     fn hello(tenant: &str) -> Hello<'_> {
-        Hello { version: PROTOCOL, tenant, priority: 0, high: None }
+        Hello { version: PROTOCOL, tenant, priority: 0, high: None, resume: None }
     }
 
     fn daemon() -> Daemon {

@@ -1,0 +1,123 @@
+//! Registering with gmuxd: the first time, when `gmux run` started the process, and
+//! again whenever the daemon is lost (it crashed, or was stopped or restarted): the
+//! process runs on within its last grant meanwhile, and tells the next daemon on the
+//! same socket what it holds.
+
+use super::{agent, apply, Agent};
+use crate::config::config;
+use gmux_core::protocol::{FromShim, Grant, Refused, Resume, PROTOCOL};
+use gmux_core::size::format_size;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+/// Why a registration failed.
+pub(super) enum Failed {
+    /// No daemon (of this user or root) answered: the cause.
+    Unreachable(String),
+    /// The daemon refused the `Hello`: its reason and fix.
+    Refused(String),
+}
+
+/// The uid of the process at the other end of `s` (`SO_PEERCRED`).
+fn peer_uid(s: &UnixStream) -> std::io::Result<u32> {
+    use std::os::fd::AsRawFd;
+    let mut c = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `c` and `len` are valid for getsockopt to write.
+    let r = unsafe { libc::getsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, &mut c as *mut _ as *mut libc::c_void, &mut len) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(c.uid)
+}
+
+/// Why the daemon answered a `Hello` with `line` instead of a grant: its refusal, or the
+/// error text of a daemon too old to know this shim's `Hello`.
+fn refusal(line: &str) -> String {
+    if let Ok(r) = serde_json::from_str::<Refused>(line) {
+        return r.refused;
+    }
+    let text = serde_json::from_str::<serde_json::Value>(line).ok().and_then(|v| v.get("text").and_then(|t| t.as_str()).map(str::to_string));
+    match text {
+        Some(t) => format!("{t} (the daemon may be older than this shim: run gmux daemon and libgmux.so from the same build)"),
+        None if line.is_empty() => "the daemon closed the connection".into(),
+        None => line.to_string(),
+    }
+}
+
+/// Connects to the daemon at `path`, says `Hello` (with what it holds, when it registers
+/// again) and returns the connection and the first grant.
+pub(super) fn register(path: &Path, resume: Option<Resume>) -> Result<(UnixStream, BufReader<UnixStream>, Grant), Failed> {
+    let unreachable = |e: std::io::Error| Failed::Unreachable(e.to_string());
+    let stream = UnixStream::connect(path).map_err(unreachable)?;
+    match peer_uid(&stream) {
+        // SAFETY: geteuid has no preconditions.
+        Ok(uid) if uid == 0 || uid == unsafe { libc::geteuid() } => {}
+        Ok(uid) => return Err(Failed::Unreachable(format!("it is served by uid {uid}, not by you or root; not talking to it (check GMUX_SOCKET)"))),
+        Err(e) => return Err(Failed::Unreachable(format!("cannot tell who serves it: {e}"))),
+    }
+    let hello = FromShim::Hello { version: PROTOCOL, tenant: config().tenant.clone(), priority: config().priority, high: config().mem_limit, resume };
+    let mut line = serde_json::to_string(&hello).expect("serializable");
+    line.push('\n');
+    (&stream).write_all(line.as_bytes()).map_err(unreachable)?;
+    let mut reader = BufReader::new(stream.try_clone().map_err(unreachable)?);
+    let mut first = String::new();
+    reader.read_line(&mut first).map_err(unreachable)?;
+    let grant = serde_json::from_str::<Grant>(first.trim()).map_err(|_| Failed::Refused(refusal(first.trim())))?;
+    Ok((stream, reader, grant))
+}
+
+/// Reads grants from the daemon for the life of the process: when the connection ends,
+/// runs on within the last grant and registers with the next daemon on the same socket.
+pub(super) fn read_grants(mut reader: BufReader<UnixStream>) {
+    let a = agent().expect("attached");
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match reader.read_line(&mut line) {
+            Ok(0) | Err(_) => {
+                a.lose("the daemon closed the connection");
+                reader = register_again(a);
+                continue;
+            }
+            Ok(_) => {}
+        }
+        match serde_json::from_str::<Grant>(line.trim()) {
+            Ok(g) => apply(a, g),
+            Err(_) => crate::log!(Warn, "gmuxd: {}", line.trim()),
+        }
+    }
+}
+
+/// Tries every second (every 5 s after a refusal) to register with a daemon at the
+/// socket, telling it what this process holds; returns the new connection's reader.
+fn register_again(a: &Agent) -> BufReader<UnixStream> {
+    let path = config().daemon.as_ref().expect("registered once");
+    let mut wait = Duration::from_millis(100);
+    let mut refused: Option<String> = None;
+    loop {
+        std::thread::sleep(wait);
+        wait = (wait * 2).min(Duration::from_secs(1));
+        let held = crate::state::existing().as_ref().map_or(0, |st| st.held());
+        let g = a.lock().grant;
+        match register(path, Some(Resume { held, cap: g.cap, seq: g.seq })) {
+            Ok((stream, reader, grant)) => {
+                *a.out.lock().unwrap_or_else(|p| p.into_inner()) = Some(stream);
+                a.lock().lost = false;
+                apply(a, grant);
+                crate::log!(Warn, "registered again with gmuxd at {}: holding {}, granted {}", path.display(), format_size(held), format_size(grant.cap));
+                return reader;
+            }
+            Err(Failed::Refused(why)) => {
+                if refused.as_deref() != Some(why.as_str()) {
+                    crate::log!(Warn, "gmuxd at {} refused this process ({why}); running on within the last grant, asking again every 5 s", path.display());
+                }
+                refused = Some(why);
+                wait = Duration::from_secs(5);
+            }
+            Err(Failed::Unreachable(_)) => {}
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! One connection to the daemon: a tenant's process (`Hello`, then its reports) or a
+//! control client (one request, one reply). Everything a peer sends is bounded: lines,
+//! the time to send the first one, and the connections one user may hold.
+
+use super::ctl::{self, Request};
+use super::log::say;
+use super::outbox;
+use super::server::{lock, Peer, Shared};
+use super::state::{Hello, Sender};
+use gmux_core::protocol::{FromShim, Refused};
+use gmux_core::size::format_size;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{UnixListener, UnixStream};
+
+/// Most connections one user other than the daemon's owner and root may hold at once.
+const MAX_CONNS_PER_USER: usize = 256;
+
+/// Longest line a peer may send (a report is about 400 bytes).
+const MAX_LINE: u64 = 64 << 10;
+
+/// How long a new connection has to send its first line, and a reply or refusal has to
+/// be read.
+const FIRST_LINE: Duration = Duration::from_secs(5);
+
+/// How long a grant may wait for its process to read before the process loses its turns.
+const PATIENCE: Duration = Duration::from_millis(500);
+
+/// Accepts connections for ever. Running out of descriptors (or another failure to
+/// accept) waits 100 ms instead of spinning, and says so once in 10 s.
+pub(crate) async fn accept(s: Arc<Shared>, listener: UnixListener) {
+    let mut last_complaint: Option<Instant> = None;
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let Some(slot) = Slot::take(&s, &stream) else { continue };
+                tokio::spawn(serve_conn(s.clone(), stream, slot));
+            }
+            Err(e) => {
+                if last_complaint.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                    say(&format!("cannot accept a connection ({e}); retrying every 100 ms"));
+                    last_complaint = Some(Instant::now());
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Who is on the other end of `s`.
+fn peer_of(s: &UnixStream) -> Option<Peer> {
+    let c = s.peer_cred().ok()?;
+    Some(Peer { pid: c.pid().map_or(0, |p| p as u32), uid: c.uid() })
+}
+
+/// One user's connection, counted while it lives.
+struct Slot {
+    s: Arc<Shared>,
+    who: Peer,
+}
+
+impl Slot {
+    /// Counts a new connection, or refuses it (with the reason, to the peer, if its
+    /// socket takes it at once) when its user holds too many.
+    fn take(s: &Arc<Shared>, stream: &UnixStream) -> Option<Slot> {
+        let who = peer_of(stream)?;
+        let mut conns = lock(&s.conns);
+        let n = conns.entry(who.uid).or_default();
+        if *n >= MAX_CONNS_PER_USER && who.uid != s.owner && who.uid != 0 {
+            drop(conns);
+            let reply = ctl::Reply::error(format!("uid {} already holds {MAX_CONNS_PER_USER} connections to gmuxd; close some", who.uid));
+            let _ = stream.try_write(format!("{}\n", serde_json::to_string(&reply).expect("serializable")).as_bytes());
+            return None;
+        }
+        *n += 1;
+        Some(Slot { s: s.clone(), who })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut conns = lock(&self.s.conns);
+        if let Some(n) = conns.get_mut(&self.who.uid) {
+            *n -= 1;
+            if *n == 0 {
+                conns.remove(&self.who.uid);
+            }
+        }
+    }
+}
+
+/// Reads one line of at most [`MAX_LINE`] bytes into `line`. `Ok(false)`: the peer hung
+/// up; an error: it failed, or sent a longer line.
+async fn read_line(r: &mut BufReader<OwnedReadHalf>, line: &mut String) -> std::io::Result<bool> {
+    line.clear();
+    let n = r.take(MAX_LINE + 1).read_line(line).await?;
+    if n as u64 > MAX_LINE {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("a line longer than {MAX_LINE} bytes")));
+    }
+    Ok(n > 0)
+}
+
+/// Writes `value` as one line, giving up after [`FIRST_LINE`].
+async fn reply<T: serde::Serialize>(w: &mut OwnedWriteHalf, value: &T) {
+    let mut text = serde_json::to_string(value).expect("serializable");
+    text.push('\n');
+    let _ = tokio::time::timeout(FIRST_LINE, w.write_all(text.as_bytes())).await;
+}
+
+async fn serve_conn(s: Arc<Shared>, stream: UnixStream, slot: Slot) {
+    let who = slot.who;
+    let (read, mut write) = stream.into_split();
+    let mut reader = BufReader::new(read);
+    let mut line = String::new();
+    match tokio::time::timeout(FIRST_LINE, read_line(&mut reader, &mut line)).await {
+        Ok(Ok(true)) => {}
+        Ok(Ok(false)) => return,
+        Ok(Err(e)) => return say(&format!("pid {} (uid {}): {e}; closing its connection", who.pid, who.uid)),
+        Err(_) => return say(&format!("pid {} (uid {}): no first line within {} s; closing its connection", who.pid, who.uid, FIRST_LINE.as_secs())),
+    }
+    match serde_json::from_str::<FromShim>(line.trim()) {
+        Ok(FromShim::Hello { version, tenant, priority, high, resume }) => {
+            let hello = Hello { version, tenant: &tenant, priority, high, resume };
+            serve_tenant(&s, reader, write, who, &hello).await;
+        }
+        _ => {
+            let answer = match serde_json::from_str::<Request>(line.trim()) {
+                Ok(Request::Stop) if who.uid == s.owner || who.uid == 0 => {
+                    reply(&mut write, &ctl::Reply { ok: true, text: "gmuxd stopped".into() }).await;
+                    let _ = std::fs::remove_file(&s.path);
+                    say(&format!("stopped by pid {}", who.pid));
+                    super::log::flush();
+                    std::process::exit(0);
+                }
+                Ok(req) => ctl::answer(&mut s.lock(), &req, who, s.owner),
+                Err(e) => ctl::Reply::error(format!("bad request ({e}); use the gmux CLI of the same version as the daemon")),
+            };
+            s.wake.notify_one();
+            reply(&mut write, &answer).await;
+        }
+    }
+    drop(slot);
+}
+
+async fn serve_tenant(s: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, write: OwnedWriteHalf, who: Peer, hello: &Hello<'_>) {
+    let conn = s.next_conn.fetch_add(1, Ordering::Relaxed);
+    let start = super::journal::process_start(who.pid).unwrap_or(0);
+    let sender = Sender { pid: who.pid, uid: who.uid, admin: who.uid == s.owner || who.uid == 0, start };
+    // Admission, the outbox and the first decision under one lock: no decision in between
+    // may grant the new process something that is never posted.
+    let admitted = {
+        let mut d = s.lock();
+        match d.admit(conn, sender, hello) {
+            Err(why) => Err((why, write)),
+            Ok(_) => {
+                let weak = Arc::downgrade(s);
+                let stalled = move |stuck: bool| {
+                    if let Some(s) = weak.upgrade() {
+                        if s.lock().set_unresponsive(conn, stuck) {
+                            say(&format!("pid {} {}", who.pid, if stuck { format!("has not read its grants for {} ms: it loses its turns until it does", PATIENCE.as_millis()) } else { "reads its grants again".into() }));
+                        }
+                        s.wake.notify_one();
+                    }
+                };
+                lock(&s.out).insert(conn, outbox::start(write, PATIENCE, stalled));
+                s.decide(&mut d);
+                Ok(d.usage_of_conn(conn))
+            }
+        }
+    };
+    let held = match admitted {
+        Ok(held) => held,
+        Err((why, mut write)) => {
+            say(&format!("pid {} (uid {}) refused: {why}", who.pid, who.uid));
+            return reply(&mut write, &Refused { refused: why }).await;
+        }
+    };
+    let (tenant, priority) = (hello.tenant, hello.priority);
+    match hello.resume {
+        Some(r) => say(&format!("pid {} registered again with tenant {tenant:?} (priority {priority}): it holds {}, believed {}", who.pid, format_size(r.held), format_size(held))),
+        None => say(&format!("pid {} joined tenant {tenant:?} (priority {priority})", who.pid)),
+    }
+    super::watch::watch_pid(s, who.pid, Some(conn));
+    let mut line = String::new();
+    let mut bad = 0u64;
+    loop {
+        match read_line(&mut reader, &mut line).await {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => {
+                say(&format!("pid {}: {e}; disconnecting it", who.pid));
+                break;
+            }
+        }
+        match serde_json::from_str::<FromShim>(line.trim()) {
+            Ok(FromShim::Report(r)) => {
+                let doubt = s.lock().report(conn, r);
+                if let Some(why) = doubt {
+                    say(&format!("pid {}: not believed: {why}; the daemon goes by its grants instead", who.pid));
+                }
+                s.wake.notify_one();
+            }
+            _ => {
+                bad += 1;
+                if bad <= 3 {
+                    say(&format!("pid {}: ignoring a bad message: {:?}", who.pid, line.trim().chars().take(200).collect::<String>()));
+                }
+            }
+        }
+    }
+    if bad > 3 {
+        say(&format!("pid {}: ignored {} more bad messages", who.pid, bad - 3));
+    }
+    s.leave(conn, "disconnected");
+    s.lock().closed(conn);
+}

@@ -1,0 +1,318 @@
+//! The daemon's journal, `<socket>.journal`: what a daemon started after it on the same
+//! socket must know, one JSON line per change. Its settings, its tenants with their
+//! knobs and owners, and the processes registered with it: after a crash, those still
+//! alive hold GPU memory under the old daemon's grants, and the next daemon grants
+//! nothing ahead until each has registered again or died.
+//!
+//! A process is known by its pid and start time, so a recycled pid is never taken for
+//! it. The journal is appended to before the grants that depend on it are sent, and
+//! rewritten whole (write, then rename) when it has grown to several times its content.
+
+use crate::state::Switch;
+use gmux_core::knobs::{Knob, Limits};
+use gmux_core::sched::Policy;
+use gmux_core::tenant::Tenant;
+use gmux_core::Nanos;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// The daemon's settings, kept so that a daemon started with `--resume` takes them over.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// GPU-memory budget (`--hbm`).
+    pub hbm: Option<u64>,
+    /// Host-tier budget (`--host`).
+    pub host: Option<u64>,
+    /// Scheduling policy.
+    pub policy: Policy,
+    /// How a switch moves memory.
+    pub switch: Switch,
+    /// `compute.timeslice` of new tenants.
+    pub timeslice: Nanos,
+    /// Highest priority a user other than the owner or root may ask for.
+    pub max_priority: i32,
+}
+
+/// A tenant as the journal keeps it: who owns it and its writable knobs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantRecord {
+    /// Its name.
+    pub name: String,
+    /// Uid of its owner.
+    pub owner: Option<u32>,
+    /// Its priority class.
+    pub priority: i32,
+    /// `gmem.limit.high` was set by the daemon's owner or root.
+    pub high_set_by_admin: bool,
+    /// Its knobs.
+    pub limits: Limits,
+}
+
+impl TenantRecord {
+    /// The record of `t`.
+    pub fn of(t: &Tenant) -> TenantRecord {
+        TenantRecord { name: t.name.clone(), owner: t.owner, priority: t.priority, high_set_by_admin: t.high_set_by_admin, limits: t.limits.clone() }
+    }
+
+    /// Its knobs, each validated as a `gmux set` would be (a knob that fails is left at
+    /// its default, and named in the error list).
+    pub fn checked_limits(&self) -> (Limits, Vec<String>) {
+        let mut l = Limits::default();
+        let mut bad = Vec::new();
+        for k in [Knob::LimitHigh, Knob::LimitLow, Knob::Timeslice, Knob::Freeze] {
+            if let Some(v) = self.limits.get(k) {
+                if let Err(e) = l.set(k, &v) {
+                    bad.push(format!("{}: {e}", k.name()));
+                }
+            }
+        }
+        (l, bad)
+    }
+}
+
+/// One line of the journal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "entry", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Entry {
+    /// First line: the machine's boot and the daemon's settings.
+    Start {
+        /// `/proc/sys/kernel/random/boot_id`: processes of another boot are gone.
+        boot: String,
+        /// The settings.
+        settings: Settings,
+    },
+    /// A tenant as it is now (made, or a knob of it set).
+    Tenant(TenantRecord),
+    /// A process registered.
+    Join {
+        /// Its pid.
+        pid: u32,
+        /// Its start time (clock ticks after boot, `/proc/PID/stat`).
+        start: u64,
+        /// Its tenant.
+        tenant: String,
+    },
+    /// A process left (exited or hung up).
+    Leave {
+        /// Its pid.
+        pid: u32,
+    },
+}
+
+/// What a previous daemon's journal holds.
+#[derive(Debug, Default, PartialEq)]
+pub struct Kept {
+    /// Its settings.
+    pub settings: Option<Settings>,
+    /// Its tenants, in order of creation.
+    pub tenants: Vec<TenantRecord>,
+    /// Processes registered with it in this boot, by pid: start time and tenant.
+    pub procs: BTreeMap<u32, (u64, String)>,
+    /// Lines that could not be read, with why.
+    pub skipped: Vec<String>,
+}
+
+/// Largest journal read back; a larger one is not a journal gmuxd wrote.
+const MAX_BYTES: u64 = 64 << 20;
+
+/// The journal of the daemon serving `socket`.
+pub fn path_for(socket: &Path) -> PathBuf {
+    let mut s = socket.as_os_str().to_owned();
+    s.push(".journal");
+    PathBuf::from(s)
+}
+
+/// This boot's id (empty when unknown: then no process is taken over).
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+/// When process `pid` started (clock ticks after boot), if it runs.
+pub fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 22; the name (field 2) may hold spaces and parentheses, so count after its end.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Reads the journal at `path` (none: nothing kept). Processes of another boot than
+/// `boot` are dropped.
+pub fn load(path: &Path, boot: &str) -> Result<Kept, String> {
+    let f = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Kept::default()),
+        Err(e) => return Err(format!("cannot open {}: {e}", path.display())),
+    };
+    let m = f.metadata().map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    // SAFETY: geteuid has no preconditions.
+    if m.uid() != unsafe { libc::geteuid() } || !m.is_file() || m.len() > MAX_BYTES {
+        return Err(format!("{} is not a journal of yours (a file of uid {}, {} bytes); remove it", path.display(), m.uid(), m.len()));
+    }
+    let text = std::io::read_to_string(f).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Ok(replay(&text, boot))
+}
+
+/// What the lines of `text` leave behind.
+fn replay(text: &str, boot: &str) -> Kept {
+    let mut k = Kept::default();
+    let mut this_boot = false;
+    let mut order: Vec<String> = Vec::new();
+    let mut tenants: BTreeMap<String, TenantRecord> = BTreeMap::new();
+    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        match serde_json::from_str::<Entry>(line) {
+            Ok(Entry::Start { boot: b, settings }) => {
+                this_boot = !b.is_empty() && b == boot;
+                k.settings = Some(settings);
+            }
+            Ok(Entry::Tenant(t)) => {
+                if !tenants.contains_key(&t.name) {
+                    order.push(t.name.clone());
+                }
+                tenants.insert(t.name.clone(), t);
+            }
+            Ok(Entry::Join { pid, start, tenant }) => {
+                k.procs.insert(pid, (start, tenant));
+            }
+            Ok(Entry::Leave { pid }) => {
+                k.procs.remove(&pid);
+            }
+            Err(e) => k.skipped.push(format!("line {}: {e}", n + 1)),
+        }
+    }
+    if !this_boot {
+        k.procs.clear();
+    }
+    k.tenants = order.into_iter().filter_map(|n| tenants.remove(&n)).collect();
+    k
+}
+
+/// An open journal, appended to.
+#[derive(Debug)]
+pub struct Journal {
+    path: PathBuf,
+    file: File,
+    lines: usize,
+}
+
+impl Journal {
+    /// Replaces the journal at `path` with `entries` (written aside, then renamed over it)
+    /// and opens it for appending.
+    pub fn create(path: &Path, entries: &[Entry]) -> std::io::Result<Journal> {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".new");
+        let tmp = PathBuf::from(tmp);
+        let _ = std::fs::remove_file(&tmp);
+        let mut file = OpenOptions::new().create_new(true).append(true).mode(0o600).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&tmp)?;
+        file.write_all(&lines(entries))?;
+        std::fs::rename(&tmp, path)?;
+        Ok(Journal { path: path.to_path_buf(), file, lines: entries.len() })
+    }
+
+    /// Appends `entries`.
+    pub fn append(&mut self, entries: &[Entry]) -> std::io::Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.file.write_all(&lines(entries))?;
+        self.lines += entries.len();
+        Ok(())
+    }
+
+    /// Lines written since the last rewrite.
+    pub fn lines(&self) -> usize {
+        self.lines
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn lines(entries: &[Entry]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for e in entries {
+        serde_json::to_writer(&mut out, e).expect("serializable");
+        out.push(b'\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> Settings {
+        Settings { hbm: Some(16 << 30), host: None, policy: Policy::RoundRobin, switch: Switch::Whole, timeslice: 50_000_000, max_priority: 2 }
+    }
+
+    fn tenant(name: &str, high: Option<u64>) -> Entry {
+        Entry::Tenant(TenantRecord { name: name.into(), owner: Some(1000), priority: 1, high_set_by_admin: high.is_some(), limits: Limits { high, ..Limits::default() } })
+    }
+
+    fn join(pid: u32, tenant: &str) -> Entry {
+        Entry::Join { pid, start: 1000 + u64::from(pid), tenant: tenant.into() }
+    }
+
+    #[test]
+    fn a_journal_replays_to_its_last_state_and_survives_a_rewrite() {
+        let dir = std::env::temp_dir().join(format!("gmux-journal-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = path_for(&dir.join("gpu0.sock"));
+        let start = Entry::Start { boot: "b1".into(), settings: settings() };
+        let mut j = Journal::create(&path, &[start.clone(), tenant("a", None)]).unwrap();
+        j.append(&[join(10, "a"), tenant("b", Some(4 << 30)), join(20, "b"), join(21, "b"), Entry::Leave { pid: 10 }, tenant("a", Some(2 << 30))]).unwrap();
+        assert_eq!(j.lines(), 8);
+        let k = load(&path, "b1").unwrap();
+        assert_eq!(k.settings, Some(settings()));
+        assert_eq!(k.tenants.iter().map(|t| (t.name.as_str(), t.limits.high)).collect::<Vec<_>>(), vec![("a", Some(2 << 30)), ("b", Some(4 << 30))], "the newest record of each, in order of creation");
+        assert_eq!(k.procs.keys().copied().collect::<Vec<_>>(), vec![20, 21]);
+        assert_eq!(k.procs[&20], (1020, "b".to_string()));
+        assert!(load(&path, "b2").unwrap().procs.is_empty(), "processes of another boot are gone");
+        // A rewrite keeps what the replay gives; a torn last line is skipped, not fatal.
+        let entries = vec![start, tenant("a", Some(2 << 30)), tenant("b", Some(4 << 30)), join(20, "b"), join(21, "b")];
+        drop(Journal::create(&path, &entries).unwrap());
+        std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"{\"entry\":\"jo").unwrap();
+        let again = load(&path, "b1").unwrap();
+        assert_eq!((again.tenants, again.procs), (k.tenants, k.procs));
+        assert_eq!(again.skipped.len(), 1, "{:?}", again.skipped);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_journal_that_is_not_ours_or_is_a_link_is_refused() {
+        let dir = std::env::temp_dir().join(format!("gmux-journal-link-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("elsewhere");
+        std::fs::write(&target, b"").unwrap();
+        let path = dir.join("gpu0.sock.journal");
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        assert!(load(&path, "b").unwrap_err().contains("cannot open"));
+        assert_eq!(load(&dir.join("none"), "b").unwrap(), Kept::default());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_knob_kept_out_of_range_is_reset_not_taken() {
+        let r = TenantRecord { name: "a".into(), owner: None, priority: 0, high_set_by_admin: true, limits: Limits { high: Some(1), low: 0, timeslice: 5_000_000, frozen: true } };
+        let (l, bad) = r.checked_limits();
+        assert_eq!((l.high, l.timeslice, l.frozen), (None, 5_000_000, true));
+        assert!(bad.len() == 1 && bad[0].starts_with("gmem.limit.high"), "{bad:?}");
+    }
+
+    #[test]
+    fn a_process_is_known_by_its_start_time() {
+        let me = std::process::id();
+        let t = process_start(me).expect("this process runs");
+        assert_eq!(process_start(me), Some(t));
+        assert!(t > 0);
+        assert_eq!(process_start(u32::MAX), None);
+    }
+}
