@@ -343,3 +343,65 @@ fn a_daemon_whose_log_nobody_reads_still_serves() {
     let _ = daemon.kill();
     let _ = daemon.wait();
 }
+
+/// Commands per second tenant `name` releases over `over`.
+fn rate(d: &Daemon, name: &str, over: Duration) -> f64 {
+    let c0 = d.stat(name, "commands ");
+    let t0 = Instant::now();
+    std::thread::sleep(over);
+    (d.stat(name, "commands ") - c0) as f64 / t0.elapsed().as_secs_f64()
+}
+
+/// Tenant `name`'s row in `gmux ps`, once `ready` says it is as wanted (within 3 s).
+fn ps_row(d: &Daemon, name: &str, ready: impl Fn(&str) -> bool) -> String {
+    let t0 = Instant::now();
+    loop {
+        let ps = d.ctl(&["ps"]).stdout;
+        let row = ps.lines().find(|l| l.split_whitespace().next() == Some(name)).unwrap_or_default().to_string();
+        if ready(&row) {
+            return row;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(3), "tenant {name} never as wanted:\n{ps}\ngmuxd:\n{}", d.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_stopped_tenant_loses_its_turns_and_the_others_run_on() {
+    // Over the budget, a and b take turns. Before stopped processes were seen, a stopped
+    // tenant kept its turns, each waited out for 20 slices: b ran at about a ninth of its
+    // speed alone.
+    let d = Daemon::start("daemon-sigstop", &["--hbm", "48M", "--timeslice", "5ms"]);
+    let args = ["loop", "--buffers", "8", "--bytes", "4M", "--rounds", "100000000"];
+    let _b = d.tenant("b", &args);
+    ps_row(&d, "b", |r| r.contains("running"));
+    std::thread::sleep(Duration::from_millis(500));
+    let alone = rate(&d, "b", Duration::from_secs(2));
+    let _a = d.tenant("a", &args);
+    let t0 = Instant::now();
+    while d.try_stat("a", "commands ").unwrap_or(0) < 20 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "tenant a never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Frozen first, so that it gives its memory back and only its turns are at stake.
+    assert!(d.ctl(&["set", "a", "compute.freeze", "1"]).status.success());
+    std::thread::sleep(Duration::from_millis(500));
+    let pid: i32 = ps_row(&d, "a", |r| !r.is_empty()).split_whitespace().nth(1).unwrap().parse().unwrap();
+    // SAFETY: kill with a pid from the daemon and a valid signal.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    assert!(d.ctl(&["set", "a", "compute.freeze", "0"]).status.success());
+    ps_row(&d, "a", |r| r.contains("stopped"));
+    let beside = rate(&d, "b", Duration::from_secs(2));
+    println!("b alone {alone:.0} commands/s, beside a stopped tenant {beside:.0} ({:.0}%)", 100.0 * beside / alone);
+    assert!(beside >= 0.5 * alone, "b ran at {beside:.0} commands/s beside a stopped tenant, {alone:.0} alone");
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    ps_row(&d, "a", |r| !r.contains("stopped"));
+    let before = d.stat("a", "commands ");
+    let t0 = Instant::now();
+    while d.stat("a", "commands ") == before {
+        assert!(t0.elapsed() < Duration::from_secs(5), "a got no turn after it was continued; gmuxd:\n{}", d.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(d.logs(&format!("pid {pid} is stopped")) && d.logs(&format!("pid {pid} runs again")), "{}", d.log());
+}

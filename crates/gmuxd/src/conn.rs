@@ -6,7 +6,7 @@ use super::ctl::{self, Request};
 use super::log::say;
 use super::outbox;
 use super::server::{lock, Peer, Shared};
-use super::state::{Hello, Sender};
+use super::state::{Hello, Sender, Silence};
 use gmux_core::protocol::{FromShim, Refused};
 use gmux_core::size::format_size;
 use std::sync::atomic::Ordering;
@@ -28,6 +28,10 @@ const FIRST_LINE: Duration = Duration::from_secs(5);
 
 /// How long a grant may wait for its process to read before the process loses its turns.
 const PATIENCE: Duration = Duration::from_millis(500);
+
+/// A tenant's process silent this long (it reports every 20 ms while it runs) is looked
+/// at: if it is stopped, it loses its turns until it reports again.
+const QUIET: Duration = Duration::from_millis(100);
 
 /// Accepts connections for ever. Running out of descriptors (or another failure to
 /// accept) waits 100 ms instead of spinning, and says so once in 10 s.
@@ -103,6 +107,14 @@ async fn read_line(r: &mut BufReader<OwnedReadHalf>, line: &mut String) -> std::
     Ok(n > 0)
 }
 
+/// Marks the process on `conn` stopped, or answering again, and says so.
+fn silent(s: &Shared, conn: u64, pid: u32, stopped: bool) {
+    if s.lock().set_silent(conn, Silence::Stopped, stopped) {
+        say(&format!("pid {pid} {}", if stopped { "is stopped: it loses its turns until it runs again" } else { "runs again" }));
+        s.wake.notify_one();
+    }
+}
+
 /// Writes `value` as one line, giving up after [`FIRST_LINE`].
 async fn reply<T: serde::Serialize>(w: &mut OwnedWriteHalf, value: &T) {
     let mut text = serde_json::to_string(value).expect("serializable");
@@ -147,7 +159,7 @@ async fn serve_conn(s: Arc<Shared>, stream: UnixStream, slot: Slot) {
 
 async fn serve_tenant(s: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, write: OwnedWriteHalf, who: Peer, hello: &Hello<'_>) {
     let conn = s.next_conn.fetch_add(1, Ordering::Relaxed);
-    let start = super::journal::process_start(who.pid).unwrap_or(0);
+    let start = super::procfs::start_time(who.pid).unwrap_or(0);
     let sender = Sender { pid: who.pid, uid: who.uid, admin: who.uid == s.owner || who.uid == 0, start };
     // Admission, the outbox and the first decision under one lock: no decision in between
     // may grant the new process something that is never posted.
@@ -159,7 +171,7 @@ async fn serve_tenant(s: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, wri
                 let weak = Arc::downgrade(s);
                 let stalled = move |stuck: bool| {
                     if let Some(s) = weak.upgrade() {
-                        if s.lock().set_unresponsive(conn, stuck) {
+                        if s.lock().set_silent(conn, Silence::NotReading, stuck) {
                             say(&format!("pid {} {}", who.pid, if stuck { format!("has not read its grants for {} ms: it loses its turns until it does", PATIENCE.as_millis()) } else { "reads its grants again".into() }));
                         }
                         s.wake.notify_one();
@@ -186,7 +198,23 @@ async fn serve_tenant(s: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, wri
     super::watch::watch_pid(s, who.pid, Some(conn));
     let mut line = String::new();
     let mut bad = 0u64;
+    let mut stopped = false;
     loop {
+        // Waiting for data is cancel-safe (a line's read is not): a quiet spell ends here.
+        match tokio::time::timeout(QUIET, reader.fill_buf()).await {
+            Err(_) => {
+                if !stopped && super::procfs::is_stopped(who.pid) {
+                    stopped = true;
+                    silent(s, conn, who.pid, true);
+                }
+                continue;
+            }
+            Ok(Err(_)) | Ok(Ok([])) => break,
+            Ok(Ok(_)) => {}
+        }
+        if std::mem::take(&mut stopped) {
+            silent(s, conn, who.pid, false);
+        }
         match read_line(&mut reader, &mut line).await {
             Ok(true) => {}
             Ok(false) => break,

@@ -104,6 +104,8 @@ fn ps(d: &Daemon, visible: &dyn Fn(TenantId) -> bool) -> String {
         let u = d.usage(t);
         let state = if k.limits.frozen {
             "frozen"
+        } else if d.stopped(t) {
+            "stopped"
         } else if !d.responsive(t) {
             "unresponsive"
         } else if d.running_now(t) {

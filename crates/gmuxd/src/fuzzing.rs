@@ -4,7 +4,7 @@
 
 use crate::ctl::{self, Request};
 use crate::server::Peer;
-use crate::state::{Daemon, Hello, Sender, Switch};
+use crate::state::{Daemon, Hello, Sender, Silence, Switch};
 use gmux_core::protocol::FromShim;
 use gmux_core::sched::Policy;
 use gmux_core::Nanos;
@@ -32,7 +32,8 @@ pub enum Step {
     },
     /// The connection closed.
     Leave(u64),
-    /// The connection's process stopped, or started again, reading its grants.
+    /// The connection's process went silent (it stopped reading its grants, or was
+    /// stopped: even connections the one, odd the other), or answers again.
     Stuck(u64, bool),
     /// A process a previous daemon's journal named exited.
     OrphanGone(u32),
@@ -60,7 +61,7 @@ pub fn take(d: &mut Daemon, step: Step, now: Nanos) -> Result<(), String> {
             d.leave(conn);
         }
         Step::Stuck(conn, stuck) => {
-            d.set_unresponsive(conn, stuck);
+            d.set_silent(conn, if conn % 2 == 0 { Silence::NotReading } else { Silence::Stopped }, stuck);
         }
         Step::OrphanGone(pid) => {
             d.orphan_gone(pid);

@@ -133,13 +133,6 @@ pub fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
-/// When process `pid` started (clock ticks after boot), if it runs.
-pub fn process_start(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Field 22; the name (field 2) may hold spaces and parentheses, so count after its end.
-    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
-}
-
 /// Reads the journal at `path` (none: nothing kept). Processes of another boot than
 /// `boot` are dropped.
 pub fn load(path: &Path, boot: &str) -> Result<Kept, String> {
@@ -305,14 +298,5 @@ mod tests {
         let (l, bad) = r.checked_limits();
         assert_eq!((l.high, l.timeslice, l.frozen), (None, 5_000_000, true));
         assert!(bad.len() == 1 && bad[0].starts_with("gmem.limit.high"), "{bad:?}");
-    }
-
-    #[test]
-    fn a_process_is_known_by_its_start_time() {
-        let me = std::process::id();
-        let t = process_start(me).expect("this process runs");
-        assert_eq!(process_start(me), Some(t));
-        assert!(t > 0);
-        assert_eq!(process_start(u32::MAX), None);
     }
 }

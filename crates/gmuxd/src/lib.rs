@@ -9,6 +9,7 @@ pub mod fuzzing;
 pub mod journal;
 mod log;
 mod outbox;
+mod procfs;
 mod rundir;
 pub mod server;
 pub mod state;

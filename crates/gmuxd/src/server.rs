@@ -179,7 +179,7 @@ pub fn serve(path: &Path, mut settings: Settings, opts: &Options) -> Result<(), 
         settings = k.clone();
     }
     let mut d = Daemon::with(&settings);
-    let orphans: Vec<(u32, u64, String)> = kept.procs.into_iter().filter(|(pid, (start, _))| journal::process_start(*pid) == Some(*start)).map(|(pid, (start, t))| (pid, start, t)).collect();
+    let orphans: Vec<(u32, u64, String)> = kept.procs.into_iter().filter(|(pid, (start, _))| super::procfs::start_time(*pid) == Some(*start)).map(|(pid, (start, t))| (pid, start, t)).collect();
     for w in d.restore(&kept.tenants, orphans) {
         say(&w);
     }

@@ -24,6 +24,15 @@ pub enum Switch {
     Whole,
 }
 
+/// Why a process does not answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Silence {
+    /// Its grants wait for it to read them.
+    NotReading,
+    /// It is stopped (SIGSTOP, a debugger).
+    Stopped,
+}
+
 /// Unfinished commands per stream allowed to a tenant gated by a higher priority, so
 /// that its in-flight work drains fast when the higher class wakes.
 pub const GATED_INFLIGHT: u32 = 2;
@@ -45,8 +54,10 @@ pub struct Proc {
     pub report: ShimReport,
     /// One of its reports was not believed (and logged).
     pub doubted: bool,
-    /// It has not read its grants for a while (stopped, or stuck): it gets no turns.
+    /// It has not read its grants for a while (stuck): it gets no turns.
     pub unresponsive: bool,
+    /// It is stopped (SIGSTOP, a debugger): it gets no turns.
+    pub stopped: bool,
     /// The last grant sent to it.
     pub sent: Option<Grant>,
     /// Largest cap among the grants sent since the newest one it has applied (its own
@@ -167,7 +178,7 @@ impl Daemon {
         self.forget_member(conn);
         self.departed.remove(&conn);
         self.members.entry(id).or_default().insert(conn);
-        self.procs.insert(conn, Proc { pid, start: 0, tenant: id, report: ShimReport::default(), doubted: false, unresponsive: false, sent: None, exposure: 0, first_seq: 1 });
+        self.procs.insert(conn, Proc { pid, start: 0, tenant: id, report: ShimReport::default(), doubted: false, unresponsive: false, stopped: false, sent: None, exposure: 0, first_seq: 1 });
         id
     }
 
@@ -216,22 +227,26 @@ impl Daemon {
         doubt
     }
 
-    /// Marks whether the process on `conn` reads its grants; returns whether that changed.
-    /// A tenant none of whose processes read gets no turns and no memory ahead of the
-    /// others (what it holds stays counted: it cannot give it back while it does not read).
-    pub fn set_unresponsive(&mut self, conn: u64, stuck: bool) -> bool {
-        match self.procs.get_mut(&conn) {
-            Some(p) if p.unresponsive != stuck => {
-                p.unresponsive = stuck;
-                true
-            }
-            _ => false,
-        }
+    /// Marks whether the process on `conn` is silent for reason `why`; returns whether
+    /// that changed. A tenant none of whose processes answer gets no turns and no memory
+    /// ahead of the others (what it holds stays counted: it cannot give it back now).
+    pub fn set_silent(&mut self, conn: u64, why: Silence, silent: bool) -> bool {
+        let Some(p) = self.procs.get_mut(&conn) else { return false };
+        let flag = match why {
+            Silence::NotReading => &mut p.unresponsive,
+            Silence::Stopped => &mut p.stopped,
+        };
+        std::mem::replace(flag, silent) != silent
     }
 
-    /// Whether some process of `t` reads its grants.
+    /// Whether some process of `t` answers (reads its grants and is not stopped).
     pub fn responsive(&self, t: TenantId) -> bool {
-        self.procs_of(t).any(|(_, p)| !p.unresponsive)
+        self.procs_of(t).any(|(_, p)| !p.unresponsive && !p.stopped)
+    }
+
+    /// Whether every process of `t` is stopped.
+    pub fn stopped(&self, t: TenantId) -> bool {
+        self.procs_of(t).all(|(_, p)| p.stopped)
     }
 
     /// The caps of the grants last sent to every process, added up.

@@ -145,23 +145,29 @@ fn a_tenant_of_two_processes_splits_its_grant_by_want() {
 }
 
 #[test]
-fn a_tenant_that_does_not_read_its_grants_loses_its_turns_and_keeps_its_memory_counted() {
+fn a_tenant_that_does_not_read_its_grants_or_is_stopped_loses_its_turns_and_keeps_its_memory_counted() {
+    for why in [Silence::NotReading, Silence::Stopped] {
+        silent_tenant_loses_its_turns(why);
+    }
+}
+
+fn silent_tenant_loses_its_turns(why: Silence) {
     let mut d = four_of_8g(Switch::Msched);
     assert!(grants(&mut d, 0)[&0].run);
     rep(&mut d, 0, busy(8 * G, 8 * G));
     started(&mut d, 0, 8 * G, MS);
-    assert!(d.set_unresponsive(0, true) && !d.set_unresponsive(0, true));
+    assert!(d.set_silent(0, why, true) && !d.set_silent(0, why, true));
     let g = grants(&mut d, 2 * MS);
     assert!(!g[&0].run, "its slice ends at once");
     assert_eq!(g.values().filter(|g| g.run).count(), 1, "another tenant runs");
     let others: u64 = g.iter().filter(|(c, _)| **c != 0).map(|(_, g)| g.cap).sum();
     assert!(others <= 8 * G, "the 8 GiB it holds still count: the others have {others}");
     for t in 1..40 {
-        assert!(!grants(&mut d, (2 + 25 * t) * MS)[&0].run, "no turn while it does not read");
+        assert!(!grants(&mut d, (2 + 25 * t) * MS)[&0].run, "no turn while it is silent ({why:?})");
     }
-    assert!(d.set_unresponsive(0, false));
+    assert!(d.set_silent(0, why, false));
     let back = (1..40).any(|t| grants(&mut d, (1000 + 25 * t) * MS)[&0].run);
-    assert!(back, "its turns come back once it reads");
+    assert!(back, "its turns come back once it answers ({why:?})");
 }
 
 #[test]
