@@ -101,7 +101,7 @@ impl Agent {
 
 /// Takes grant `g` at once: a pause closes the gate before the next launch.
 fn apply(a: &Agent, g: Grant) {
-    crate::log!(Debug, "agent {:.3}: grant {} cap {} run {}", stamp(), g.seq, g.cap, g.run);
+    crate::log!(Debug, "agent {:.6}: grant {} cap {} run {}", stamp(), g.seq, g.cap, g.run);
     let mut l = a.lock();
     l.grant = g;
     l.generation += 1;
@@ -144,7 +144,7 @@ pub fn attach() -> Option<Grant> {
         })
         .expect("thread");
     crate::log!(Debug, "registered with gmuxd as tenant {:?}: grant {}", config().tenant, format_size(grant.cap));
-    crate::log!(Debug, "agent {:.3}: grant {} cap {} run {}", stamp(), grant.seq, grant.cap, grant.run);
+    crate::log!(Debug, "agent {:.6}: grant {} cap {} run {}", stamp(), grant.seq, grant.cap, grant.run);
     Some(grant)
 }
 

@@ -73,9 +73,9 @@ pub fn take(d: &mut Daemon, step: Step, now: Nanos) -> Result<(), String> {
             return Err(format!("a grant past the budget of {limit}: {g:?}"));
         }
     }
-    let granted = d.granted_now();
-    if d.hbm.is_some() && granted > limit {
-        return Err(format!("the processes' grants add up to {granted}, past the budget of {limit}"));
+    let exposed = d.exposure();
+    if d.hbm.is_some() && exposed > limit {
+        return Err(format!("the caps the processes may have applied add up to {exposed}, past the budget of {limit}"));
     }
     ctl::answer(d, &Request::Ps, Peer { pid: 1, uid: 0 }, OWNER);
     Ok(())

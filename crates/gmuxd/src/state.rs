@@ -249,9 +249,11 @@ impl Daemon {
         self.procs_of(t).all(|(_, p)| p.stopped)
     }
 
-    /// The caps of the grants last sent to every process, added up.
-    pub fn granted_now(&self) -> u64 {
-        self.procs.values().filter_map(|p| p.sent).map(|g| g.cap).fold(0, u64::saturating_add)
+    /// What all processes together may be holding by now: each up to the largest cap sent
+    /// to it since the newest one it has applied (the cap a shim applies lags the newest
+    /// sent), added up.
+    pub fn exposure(&self) -> u64 {
+        self.procs.values().map(|p| p.exposure.max(p.sent.map_or(0, |g| g.cap))).fold(0, u64::saturating_add)
     }
 
     /// Bytes of GPU memory the process on `conn` last reported holding.
@@ -363,7 +365,8 @@ impl Daemon {
         let Some(hbm) = self.hbm else {
             // No budget: each process is bounded by its high limit and its device.
             caps = live.iter().map(high).collect();
-            return self.grants(&live, &caps, &caps, &caps, &runs, concurrent, &usage);
+            let each: Vec<Vec<(u64, u64)>> = live.iter().zip(&caps).map(|(t, cap)| self.split(*t, *cap)).collect();
+            return self.grants(&live, &caps, &each, &caps, &runs, concurrent, &usage);
         };
         // What nobody wants is shared by the tenants that run (up to their high limits).
         let left = hbm.saturating_sub(caps.iter().fold(0, |a, c| a.saturating_add(*c)));
@@ -372,41 +375,46 @@ impl Daemon {
             caps[i] = (caps[i] + left / takers.len() as u64 / CHUNK_BYTES * CHUNK_BYTES).min(high(&live[i]));
         }
         let most: Vec<u64> = live.iter().map(|t| hbm.min(high(t))).collect();
-        // A process may hold what it reported, or up to the largest grant it has not yet
-        // reported back on. What is left is free, and goes to the tenants that grow in
-        // order of their next run; a shrinking tenant's memory is free once it reports so.
-        let reserved: Vec<u64> = live.iter().map(|t| self.reserved(*t, usage[t].held)).collect();
-        // While a previous daemon's processes may still hold memory unseen, nobody grows.
-        let mut free = if self.recovering() { 0 } else { hbm.saturating_sub(reserved.iter().fold(0, |a, r| a.saturating_add(*r))) };
-        let mut now_caps = caps.clone();
-        let mut by_run: Vec<usize> = (0..live.len()).collect();
-        by_run.sort_by_key(|&i| (order[&live[i]], live[i]));
-        for i in by_run {
-            if caps[i] > reserved[i] {
-                let more = (caps[i] - reserved[i]).min(free) / CHUNK_BYTES * CHUNK_BYTES;
-                now_caps[i] = reserved[i] + more;
-                free -= more;
-            }
-        }
+        let now_caps = self.within_reach(&live, &caps, &order, hbm);
         self.grants(&live, &caps, &now_caps, &most, &runs, concurrent, &usage)
     }
 
-    /// What tenant `t`, holding `held`, may be holding by now: up to the largest cap it
-    /// was sent and has not yet reported back on.
-    fn reserved(&self, t: TenantId, held: u64) -> u64 {
-        let exposure = self.procs_of(t).map(|(_, p)| p.exposure).fold(0, u64::saturating_add);
-        held.max(exposure)
+    /// Each process's cap now, by tenant: toward its share of its tenant's target
+    /// `caps[i]`, as far as the budget allows. A process may hold what it reported, or up to
+    /// the largest cap it was sent and has not yet reported back on: that much is reserved
+    /// for it. What no process reserves is free, and goes to the processes that grow, in
+    /// order of their tenant's next run; a shrinking process's memory is free once it
+    /// reports so. So the caps all processes may have applied never add up past the budget.
+    /// While a previous daemon's processes may still hold memory unseen, nobody grows.
+    fn within_reach(&self, live: &[TenantId], caps: &[u64], order: &HashMap<TenantId, u64>, hbm: u64) -> Vec<Vec<(u64, u64)>> {
+        let reserve = |conn: &u64| self.procs.get(conn).map_or(0, |p| p.report.held.max(p.exposure));
+        let reserved = self.procs.keys().map(reserve).fold(0, u64::saturating_add);
+        let mut free = if self.recovering() { 0 } else { hbm.saturating_sub(reserved) };
+        let mut now: Vec<Vec<(u64, u64)>> = live.iter().zip(caps).map(|(t, cap)| self.split(*t, *cap)).collect();
+        let mut by_run: Vec<usize> = (0..live.len()).collect();
+        by_run.sort_by_key(|&i| (order[&live[i]], live[i]));
+        for i in by_run {
+            for (conn, cap) in &mut now[i] {
+                let r = reserve(conn);
+                if *cap > r {
+                    let more = (*cap - r).min(free) / CHUNK_BYTES * CHUNK_BYTES;
+                    *cap = r + more;
+                    free -= more;
+                }
+            }
+        }
+        now
     }
 
     /// The grants of every process, keeping those that changed.
     #[allow(clippy::too_many_arguments)]
-    fn grants(&mut self, live: &[TenantId], caps: &[u64], now_caps: &[u64], most: &[u64], runs: &HashMap<TenantId, bool>, concurrent: bool, usage: &HashMap<TenantId, ShimReport>) -> Vec<(u64, Grant)> {
+    fn grants(&mut self, live: &[TenantId], caps: &[u64], now_caps: &[Vec<(u64, u64)>], most: &[u64], runs: &HashMap<TenantId, bool>, concurrent: bool, usage: &HashMap<TenantId, ShimReport>) -> Vec<(u64, Grant)> {
         let mut out = Vec::new();
         // The tenants holding more than their caps (evicting): at most the first two matter.
         let over: Vec<usize> = (0..live.len()).filter(|&j| usage[&live[j]].held > caps[j]).take(2).collect();
         let top = live.iter().map(|u| self.tenants.get(*u).priority).max().unwrap_or(0);
         for (i, t) in live.iter().enumerate() {
-            let now_cap = now_caps[i];
+            let now_cap = now_caps[i].iter().map(|(_, c)| *c).fold(0, u64::saturating_add);
             let evicting = over.iter().any(|&j| j != i);
             let (run, fill) = match self.switch {
                 _ if concurrent => (runs[t], Fill::None),
@@ -422,7 +430,7 @@ impl Daemon {
             }
             let gated = concurrent && self.policy == Policy::Priority && !runs[t];
             let inflight = if gated || (self.policy == Policy::Priority && self.tenants.get(*t).priority < top) { GATED_INFLIGHT } else { 0 };
-            out.extend(self.split(*t, Grant { cap: now_cap, most: most[i], run, fill, inflight, seq: 0 }));
+            out.extend(now_caps[i].iter().map(|(conn, cap)| (*conn, Grant { cap: *cap, most: most[i], run, fill, inflight, seq: 0 })));
         }
         out.retain_mut(|(conn, g)| {
             let p = self.procs.get_mut(conn).expect("live process");
@@ -501,12 +509,12 @@ impl Daemon {
         (runs, order)
     }
 
-    /// A tenant's grant split among its processes in proportion to what they want.
-    fn split(&self, t: TenantId, g: Grant) -> Vec<(u64, Grant)> {
+    /// `cap` bytes of tenant `t` split among its processes in proportion to what they want.
+    fn split(&self, t: TenantId, cap: u64) -> Vec<(u64, u64)> {
         let procs: Vec<(u64, u64)> = self.procs_of(t).map(|(c, p)| (c, p.report.want.max(p.report.blocked))).collect();
         let total = procs.iter().map(|(_, w)| *w).fold(0, u64::saturating_add);
         let n = procs.len() as u64;
-        let mut left = g.cap;
+        let mut left = cap;
         procs
             .iter()
             .enumerate()
@@ -514,12 +522,12 @@ impl Daemon {
                 let share = if i as u64 + 1 == n {
                     left
                 } else if total == 0 {
-                    g.cap / n / CHUNK_BYTES * CHUNK_BYTES
+                    cap / n / CHUNK_BYTES * CHUNK_BYTES
                 } else {
-                    ((g.cap as u128 * *w as u128 / total as u128) as u64) / CHUNK_BYTES * CHUNK_BYTES
+                    ((cap as u128 * *w as u128 / total as u128) as u64) / CHUNK_BYTES * CHUNK_BYTES
                 };
                 left -= share.min(left);
-                (*c, Grant { cap: share, ..g })
+                (*c, share)
             })
             .collect()
     }

@@ -145,6 +145,26 @@ fn a_tenant_of_two_processes_splits_its_grant_by_want() {
 }
 
 #[test]
+fn a_process_joining_its_tenant_gets_only_what_the_first_has_given_back() {
+    // The tenant's grant is split anew when a second process joins; the first may hold
+    // its old cap until it reports having shrunk, so the second waits for that.
+    let mut d = Daemon::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
+    d.join(0, 100, "a", 0);
+    rep(&mut d, 0, busy(0, 8 * G));
+    assert_eq!(grants(&mut d, 0)[&0].cap, 8 * G);
+    rep(&mut d, 0, busy(8 * G, 8 * G));
+    d.join(1, 101, "a", 0);
+    rep(&mut d, 1, busy(0, 8 * G));
+    let g = grants(&mut d, MS);
+    assert_eq!((g[&0].cap, g[&1].cap), (4 * G, 0), "the newcomer got memory the first still holds");
+    assert!(d.exposure() <= 8 * G, "{}", d.exposure());
+    rep(&mut d, 0, busy(4 * G, 8 * G));
+    let g = grants(&mut d, 2 * MS);
+    assert_eq!((g[&0].cap, g[&1].cap), (4 * G, 4 * G));
+    assert!(d.exposure() <= 8 * G, "{}", d.exposure());
+}
+
+#[test]
 fn a_tenant_that_does_not_read_its_grants_or_is_stopped_loses_its_turns_and_keeps_its_memory_counted() {
     for why in [Silence::NotReading, Silence::Stopped] {
         silent_tenant_loses_its_turns(why);
