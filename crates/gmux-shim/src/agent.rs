@@ -412,6 +412,7 @@ pub fn inflight_bound() -> usize {
 /// At exit: a last report, so that the daemon's counters include every command.
 pub fn farewell() {
     let Some(a) = agent() else { return };
+    crate::log!(Debug, "agent {:.6}: exit", stamp());
     let Some(mut g) = crate::state::try_existing() else { return };
     let Some(st) = g.as_mut() else { return };
     let report = FromShim::Report(st.report(0));
