@@ -82,9 +82,13 @@ impl Daemon {
     }
 
     /// Everything a daemon after this one must know, as the journal's lines (its first
-    /// line, the settings, is the server's).
+    /// line, the settings, is the server's): the tenants with processes or with knobs of
+    /// their own (one whose processes are all gone, at the defaults, is not kept: names
+    /// made per run would otherwise pile up), and the processes.
     pub fn snapshot(&self) -> Vec<Entry> {
-        let mut out: Vec<Entry> = self.tenants.ids().map(|t| Entry::Tenant(TenantRecord::of(self.tenants.get(t)))).collect();
+        let fresh = gmux_core::knobs::Limits { timeslice: self.timeslice, ..Default::default() };
+        let kept = |t: &gmux_core::tenant::Tenant| t.limits != fresh || t.high_set_by_admin;
+        let mut out: Vec<Entry> = self.tenants.ids().filter(|t| self.members.contains_key(t) || kept(self.tenants.get(*t))).map(|t| Entry::Tenant(TenantRecord::of(self.tenants.get(t)))).collect();
         let mut seen = std::collections::BTreeSet::new();
         for p in self.procs.values() {
             if seen.insert(p.pid) {
@@ -199,6 +203,13 @@ mod tests {
         d.admit(2, sender(200), &hello("b", None)).unwrap();
         let snap = d.snapshot();
         let records: Vec<TenantRecord> = snap.iter().filter_map(|e| if let Entry::Tenant(r) = e { Some(r.clone()) } else { None }).collect();
+        assert_eq!(records.len(), 2);
+        // A tenant of the defaults whose processes are gone is not kept; one with a knob is.
+        d.admit(3, sender(300), &hello("c", None)).unwrap();
+        d.leave(3);
+        d.leave(1);
+        let names = |d: &Daemon| d.snapshot().iter().filter_map(|e| if let Entry::Tenant(r) = e { Some(r.name.clone()) } else { None }).collect::<Vec<_>>();
+        assert_eq!(names(&d), vec!["a", "b"]);
         let orphans = snap.iter().filter_map(|e| if let Entry::Join { pid, start, tenant } = e { Some((*pid, *start, tenant.clone())) } else { None });
         let mut next = Daemon::new(Some(4 * G), None, Policy::RoundRobin, Switch::Msched);
         assert!(next.restore(&records, orphans).is_empty());
