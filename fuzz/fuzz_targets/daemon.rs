@@ -2,7 +2,7 @@
 //! clients of four users, hang-ups, stalls, deaths of a previous daemon's processes):
 //! it must not panic, and must not grant past its budget.
 //!
-//!     cargo +nightly fuzz run daemon -- -max_total_time=600
+//!     cd fuzz && cargo +nightly fuzz run daemon corpus/daemon seeds/daemon -- -dict=daemon.dict -max_total_time=600
 #![no_main]
 
 use gmuxd::fuzzing;

@@ -405,3 +405,19 @@ fn a_stopped_tenant_loses_its_turns_and_the_others_run_on() {
     }
     assert!(d.logs(&format!("pid {pid} is stopped")) && d.logs(&format!("pid {pid} runs again")), "{}", d.log());
 }
+
+#[test]
+fn an_idle_daemon_answers_then_exits_when_told_to() {
+    let mut d = Daemon::start("daemon-idle", &["--hbm", "64M", "--idle-exit", "1"]);
+    let a = d.tenant("a", &["loop", "--buffers", "2", "--bytes", "4M", "--rounds", "3"]);
+    assert!(a.finish("a").contains("mismatches: 0"));
+    let t0 = Instant::now();
+    let r = d.ctl(&["ps"]);
+    assert!(r.status.success() && t0.elapsed() < Duration::from_secs(1), "an idle daemon did not answer: {}", r.describe());
+    let t0 = Instant::now();
+    while d.child.try_wait().unwrap().is_none() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the daemon did not exit 1 s after its last tenant; gmuxd:\n{}", d.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(d.logs("no tenants for 1 s; exiting"), "{}", d.log());
+}

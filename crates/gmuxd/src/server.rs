@@ -263,7 +263,11 @@ async fn schedule(s: Arc<Shared>) {
 async fn exit_when_idle(s: Arc<Shared>, seconds: u64) {
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let idle = s.lock().live().is_empty() && !s.lock().recovering() && lock(&s.last_tenant).elapsed().as_secs() >= seconds;
+        let empty = {
+            let d = s.lock();
+            d.live().is_empty() && !d.recovering()
+        };
+        let idle = empty && lock(&s.last_tenant).elapsed().as_secs() >= seconds;
         if idle {
             say(&format!("no tenants for {seconds} s; exiting"));
             let _ = std::fs::remove_file(&s.path);
