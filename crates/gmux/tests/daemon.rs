@@ -421,3 +421,31 @@ fn an_idle_daemon_answers_then_exits_when_told_to() {
     }
     assert!(d.logs("no tenants for 1 s; exiting"), "{}", d.log());
 }
+
+#[test]
+fn connections_cost_no_threads() {
+    use std::io::Write;
+    let d = Daemon::start("daemon-threads", &["--hbm", "64M"]);
+    let threads = || -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", d.child.id())).unwrap();
+        status.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap().trim().parse().unwrap()
+    };
+    let before = threads();
+    // 300 tenant connections that never read, and 300 silent ones.
+    let v = gmux_core::protocol::PROTOCOL;
+    let mut open = Vec::new();
+    for i in 0..300 {
+        let mut s = std::os::unix::net::UnixStream::connect(d.sb.socket()).unwrap();
+        s.write_all(format!("{{\"op\":\"hello\",\"version\":{v},\"tenant\":\"t{i}\",\"priority\":0,\"high\":null}}\n").as_bytes()).unwrap();
+        open.push(s);
+        open.push(std::os::unix::net::UnixStream::connect(d.sb.socket()).unwrap());
+    }
+    let t0 = Instant::now();
+    while !d.ctl(&["ps"]).stdout.contains("t299") {
+        assert!(t0.elapsed() < Duration::from_secs(20), "the 300 tenants never joined");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let during = threads();
+    assert!(during <= before + 2, "{during} daemon threads with 600 connections open, {before} before");
+    drop(open);
+}
