@@ -72,23 +72,24 @@ impl Agent {
         }
     }
 
-    /// Sends `msg`, unless the daemon is lost.
+    /// Sends `msg`, unless the daemon is lost. A connection that fails is shut down: its
+    /// reader then sees the daemon lost, and registers again.
     fn send(&self, msg: &FromShim) {
         let mut line = serde_json::to_string(msg).expect("serializable");
         line.push('\n');
         let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
         if out.as_mut().is_some_and(|o| o.write_all(line.as_bytes()).is_err()) {
-            drop(out);
-            self.lose("the connection was closed");
+            if let Some(o) = out.take() {
+                let _ = o.shutdown(std::net::Shutdown::Both);
+            }
         }
     }
 
-    /// The daemon is gone: the process runs on (its launches no longer wait for turns)
-    /// within its last grant, which cannot grow until a daemon registers it again.
+    /// The daemon is gone (called by the reader alone, which registers again next): the
+    /// process runs on (its launches no longer wait for turns) within its last grant,
+    /// which cannot grow until a daemon registers it again.
     fn lose(&self, why: &str) {
-        if let Some(o) = self.out.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            let _ = o.shutdown(std::net::Shutdown::Both);
-        }
+        self.out.lock().unwrap_or_else(|p| p.into_inner()).take();
         let mut l = self.lock();
         if !l.lost {
             crate::log!(Warn, "lost gmuxd ({why}); running on within the last grant of {} until a daemon serves {} again (`gmux daemon`, or any `gmux run`, starts one)", format_size(l.grant.cap), config().daemon.as_ref().map_or(String::new(), |p| p.display().to_string()));

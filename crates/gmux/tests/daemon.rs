@@ -38,11 +38,7 @@ fn a_killed_tenant_leaves_at_once_and_the_other_finishes() {
     let d = Daemon::start("daemon-kill", &["--hbm", "32M"]);
     let mut a = d.tenant("a", &["loop", "--buffers", "6", "--bytes", "4M", "--rounds", "1000000"]);
     let b = d.tenant("b", &["loop", "--buffers", "6", "--bytes", "4M", "--rounds", "40"]);
-    let t0 = Instant::now();
-    while d.try_stat("a", "commands ").unwrap_or(0) < 20 {
-        assert!(t0.elapsed() < Duration::from_secs(20), "tenant a never ran");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    d.wait_commands("a", 20);
     a.child().kill().unwrap();
     let killed = Instant::now();
     let _ = a.child().wait();
@@ -63,11 +59,7 @@ fn a_killed_tenant_leaves_at_once_and_the_other_finishes() {
 fn knobs_cap_freeze_and_explain_errors() {
     let d = Daemon::start("daemon-knobs", &["--hbm", "64M"]);
     let a = d.tenant("a", &["loop", "--buffers", "8", "--bytes", "4M", "--rounds", "1000000"]);
-    let t0 = Instant::now();
-    while d.try_stat("a", "commands ").unwrap_or(0) < 20 {
-        assert!(t0.elapsed() < Duration::from_secs(20), "tenant a never ran");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    d.wait_commands("a", 20);
     // gmem.limit.high: the tenant evicts its own chunks down to 8 MiB.
     assert!(d.ctl(&["set", "a", "gmem.limit.high", "8M"]).status.success());
     assert_eq!(d.ctl(&["get", "a", "gmem.limit.high"]).stdout.trim(), (8 * MIB).to_string());
@@ -272,11 +264,7 @@ fn the_scale_benchmark_prints_its_table_and_json() {
 fn a_process_that_waits_for_the_daemon_says_what_it_waits_for() {
     let d = Daemon::start("daemon-wait", &["--hbm", "64M"]);
     let a = d.tenant("a", &["loop", "--buffers", "4", "--bytes", "4M", "--rounds", "400"]);
-    let t0 = Instant::now();
-    while d.try_stat("a", "commands ").unwrap_or(0) < 5 {
-        assert!(t0.elapsed() < Duration::from_secs(20), "tenant a never ran");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    d.wait_commands("a", 5);
     assert!(d.ctl(&["set", "a", "compute.freeze", "1"]).status.success());
     std::thread::sleep(Duration::from_millis(6500));
     assert!(d.ctl(&["set", "a", "compute.freeze", "0"]).status.success());
@@ -378,11 +366,7 @@ fn a_stopped_tenant_loses_its_turns_and_the_others_run_on() {
     std::thread::sleep(Duration::from_millis(500));
     let alone = rate(&d, "b", Duration::from_secs(2));
     let _a = d.tenant("a", &args);
-    let t0 = Instant::now();
-    while d.try_stat("a", "commands ").unwrap_or(0) < 20 {
-        assert!(t0.elapsed() < Duration::from_secs(20), "tenant a never ran");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    d.wait_commands("a", 20);
     // Frozen first, so that it gives its memory back and only its turns are at stake.
     assert!(d.ctl(&["set", "a", "compute.freeze", "1"]).status.success());
     std::thread::sleep(Duration::from_millis(500));

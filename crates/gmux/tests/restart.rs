@@ -8,15 +8,6 @@ use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
 
-/// Waits until tenant `name` has released at least `n` commands (by its own daemon's count).
-fn wait_commands(d: &Daemon, name: &str, n: u64) {
-    let t0 = Instant::now();
-    while d.try_stat(name, "commands ").unwrap_or(0) < n {
-        assert!(t0.elapsed() < Duration::from_secs(30), "tenant {name} never ran; gmuxd:\n{}", d.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn a_daemon_killed_under_its_tenants_is_replaced_and_loses_nothing() {
     // The whole-tenant swap: the tenant paused when the daemon dies holds a grant of 0
@@ -26,8 +17,8 @@ fn a_daemon_killed_under_its_tenants_is_replaced_and_loses_nothing() {
     let loop_args = ["loop", "--buffers", "8", "--bytes", "4M", "--rounds", "400"];
     let a = d.tenant("a", &loop_args);
     let b = d.tenant("b", &loop_args);
-    wait_commands(&d, "a", 30);
-    wait_commands(&d, "b", 30);
+    d.wait_commands("a", 30);
+    d.wait_commands("b", 30);
     d.crash();
     // A while without a daemon: each tenant runs on within its last grant, or waits.
     std::thread::sleep(Duration::from_millis(300));
@@ -52,7 +43,7 @@ fn a_restarted_daemon_keeps_the_knobs_and_waits_for_the_old_tenants_before_grant
     let flags = ["--hbm", "64M"];
     let mut d = Daemon::start("restart-knobs", &flags);
     let a = d.tenant("a", &["loop", "--buffers", "4", "--bytes", "4M", "--rounds", "1000000"]);
-    wait_commands(&d, "a", 20);
+    d.wait_commands("a", 20);
     assert!(d.ctl(&["set", "a", "gmem.limit.high", "12M"]).status.success());
     assert!(d.ctl(&["set", "a", "compute.timeslice", "7ms"]).status.success());
     // Stop it (as an operator would to upgrade it), then start one with --resume and

@@ -139,12 +139,12 @@ pub fn load(path: &Path, boot: &str) -> Result<Kept, String> {
     let f = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Kept::default()),
-        Err(e) => return Err(format!("cannot open {}: {e}", path.display())),
+        Err(e) => return Err(format!("cannot open the journal {} ({e}); remove it if it is not a file of yours", path.display())),
     };
     let m = f.metadata().map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     // SAFETY: geteuid has no preconditions.
     if m.uid() != unsafe { libc::geteuid() } || !m.is_file() || m.len() > MAX_BYTES {
-        return Err(format!("{} is not a journal of yours (a file of uid {}, {} bytes); remove it", path.display(), m.uid(), m.len()));
+        return Err(format!("{} is not a journal gmuxd of yours wrote (a file of uid {}, {} bytes); remove it, or pick another --socket", path.display(), m.uid(), m.len()));
     }
     let text = std::io::read_to_string(f).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     Ok(replay(&text, boot))

@@ -168,10 +168,7 @@ pub fn serve(path: &Path, mut settings: Settings, opts: &Options) -> Result<(), 
     rundir::clear_stale(path, &held).map_err(Failure::Runtime)?;
     let jpath = journal::path_for(path);
     let boot = journal::boot_id();
-    let kept = journal::load(&jpath, &boot).unwrap_or_else(|e| {
-        say(&format!("{e}; starting without what the previous daemon kept"));
-        journal::Kept::default()
-    });
+    let kept = journal::load(&jpath, &boot).map_err(Failure::Runtime)?;
     for s in &kept.skipped {
         say(&format!("{}: skipped {s}", jpath.display()));
     }

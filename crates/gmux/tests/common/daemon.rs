@@ -75,6 +75,15 @@ impl Daemon {
         r.stdout.lines().find_map(|l| l.strip_prefix(label).map(|v| v.trim().parse().unwrap()))
     }
 
+    /// Waits until tenant `name` has released at least `n` commands (by this daemon's count).
+    pub fn wait_commands(&self, name: &str, n: u64) {
+        let t0 = Instant::now();
+        while self.try_stat(name, "commands ").unwrap_or(0) < n {
+            assert!(t0.elapsed() < Duration::from_secs(30), "tenant {name} never ran; gmuxd:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// What the daemon printed so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.sb.dir.path().join("daemon.log")).unwrap_or_default()
