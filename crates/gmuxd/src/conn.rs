@@ -195,7 +195,7 @@ async fn serve_tenant(s: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, wri
         Some(r) => say(&format!("pid {} registered again with tenant {tenant:?} (priority {priority}): it holds {}, believed {}", who.pid, format_size(r.held), format_size(held))),
         None => say(&format!("pid {} joined tenant {tenant:?} (priority {priority})", who.pid)),
     }
-    super::watch::watch_pid(s, who.pid, Some(conn));
+    super::watch::watch_pid(s, who.pid, start, Some(conn));
     let mut line = String::new();
     let mut bad = 0u64;
     let mut stopped = false;

@@ -64,7 +64,7 @@ pub fn take(d: &mut Daemon, step: Step, now: Nanos) -> Result<(), String> {
             d.set_silent(conn, if conn % 2 == 0 { Silence::NotReading } else { Silence::Stopped }, stuck);
         }
         Step::OrphanGone(pid) => {
-            d.orphan_gone(pid);
+            d.orphan_gone(pid, start_of(pid));
         }
     }
     let limit = d.hbm.unwrap_or(u64::MAX);

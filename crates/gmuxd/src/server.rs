@@ -12,7 +12,7 @@ use super::state::Daemon;
 use crate::Failure;
 use gmux_core::size::format_size;
 use gmux_core::Nanos;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -70,8 +70,8 @@ pub(crate) struct Shared {
     pub(crate) next_conn: AtomicU64,
     /// Open connections per uid.
     pub(crate) conns: Mutex<HashMap<u32, usize>>,
-    /// Connections per watched pid; one watcher per pid.
-    pub(crate) watched: Mutex<HashMap<u32, Vec<u64>>>,
+    /// Connections per watched process (pid and start time); one watcher per process.
+    pub(crate) watched: Mutex<BTreeMap<(u32, u64), Vec<u64>>>,
     last_tenant: Mutex<Instant>,
     verbose: bool,
 }
@@ -144,7 +144,7 @@ impl Shared {
         let mut d = self.lock();
         let held = d.usage_of_conn(conn);
         let Some((pid, tenant)) = d.leave(conn) else { return };
-        if let Some(conns) = lock(&self.watched).get_mut(&pid) {
+        for (_, conns) in lock(&self.watched).range_mut((pid, 0)..=(pid, u64::MAX)) {
             conns.retain(|c| *c != conn);
         }
         lock(&self.out).remove(&conn);
@@ -177,6 +177,7 @@ pub fn serve(path: &Path, mut settings: Settings, opts: &Options) -> Result<(), 
     }
     let mut d = Daemon::with(&settings);
     let orphans: Vec<(u32, u64, String)> = kept.procs.into_iter().filter(|(pid, (start, _))| super::procfs::start_time(*pid) == Some(*start)).map(|(pid, (start, t))| (pid, start, t)).collect();
+    let orphan_starts: HashMap<u32, u64> = orphans.iter().map(|(pid, start, _)| (*pid, *start)).collect();
     for w in d.restore(&kept.tenants, orphans) {
         say(&w);
     }
@@ -199,7 +200,7 @@ pub fn serve(path: &Path, mut settings: Settings, opts: &Options) -> Result<(), 
         d.switch,
         if d.recovering() { format!("; {} processes of the previous daemon may still hold memory: nobody grows until they register again or exit", d.awaited().count()) } else { String::new() }
     );
-    let awaited: Vec<u32> = d.awaited().map(|(pid, _)| pid).collect();
+    let awaited: Vec<(u32, u64)> = d.awaited().map(|(pid, _)| pid).filter_map(|pid| orphan_starts.get(&pid).map(|s| (pid, *s))).collect();
     let shared = Arc::new(Shared {
         d: Mutex::new(d),
         wake: Notify::new(),
@@ -212,7 +213,7 @@ pub fn serve(path: &Path, mut settings: Settings, opts: &Options) -> Result<(), 
         start: Instant::now(),
         next_conn: AtomicU64::new(1),
         conns: Mutex::new(HashMap::new()),
-        watched: Mutex::new(HashMap::new()),
+        watched: Mutex::new(BTreeMap::new()),
         last_tenant: Mutex::new(Instant::now()),
         verbose: opts.verbose,
     });
@@ -220,8 +221,8 @@ pub fn serve(path: &Path, mut settings: Settings, opts: &Options) -> Result<(), 
     let _held = held;
     rt.block_on(async move {
         let listener = tokio::net::UnixListener::from_std(listener).map_err(|e| Failure::Runtime(e.to_string()))?;
-        for pid in awaited {
-            super::watch::watch_pid(&shared, pid, None);
+        for (pid, start) in awaited {
+            super::watch::watch_pid(&shared, pid, start, None);
         }
         tokio::spawn(schedule(shared.clone()));
         if opts.idle_exit > 0 {

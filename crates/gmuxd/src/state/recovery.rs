@@ -49,9 +49,10 @@ impl Daemon {
         self.awaited.iter().map(|(pid, (_, t))| (*pid, t.as_str()))
     }
 
-    /// Process `pid` exited; returns whether it was awaited.
-    pub fn orphan_gone(&mut self, pid: u32) -> bool {
-        self.awaited.remove(&pid).is_some()
+    /// Process `pid` started at `start` exited; returns whether it was awaited.
+    pub fn orphan_gone(&mut self, pid: u32, start: u64) -> bool {
+        let awaited = self.awaited.get(&pid).is_some_and(|(s, _)| *s == start);
+        awaited && self.awaited.remove(&pid).is_some()
     }
 
     /// The process on `conn` (pid `pid`, started at `start`) registered again after losing
@@ -169,7 +170,8 @@ mod tests {
         // Pid 200 now belongs to a process started later: it is not the orphan.
         d.admit(2, sender(200), &hello("b", Some(Resume { held: G, cap: G, seq: 1 }))).unwrap();
         assert_eq!(d.awaited().count(), 2);
-        assert!(d.orphan_gone(200) && d.orphan_gone(100) && !d.orphan_gone(100));
+        assert!(!d.orphan_gone(200, 9), "another process of that pid exited");
+        assert!(d.orphan_gone(200, 1) && d.orphan_gone(100, 7100) && !d.orphan_gone(100, 7100));
         assert!(!d.recovering());
     }
 

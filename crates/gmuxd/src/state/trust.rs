@@ -98,7 +98,7 @@ impl Daemon {
             self.resume(conn, who.pid, who.start, r);
         } else if self.awaited.get(&who.pid).is_some_and(|(s, _)| who.start != 0 && *s == who.start) {
             // An orphan that starts over (a second connection): its reports say what it holds.
-            self.orphan_gone(who.pid);
+            self.orphan_gone(who.pid, who.start);
         }
         Ok(t)
     }
