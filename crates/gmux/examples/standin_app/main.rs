@@ -499,6 +499,10 @@ impl Rng {
 }
 
 fn main() {
+    // As a C or C++ program: SIGPIPE ends it (Rust's runtime ignores it), so that nothing
+    // gmux writes to a socket whose peer is gone may do so unnoticed.
+    // SAFETY: setting a signal's disposition to the default, before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(cmd) = args.first() else { fail("usage: standin_app SUBCOMMAND [--option value]...") };
     let opts = Opts::parse(&args[1..]);

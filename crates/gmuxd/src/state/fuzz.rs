@@ -36,7 +36,8 @@ fn report() -> impl Strategy<Value = ShimReport> {
 fn line() -> impl Strategy<Value = String> {
     let name = prop_oneof![4 => Just("a".to_string()), 4 => Just("b".to_string()), 1 => Just(String::new()), 1 => "[a-z\\n\\t]{0,4}", 1 => ".{0,200}"];
     let priority = prop_oneof![3 => -3..3i32, 1 => any::<i32>()];
-    let resume = proptest::option::of((size(), size(), any::<u64>()).prop_map(|(held, cap, seq)| Resume { held, cap, seq }));
+    let seq = prop_oneof![Just(u64::MAX), Just(u64::MAX - 1), any::<u64>()];
+    let resume = proptest::option::of((size(), size(), seq).prop_map(|(held, cap, seq)| Resume { held, cap, seq }));
     let hello = (prop_oneof![4 => Just(PROTOCOL), 1 => any::<u32>()], name.clone(), priority, proptest::option::of(size()), resume)
         .prop_map(|(version, tenant, priority, high, resume)| serde_json::to_string(&FromShim::Hello { version, tenant, priority, high, resume }).unwrap());
     let rep = report().prop_map(|r| serde_json::to_string(&FromShim::Report(r)).unwrap());

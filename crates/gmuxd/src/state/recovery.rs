@@ -44,15 +44,19 @@ impl Daemon {
         !self.awaited.is_empty()
     }
 
-    /// The processes of a previous daemon awaited: pid and tenant.
-    pub fn awaited(&self) -> impl Iterator<Item = (u32, &str)> {
-        self.awaited.iter().map(|(pid, (_, t))| (*pid, t.as_str()))
+    /// The processes of a previous daemon awaited: pid, start time and tenant.
+    pub fn awaited(&self) -> impl Iterator<Item = (u32, u64, &str)> {
+        self.awaited.iter().map(|(pid, (start, t))| (*pid, *start, t.as_str()))
+    }
+
+    /// Whether process `pid` started at `start` is one of the previous daemon's, awaited.
+    pub fn is_awaited(&self, pid: u32, start: u64) -> bool {
+        self.awaited.get(&pid).is_some_and(|(s, _)| *s == start)
     }
 
     /// Process `pid` started at `start` exited; returns whether it was awaited.
     pub fn orphan_gone(&mut self, pid: u32, start: u64) -> bool {
-        let awaited = self.awaited.get(&pid).is_some_and(|(s, _)| *s == start);
-        awaited && self.awaited.remove(&pid).is_some()
+        self.is_awaited(pid, start) && self.awaited.remove(&pid).is_some()
     }
 
     /// The process on `conn` (pid `pid`, started at `start`) registered again after losing
@@ -63,7 +67,7 @@ impl Daemon {
     /// may be theirs. (A liar among the named can take room from those that come after it,
     /// which are then told to shrink: never more than its own limit.)
     pub(super) fn resume(&mut self, conn: u64, pid: u32, start: u64, r: Resume) {
-        let expected = start != 0 && self.awaited.get(&pid).is_some_and(|(s, _)| *s == start);
+        let expected = self.is_awaited(pid, start);
         if expected {
             self.awaited.remove(&pid);
         }
@@ -71,8 +75,8 @@ impl Daemon {
         let budget = self.hbm.unwrap_or(u64::MAX);
         let others = self.procs.iter().filter(|(c, _)| **c != conn).map(|(_, q)| q.report.held.max(q.exposure)).fold(0, u64::saturating_add);
         let room = if expected || !self.recovering() { budget.saturating_sub(others) } else { 0 };
-        let held = r.held.min(room);
         let high = self.tenants.get(t).limits.high.unwrap_or(u64::MAX);
+        let held = r.held.min(room).min(high);
         let cap = r.cap.min(high).min(room).max(held);
         let p = self.procs.get_mut(&conn).expect("registered above");
         p.report.held = held;
@@ -88,7 +92,7 @@ impl Daemon {
     /// made per run would otherwise pile up), and the processes.
     pub fn snapshot(&self) -> Vec<Entry> {
         let fresh = gmux_core::knobs::Limits { timeslice: self.timeslice, ..Default::default() };
-        let kept = |t: &gmux_core::tenant::Tenant| t.limits != fresh || t.high_set_by_admin;
+        let kept = |t: &gmux_core::tenant::Tenant| t.limits != fresh || t.high_set_by_admin || self.awaited.values().any(|(_, name)| *name == t.name);
         let mut out: Vec<Entry> = self.tenants.ids().filter(|t| self.members.contains_key(t) || kept(self.tenants.get(*t))).map(|t| Entry::Tenant(TenantRecord::of(self.tenants.get(t)))).collect();
         let mut seen = std::collections::BTreeSet::new();
         for p in self.procs.values() {
@@ -147,7 +151,7 @@ mod tests {
         d.decide(1);
         assert_eq!((cap(&d, 1).cap, cap(&d, 1).seq, cap(&d, 3).cap), (4 * G, 41, 0));
         assert!(d.recovering(), "b is still out there");
-        assert_eq!(d.awaited().collect::<Vec<_>>(), vec![(200, "b")]);
+        assert_eq!(d.awaited().collect::<Vec<_>>(), vec![(200, 7200, "b")]);
         // Orphan b comes back holding 4 GiB: recovery is over, and the newcomer gets what
         // is free (the budget is full: it waits for a turn's eviction).
         d.admit(2, sender(200), &hello("b", Some(Resume { held: 4 * G, cap: 4 * G, seq: 9 }))).unwrap();
@@ -198,6 +202,52 @@ mod tests {
     }
 
     #[test]
+    fn a_claim_never_passes_the_tenants_limit_nor_overflows_the_sequence() {
+        let mut d = Daemon::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
+        d.admit(1, sender(100), &hello("x", None)).unwrap();
+        d.set_knob("x", "gmem.limit.high", "1G").unwrap();
+        d.admit(2, sender(101), &hello("x", Some(Resume { held: 7 * G, cap: 7 * G, seq: u64::MAX - 1 }))).unwrap();
+        assert_eq!((d.procs[&2].report.held, d.procs[&2].exposure), (G, G), "believed past its own limit");
+        for (i, want) in [G, 2 * G, G, 3 * G].into_iter().enumerate() {
+            d.report(2, ShimReport { want, period: want, busy: true, ..Default::default() });
+            d.decide(i as u64 * 10_000_000);
+        }
+        assert_eq!(cap(&d, 2).seq, u64::MAX, "the sequence saturates");
+        // A newcomer gets what x does not hold.
+        d.admit(3, sender(300), &hello("y", None)).unwrap();
+        d.report(3, ShimReport { want: 4 * G, period: 4 * G, blocked: 4 * G, busy: true, ..Default::default() });
+        d.decide(100_000_000);
+        assert!(cap(&d, 3).cap >= 4 * G, "{:?}", cap(&d, 3));
+    }
+
+    #[test]
+    fn an_orphan_asking_past_this_daemons_ceilings_is_taken_back_within_them() {
+        let mut d = Daemon::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
+        d.max_priority = 0;
+        let kept = TenantRecord { name: "a".into(), owner: Some(1000), priority: 5, high_set_by_admin: true, limits: gmux_core::knobs::Limits { high: Some(2 * G), ..Default::default() } };
+        d.restore(&[kept], [(100, 7100, "a".to_string())]);
+        let back = Hello { priority: 5, high: Some(4 * G), ..hello("a", Some(Resume { held: G, cap: 2 * G, seq: 3 })) };
+        let t = d.admit(1, sender(100), &back).expect("an orphan is taken back");
+        assert!(!d.recovering());
+        assert_eq!(d.tenants.get(t).limits.high, Some(2 * G), "the owner's limit holds");
+        // The same Hello from a process nobody awaits is refused, as ever.
+        let e = d.admit(2, sender(101), &back).unwrap_err();
+        assert!(e.contains("priority 5"), "{e}");
+    }
+
+    #[test]
+    fn the_tenant_of_an_orphan_still_awaited_is_kept_with_its_owner() {
+        // Its knobs are the defaults and it has no process yet: only the wait keeps it, so
+        // that a daemon after a second restart still knows whose name it is.
+        let plain = TenantRecord { name: "a".into(), owner: Some(1000), priority: 0, high_set_by_admin: false, limits: gmux_core::knobs::Limits::default() };
+        let mut d = Daemon::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
+        d.restore(&[plain.clone()], [(100, 7100, "a".to_string())]);
+        assert_eq!(d.snapshot()[0], Entry::Tenant(plain));
+        assert!(d.orphan_gone(100, 7100));
+        assert!(d.snapshot().is_empty(), "once it is gone, the tenant is not kept");
+    }
+
+    #[test]
     fn kept_tenants_come_back_with_their_knobs_and_owners() {
         let mut d = Daemon::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
         d.admit(1, sender(100), &Hello { high: Some(2 * G), ..hello("a", None) }).unwrap();
@@ -217,7 +267,7 @@ mod tests {
         assert!(next.restore(&records, orphans).is_empty());
         let a = next.tenants.get(next.tenants.find("a").unwrap());
         assert_eq!((a.limits.high, a.limits.low, a.owner), (Some(2 * G), G, Some(1000)));
-        assert_eq!(next.awaited().collect::<Vec<_>>(), vec![(100, "a"), (200, "b")]);
+        assert_eq!(next.awaited().collect::<Vec<_>>(), vec![(100, 7100, "a"), (200, 7200, "b")]);
         let e = next.admit(3, Sender { uid: 2000, ..sender(300) }, &hello("a", None)).unwrap_err();
         assert!(e.contains("another user's"), "ownership was not kept: {e}");
     }

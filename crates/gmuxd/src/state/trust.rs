@@ -55,9 +55,14 @@ impl Daemon {
         if h.tenant.is_empty() || h.tenant.len() > MAX_NAME || h.tenant.chars().any(char::is_control) {
             return Err(format!("tenant names are 1 to {MAX_NAME} bytes with no control characters; pick another --tenant"));
         }
-        if h.priority.unsigned_abs() > MAX_PRIORITY_MAGNITUDE.unsigned_abs() || (!who.admin && h.priority > self.max_priority) {
-            let most = if who.admin { MAX_PRIORITY_MAGNITUDE } else { self.max_priority };
-            return Err(format!("priority {} is out of range: you may ask for -{MAX_PRIORITY_MAGNITUDE} to {most} (the daemon's owner sets the ceiling with --max-priority)", h.priority));
+        // A process of the previous daemon is taken back as it is: its priority and limit
+        // are brought within what this daemon allows instead of refused, since refusing it
+        // would leave its memory unaccounted and nobody could grow.
+        let resuming = h.resume.is_some() && self.is_awaited(who.pid, who.start);
+        let ceiling = if who.admin { MAX_PRIORITY_MAGNITUDE } else { self.max_priority };
+        let priority = if resuming { h.priority.clamp(-MAX_PRIORITY_MAGNITUDE, ceiling) } else { h.priority };
+        if priority.unsigned_abs() > MAX_PRIORITY_MAGNITUDE.unsigned_abs() || priority > ceiling {
+            return Err(format!("priority {} is out of range: you may ask for -{MAX_PRIORITY_MAGNITUDE} to {ceiling} (the daemon's owner sets the ceiling with --max-priority)", h.priority));
         }
         let existing = self.tenants.find(h.tenant).ok();
         if let Some(t) = existing {
@@ -66,8 +71,11 @@ impl Daemon {
             }
         }
         let mut limits = existing.map(|t| self.tenants.get(t).limits.clone()).unwrap_or_default();
-        let high = if let Some(asked) = h.high {
+        let high = if let Some(mut asked) = h.high {
             let pinned = existing.filter(|t| self.tenants.get(*t).high_set_by_admin).and_then(|t| self.tenants.get(t).limits.high);
+            if let (true, Some(set)) = (resuming, pinned) {
+                asked = asked.min(set);
+            }
             if let Some(set) = pinned.filter(|set| asked > *set) {
                 return Err(format!(
                     "--mem-limit {} is above tenant {:?}'s gmem.limit.high of {}, which the daemon's owner set; ask for at most that, or ask the owner to raise it",
@@ -82,7 +90,7 @@ impl Daemon {
             None
         };
         let before = existing.map(|t| TenantRecord::of(self.tenants.get(t)));
-        let t = self.join(conn, who.pid, h.tenant, h.priority);
+        let t = self.join(conn, who.pid, h.tenant, priority);
         let tenant = self.tenants.get_mut(t);
         tenant.owner.get_or_insert(who.uid);
         if let Some(high) = high {
@@ -96,7 +104,7 @@ impl Daemon {
         self.journal.push(Entry::Join { pid: who.pid, start: who.start, tenant: h.tenant.to_string() });
         if let Some(r) = h.resume {
             self.resume(conn, who.pid, who.start, r);
-        } else if self.awaited.get(&who.pid).is_some_and(|(s, _)| who.start != 0 && *s == who.start) {
+        } else if self.is_awaited(who.pid, who.start) {
             // An orphan that starts over (a second connection): its reports say what it holds.
             self.orphan_gone(who.pid, who.start);
         }
