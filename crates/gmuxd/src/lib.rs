@@ -96,8 +96,21 @@ fn size(flag: &str, v: &Option<String>) -> Result<Option<u64>, Failure> {
     v.as_deref().map(|s| parse_size(s).map_err(|e| Failure::Usage(format!("--{flag} {s}: {e}")))).transpose()
 }
 
+/// Makes a panic anywhere in the daemon end it: a task that died alone (the scheduler,
+/// say) would leave a daemon that answers but no longer decides. Its tenants run on and
+/// register with the next daemon on the socket.
+fn end_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        eprintln!("gmuxd: ending on this panic (a bug: please report it); tenants run on and register with the next daemon on the socket (`gmux daemon --resume`)");
+        std::process::abort();
+    }));
+}
+
 /// Runs the daemon until `gmux stop` (or idle exit).
 pub fn daemon(args: &DaemonArgs) -> Result<(), Failure> {
+    end_on_panic();
     let hbm = size("hbm", &args.hbm)?;
     if hbm.is_some_and(|h| h < gmux_core::CHUNK_BYTES) {
         return Err(Failure::Usage("--hbm is below one 2 MiB chunk; give at least 2M".into()));
