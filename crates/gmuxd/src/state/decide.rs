@@ -1,0 +1,199 @@
+//! The daemon's decisions: who runs (time slicing, or all at once when everything fits
+//! or under strict priority), and how much GPU memory each process may hold now.
+
+use super::*;
+
+impl Daemon {
+    /// Decides at time `now` and returns the grants that changed, by connection.
+    pub fn decide(&mut self, now: Nanos) -> Vec<(u64, Grant)> {
+        self.now = now;
+        let live = self.live();
+        let usage: HashMap<TenantId, ShimReport> = live.iter().map(|t| (*t, self.usage(*t))).collect();
+        // Running at once (`whole`) needs each tenant's whole period, not a slice's worth.
+        let claim = |tenants: &Tenants, t: TenantId, next_run: u64, whole: bool| {
+            let k = &tenants.get(t).limits;
+            let u = &usage[&t];
+            Claim { id: t, held: u.held, want: if whole { u.period } else { u.want }, low: k.low, high: k.high, next_run }
+        };
+        let flat: Vec<Claim> = live.iter().map(|t| claim(&self.tenants, *t, 0, true)).collect();
+        let concurrent = self.policy == Policy::Priority || all_fit(self.hbm, &flat);
+        let (runs, order) = if concurrent { self.concurrent(&live, &usage) } else { self.sliced(&live, &usage, now) };
+        let claims: Vec<Claim> = live.iter().map(|t| claim(&self.tenants, *t, order[t], concurrent)).collect();
+        let mut caps = divide(self.hbm, &claims);
+        if self.switch == Switch::Whole && !concurrent {
+            // The baseline keeps nothing of the tenants that do not run.
+            for (i, t) in live.iter().enumerate() {
+                caps[i] = if runs[t] { round_up(usage[t].allocated.max(usage[t].want)).min(self.hbm.unwrap_or(u64::MAX)) } else { 0 };
+            }
+        }
+        let high = |t: &TenantId| self.tenants.get(*t).limits.high.unwrap_or(u64::MAX);
+        let Some(hbm) = self.hbm else {
+            // No budget: each process is bounded by its high limit and its device.
+            caps = live.iter().map(high).collect();
+            let each: Vec<Vec<(u64, u64)>> = live.iter().zip(&caps).map(|(t, cap)| self.split(*t, *cap)).collect();
+            return self.grants(&live, &caps, &each, &caps, &runs, concurrent, &usage);
+        };
+        // What nobody wants is shared by the tenants that run (up to their high limits).
+        let left = hbm.saturating_sub(caps.iter().fold(0, |a, c| a.saturating_add(*c)));
+        let takers: Vec<usize> = (0..live.len()).filter(|&i| runs[&live[i]] && high(&live[i]) > caps[i]).collect();
+        for &i in &takers {
+            caps[i] = (caps[i] + left / takers.len() as u64 / CHUNK_BYTES * CHUNK_BYTES).min(high(&live[i]));
+        }
+        let most: Vec<u64> = live.iter().map(|t| hbm.min(high(t))).collect();
+        let now_caps = self.within_reach(&live, &caps, &order, hbm);
+        self.grants(&live, &caps, &now_caps, &most, &runs, concurrent, &usage)
+    }
+
+    /// Each process's cap now, by tenant: toward its share of its tenant's target
+    /// `caps[i]`, as far as the budget allows. A process may hold what it reported, or up to
+    /// the largest cap it was sent and has not yet reported back on: that much is reserved
+    /// for it. What no process reserves is free, and goes to the processes that grow, in
+    /// order of their tenant's next run; a shrinking process's memory is free once it
+    /// reports so. So the caps all processes may have applied never add up past the budget.
+    /// While a previous daemon's processes may still hold memory unseen, nobody grows.
+    fn within_reach(&self, live: &[TenantId], caps: &[u64], order: &HashMap<TenantId, u64>, hbm: u64) -> Vec<Vec<(u64, u64)>> {
+        let reserve = |conn: &u64| self.procs.get(conn).map_or(0, |p| p.report.held.max(p.exposure));
+        let reserved = self.procs.keys().map(reserve).fold(0, u64::saturating_add);
+        let mut free = if self.recovering() { 0 } else { hbm.saturating_sub(reserved) };
+        let mut now: Vec<Vec<(u64, u64)>> = live.iter().zip(caps).map(|(t, cap)| self.split(*t, *cap)).collect();
+        let mut by_run: Vec<usize> = (0..live.len()).collect();
+        by_run.sort_by_key(|&i| (order[&live[i]], live[i]));
+        for i in by_run {
+            for (conn, cap) in &mut now[i] {
+                let r = reserve(conn);
+                if *cap > r {
+                    let more = (*cap - r).min(free) / CHUNK_BYTES * CHUNK_BYTES;
+                    *cap = r + more;
+                    free -= more;
+                }
+            }
+        }
+        now
+    }
+
+    /// The grants of every process, keeping those that changed.
+    #[allow(clippy::too_many_arguments)]
+    fn grants(&mut self, live: &[TenantId], caps: &[u64], now_caps: &[Vec<(u64, u64)>], most: &[u64], runs: &HashMap<TenantId, bool>, concurrent: bool, usage: &HashMap<TenantId, ShimReport>) -> Vec<(u64, Grant)> {
+        let mut out = Vec::new();
+        // The tenants holding more than their caps (evicting): at most the first two matter.
+        let over: Vec<usize> = (0..live.len()).filter(|&j| usage[&live[j]].held > caps[j]).take(2).collect();
+        let top = live.iter().map(|u| self.tenants.get(*u).priority).max().unwrap_or(0);
+        for (i, t) in live.iter().enumerate() {
+            let now_cap = now_caps[i].iter().map(|(_, c)| *c).fold(0, u64::saturating_add);
+            let evicting = over.iter().any(|&j| j != i);
+            let (run, fill) = match self.switch {
+                _ if concurrent => (runs[t], Fill::None),
+                Switch::Msched => (runs[t], Fill::Forecast),
+                Switch::Whole => (runs[t] && !evicting && now_cap >= caps[i], Fill::Whole),
+            };
+            if runs[t] && !run && !concurrent && self.running.is_some_and(|r| r.since.is_none() && !r.waited_logged && self.now > r.switched + 10 * r.slice) {
+                let holders: Vec<String> = live.iter().enumerate().filter(|(j, u)| *u != t && usage[*u].held > caps[*j]).map(|(j, u)| format!("{} holds {} > {}", self.tenants.get(*u).name, format_size(usage[u].held), format_size(caps[j]))).collect();
+                self.events.push(format!("{} waits: {}", self.tenants.get(*t).name, holders.join(", ")));
+                if let Some(r) = self.running.as_mut() {
+                    r.waited_logged = true;
+                }
+            }
+            let gated = concurrent && self.policy == Policy::Priority && !runs[t];
+            let inflight = if gated || (self.policy == Policy::Priority && self.tenants.get(*t).priority < top) { GATED_INFLIGHT } else { 0 };
+            out.extend(now_caps[i].iter().map(|(conn, cap)| (*conn, Grant { cap: *cap, most: most[i], run, fill, inflight, seq: 0 })));
+        }
+        out.retain_mut(|(conn, g)| {
+            let p = self.procs.get_mut(conn).expect("live process");
+            let prev = p.sent.map(|s| Grant { seq: g.seq, ..s });
+            if prev == Some(*g) {
+                return false;
+            }
+            g.seq = p.sent.map_or(p.first_seq, |s| s.seq.saturating_add(1));
+            p.exposure = p.exposure.max(g.cap);
+            p.sent = Some(*g);
+            true
+        });
+        out
+    }
+
+    /// Everything fits (or strict priority): every unfrozen tenant runs, except below the
+    /// highest class that has work. Memory goes by priority class.
+    fn concurrent(&mut self, live: &[TenantId], usage: &HashMap<TenantId, ShimReport>) -> (HashMap<TenantId, bool>, HashMap<TenantId, u64>) {
+        self.running = None;
+        let ready = |t: &TenantId| (usage[t].busy || usage[t].waiting || usage[t].blocked > 0) && self.responsive(*t);
+        let top = live.iter().filter(|t| ready(t) && !self.tenants.get(**t).limits.frozen).map(|t| self.tenants.get(*t).priority).max();
+        let mut runs = HashMap::new();
+        let mut order = HashMap::new();
+        let max = live.iter().map(|u| self.tenants.get(*u).priority).max().unwrap_or(0);
+        for t in live {
+            let k = self.tenants.get(*t);
+            let gated = self.policy == Policy::Priority && top.is_some_and(|p| k.priority < p);
+            runs.insert(*t, !k.limits.frozen && !gated);
+            order.insert(*t, if k.limits.frozen || !self.responsive(*t) { u64::MAX } else { (i64::from(max) - i64::from(k.priority)).unsigned_abs() });
+        }
+        (runs, order)
+    }
+
+    /// Time slicing: the head of the scheduler's timeline runs; the timeline gives every
+    /// tenant's next run, for the division of memory.
+    fn sliced(&mut self, live: &[TenantId], usage: &HashMap<TenantId, ShimReport>, now: Nanos) -> (HashMap<TenantId, bool>, HashMap<TenantId, u64>) {
+        let views: Vec<TenantView> = live
+            .iter()
+            .map(|t| {
+                let k = self.tenants.get(*t);
+                let u = &usage[t];
+                let ready = u.busy || u.waiting || u.blocked > 0 || self.running.is_some_and(|r| r.tenant == *t);
+                TenantView { id: *t, ready, frozen: k.limits.frozen || !self.responsive(*t), priority: k.priority, weight: k.weight, timeslice: k.limits.timeslice }
+            })
+            .collect();
+        if let Some(r) = self.running.as_mut().filter(|r| r.since.is_none()) {
+            // Finished counts every command released before the switch once they are done,
+            // so more than were released then means one released after it has finished.
+            if usage.get(&r.tenant).is_some_and(|u| u.finished > r.commands) {
+                r.since = Some(now);
+                let u = &usage[&r.tenant];
+                self.events.push(format!("{} started {:.1} ms after its switch (holds {}, wants {})", self.tenants.get(r.tenant).name, (now - r.switched) as f64 / 1e6, format_size(u.held), format_size(u.want)));
+            }
+        }
+        let keep = self.running.filter(|r| now < r.ends() && views.iter().any(|v| v.id == r.tenant && !v.frozen));
+        if keep.is_none() {
+            if let Some(r) = self.running.take() {
+                self.sched.charge(r.tenant, now.saturating_sub(r.since.unwrap_or(now)));
+                let ran = usage.get(&r.tenant).map_or(0, |u| u.commands.saturating_sub(r.commands));
+                self.events.push(format!("{} ran {ran} commands in {:.1} ms", self.tenants.get(r.tenant).name, (now - r.switched) as f64 / 1e6));
+            }
+            if let Some(head) = self.sched.timeline(&views, 1).head() {
+                let u = &usage[&head.tenant];
+                self.running = Some(Running { tenant: head.tenant, switched: now, commands: u.commands, since: None, slice: head.slice, waited_logged: false });
+                self.tenants.get_mut(head.tenant).stat.switches += 1;
+            }
+        }
+        let timeline = self.sched.timeline(&views, 2 * live.len().max(1));
+        let mut order: HashMap<TenantId, u64> = live.iter().map(|t| (*t, u64::MAX)).collect();
+        let cur = self.running.map(|r| r.tenant);
+        for (pos, slot) in cur.into_iter().chain(timeline.slots.iter().map(|s| s.tenant)).enumerate() {
+            let o = order.get_mut(&slot).expect("live tenant");
+            *o = (*o).min(pos as u64);
+        }
+        let runs = live.iter().map(|t| (*t, Some(*t) == cur)).collect();
+        (runs, order)
+    }
+
+    /// `cap` bytes of tenant `t` split among its processes in proportion to what they want.
+    fn split(&self, t: TenantId, cap: u64) -> Vec<(u64, u64)> {
+        let procs: Vec<(u64, u64)> = self.procs_of(t).map(|(c, p)| (c, p.report.want.max(p.report.blocked))).collect();
+        let total = procs.iter().map(|(_, w)| *w).fold(0, u64::saturating_add);
+        let n = procs.len() as u64;
+        let mut left = cap;
+        procs
+            .iter()
+            .enumerate()
+            .map(|(i, (c, w))| {
+                let share = if i as u64 + 1 == n {
+                    left
+                } else if total == 0 {
+                    cap / n / CHUNK_BYTES * CHUNK_BYTES
+                } else {
+                    ((cap as u128 * *w as u128 / total as u128) as u64) / CHUNK_BYTES * CHUNK_BYTES
+                };
+                left -= share.min(left);
+                (*c, share)
+            })
+            .collect()
+    }
+}
