@@ -2,8 +2,10 @@
 //!
 //! Pure and deterministic: no CUDA, no I/O, no clock. Time enters only as
 //! arguments ([`Nanos`]); the device is reached only through [`device::Device`].
-//! The same engine drives the simulator (`gmux-sim`) and, later, the real GPU.
+//! The same engine drives the simulator (`gmux-sim`) and the real GPU: the daemon's
+//! decisions are [`arbiter`]'s, the shim's planning is [`planner`]'s.
 
+pub mod arbiter;
 pub mod device;
 pub mod error;
 pub mod evict;

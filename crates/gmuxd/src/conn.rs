@@ -6,7 +6,7 @@ use super::ctl::{self, Request};
 use super::log::say;
 use super::outbox;
 use super::server::{lock, Peer, Shared};
-use super::state::{Hello, Sender, Silence};
+use gmux_core::arbiter::{Hello, Sender, Silence};
 use gmux_core::protocol::{FromShim, Refused};
 use gmux_core::size::format_size;
 use std::sync::atomic::Ordering;

@@ -2,7 +2,7 @@
 //! client side, including starting a daemon on demand for `gmux run`.
 
 use super::server::Peer;
-use super::state::Daemon;
+use gmux_core::arbiter::Arbiter;
 use crate::Failure;
 use gmux_core::knobs::Knob;
 use gmux_core::size::format_size;
@@ -50,11 +50,11 @@ impl Reply {
 /// Answers `req` from `who`. Everyone may list and read the tenants of their own user;
 /// the daemon's owner (uid `owner`) and root may read all and write knobs. A tenant a user
 /// may not read gets the same answer as one that does not exist.
-pub fn answer(d: &mut Daemon, req: &Request, who: Peer, owner: u32) -> Reply {
+pub fn answer(d: &mut Arbiter, req: &Request, who: Peer, owner: u32) -> Reply {
     let admin = who.uid == owner || who.uid == 0;
-    let may_read = |d: &Daemon, t: TenantId| admin || d.tenants.get(t).owner == Some(who.uid);
+    let may_read = |d: &Arbiter, t: TenantId| admin || d.tenants.get(t).owner == Some(who.uid);
     // Exited tenants stay readable by their user and the owner (their counters).
-    let find = |d: &Daemon, name: &str| d.tenants.find(name).ok().filter(|t| may_read(d, *t));
+    let find = |d: &Arbiter, name: &str| d.tenants.find(name).ok().filter(|t| may_read(d, *t));
     match req {
         Request::Ps => Reply::ok(ps(d, &|t| may_read(d, t))),
         Request::Get { tenant, knob } => {
@@ -84,7 +84,7 @@ pub fn answer(d: &mut Daemon, req: &Request, who: Peer, owner: u32) -> Reply {
     }
 }
 
-fn value(d: &Daemon, t: TenantId, k: Knob) -> String {
+fn value(d: &Arbiter, t: TenantId, k: Knob) -> String {
     let u = d.usage(t);
     match k {
         Knob::Current => u.held.to_string(),
@@ -97,7 +97,7 @@ fn value(d: &Daemon, t: TenantId, k: Knob) -> String {
     }
 }
 
-fn ps(d: &Daemon, visible: &dyn Fn(TenantId) -> bool) -> String {
+fn ps(d: &Arbiter, visible: &dyn Fn(TenantId) -> bool) -> String {
     let mut rows = vec![["TENANT", "PIDS", "PRIO", "STATE", "GMEM", "WANT", "SWAP", "HIGH", "LOW", "COMMANDS", "SWITCHES"].map(String::from).to_vec()];
     for t in d.live().into_iter().filter(|t| visible(*t)) {
         let k = d.tenants.get(t);
@@ -195,21 +195,21 @@ pub fn ensure_daemon(path: &Path) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{Hello, Sender, Switch};
+    use gmux_core::arbiter::{Hello, Sender, Switch};
     use gmux_core::protocol::PROTOCOL;
     use gmux_core::sched::Policy;
 
     const OWNER: u32 = 1000;
 
-    fn daemon() -> Daemon {
-        let mut d = Daemon::new(Some(16 << 30), None, Policy::RoundRobin, Switch::Msched);
+    fn daemon() -> Arbiter {
+        let mut d = Arbiter::new(Some(16 << 30), None, Policy::RoundRobin, Switch::Msched);
         let hello = |tenant| Hello { version: PROTOCOL, tenant, priority: 0, high: None, resume: None };
         d.admit(1, Sender { pid: 4242, uid: 2000, admin: false, start: 0 }, &hello("mine")).unwrap();
         d.admit(2, Sender { pid: 5151, uid: 3000, admin: false, start: 0 }, &hello("theirs")).unwrap();
         d
     }
 
-    fn ask(d: &mut Daemon, req: Request, uid: u32, pid: u32) -> Reply {
+    fn ask(d: &mut Arbiter, req: Request, uid: u32, pid: u32) -> Reply {
         answer(d, &req, Peer { pid, uid }, OWNER)
     }
 

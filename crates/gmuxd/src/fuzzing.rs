@@ -4,7 +4,7 @@
 
 use crate::ctl::{self, Request};
 use crate::server::Peer;
-use crate::state::{Daemon, Hello, Sender, Silence, Switch};
+use gmux_core::arbiter::{Arbiter, Hello, Sender, Silence, Switch};
 use gmux_core::protocol::FromShim;
 use gmux_core::sched::Policy;
 use gmux_core::Nanos;
@@ -41,8 +41,8 @@ pub enum Step {
 
 /// A daemon as the fuzz tests start it: the previous daemon's processes `orphans` (pids;
 /// those of 100 to 105 may come back as connections 0 to 5) are awaited.
-pub fn daemon(policy: Policy, switch: Switch, budget: Option<u64>, orphans: &[u32]) -> Daemon {
-    let mut d = Daemon::new(budget, None, policy, switch);
+pub fn daemon(policy: Policy, switch: Switch, budget: Option<u64>, orphans: &[u32]) -> Arbiter {
+    let mut d = Arbiter::new(budget, None, policy, switch);
     d.restore(&[], orphans.iter().map(|pid| (*pid, start_of(*pid), "a".to_string())));
     d
 }
@@ -54,7 +54,7 @@ fn start_of(pid: u32) -> u64 {
 
 /// Takes `step` as the server would, decides at `now`, and checks the grants: `Err` says
 /// what broke.
-pub fn take(d: &mut Daemon, step: Step, now: Nanos) -> Result<(), String> {
+pub fn take(d: &mut Arbiter, step: Step, now: Nanos) -> Result<(), String> {
     match step {
         Step::Line { conn, uid, line } => take_line(d, conn, Peer { pid: 100 + conn as u32, uid }, &line),
         Step::Leave(conn) => {
@@ -82,7 +82,7 @@ pub fn take(d: &mut Daemon, step: Step, now: Nanos) -> Result<(), String> {
 }
 
 /// What the server does with one line from a peer (`conn` if it said Hello).
-fn take_line(d: &mut Daemon, conn: u64, who: Peer, line: &str) {
+fn take_line(d: &mut Arbiter, conn: u64, who: Peer, line: &str) {
     let sender = Sender { pid: who.pid, uid: who.uid, admin: who.uid == OWNER || who.uid == 0, start: start_of(who.pid) };
     match serde_json::from_str::<FromShim>(line) {
         Ok(FromShim::Hello { version, tenant, priority, high, resume }) => {
@@ -104,7 +104,7 @@ fn take_line(d: &mut Daemon, conn: u64, who: Peer, line: &str) {
 /// Reads raw bytes as a daemon and its steps: the first byte picks the policy, the switch,
 /// the budget and the orphans; then each line is one step, its first byte picking the
 /// connection, the user and the kind of step.
-pub fn from_bytes(bytes: &[u8]) -> (Daemon, Vec<Step>) {
+pub fn from_bytes(bytes: &[u8]) -> (Arbiter, Vec<Step>) {
     let (head, rest) = bytes.split_first().map_or((0, &[][..]), |(h, r)| (*h, r));
     let policy = [Policy::RoundRobin, Policy::Priority, Policy::Share][usize::from(head % 3)];
     let switch = if head & 4 == 0 { Switch::Msched } else { Switch::Whole };

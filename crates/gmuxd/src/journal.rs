@@ -1,122 +1,18 @@
 //! The daemon's journal, `<socket>.journal`: what a daemon started after it on the same
-//! socket must know, one JSON line per change. Its settings, its tenants with their
-//! knobs and owners, and the processes registered with it: after a crash, those still
-//! alive hold GPU memory under the old daemon's grants, and the next daemon grants
+//! socket must know, one JSON line per change ([`Entry`]). Its settings, its tenants with
+//! their knobs and owners, and the processes registered with it: after a crash, those
+//! still alive hold GPU memory under the old daemon's grants, and the next daemon grants
 //! nothing ahead until each has registered again or died.
 //!
-//! A process is known by its pid and start time, so a recycled pid is never taken for
-//! it. The journal is appended to before the grants that depend on it are sent, and
+//! The journal is appended to before the grants that depend on it are sent, and
 //! rewritten whole (write, then rename) when it has grown to several times its content.
 
-use crate::state::Switch;
-use gmux_core::knobs::{Knob, Limits};
-use gmux_core::sched::Policy;
-use gmux_core::tenant::Tenant;
-use gmux_core::Nanos;
-use serde::{Deserialize, Serialize};
+pub use gmux_core::arbiter::record::{Entry, Settings, TenantRecord};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-
-/// The daemon's settings, kept so that a daemon started with `--resume` takes them over.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Settings {
-    /// GPU-memory budget (`--hbm`).
-    pub hbm: Option<u64>,
-    /// Host-tier budget (`--host`).
-    pub host: Option<u64>,
-    /// Scheduling policy.
-    pub policy: Policy,
-    /// How a switch moves memory.
-    pub switch: Switch,
-    /// `compute.timeslice` of new tenants.
-    pub timeslice: Nanos,
-    /// Highest priority a user other than the owner or root may ask for.
-    pub max_priority: i32,
-}
-
-/// A tenant as the journal keeps it: who owns it and its writable knobs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TenantRecord {
-    /// Its name.
-    pub name: String,
-    /// Uid of its owner.
-    pub owner: Option<u32>,
-    /// Its priority class.
-    pub priority: i32,
-    /// `gmem.limit.high` was set by the daemon's owner or root.
-    pub high_set_by_admin: bool,
-    /// Its knobs.
-    pub limits: Limits,
-}
-
-impl TenantRecord {
-    /// The record of `t`.
-    pub fn of(t: &Tenant) -> TenantRecord {
-        TenantRecord { name: t.name.clone(), owner: t.owner, priority: t.priority, high_set_by_admin: t.high_set_by_admin, limits: t.limits.clone() }
-    }
-
-    /// Its knobs, each validated as a `gmux set` would be (a knob that fails is left at
-    /// its default, and named in the error list).
-    pub fn checked_limits(&self) -> (Limits, Vec<String>) {
-        let mut l = Limits::default();
-        let mut bad = Vec::new();
-        for k in [Knob::LimitHigh, Knob::LimitLow, Knob::Timeslice, Knob::Freeze] {
-            if let Some(v) = self.limits.get(k) {
-                if let Err(e) = l.set(k, &v) {
-                    bad.push(format!("{}: {e}", k.name()));
-                }
-            }
-        }
-        (l, bad)
-    }
-}
-
-/// One line of the journal.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "entry", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Entry {
-    /// First line: the machine's boot and the daemon's settings.
-    Start {
-        /// `/proc/sys/kernel/random/boot_id`: processes of another boot are gone.
-        boot: String,
-        /// The settings.
-        settings: Settings,
-    },
-    /// A tenant as it is now (made, or a knob of it set).
-    Tenant(TenantRecord),
-    /// A process registered.
-    Join {
-        /// Its pid.
-        pid: u32,
-        /// Its start time (clock ticks after boot, `/proc/PID/stat`).
-        start: u64,
-        /// Its tenant.
-        tenant: String,
-    },
-    /// A process left (exited or hung up).
-    Leave {
-        /// Its pid.
-        pid: u32,
-    },
-}
-
-/// What a previous daemon's journal holds.
-#[derive(Debug, Default, PartialEq)]
-pub struct Kept {
-    /// Its settings.
-    pub settings: Option<Settings>,
-    /// Its tenants, in order of creation.
-    pub tenants: Vec<TenantRecord>,
-    /// Processes registered with it in this boot, by pid: start time and tenant.
-    pub procs: BTreeMap<u32, (u64, String)>,
-    /// Lines that could not be read, with why.
-    pub skipped: Vec<String>,
-}
 
 /// Largest journal read back; a larger one is not a journal gmuxd wrote.
 const MAX_BYTES: u64 = 64 << 20;
@@ -153,8 +49,22 @@ pub fn load(path: &Path, boot: &str) -> Result<Kept, String> {
     Ok(replay(&text, boot))
 }
 
-/// What the lines of `text` leave behind.
-fn replay(text: &str, boot: &str) -> Kept {
+/// What a previous daemon's journal holds.
+#[derive(Debug, Default, PartialEq)]
+pub struct Kept {
+    /// Its settings.
+    pub settings: Option<Settings>,
+    /// Its tenants, in order of creation.
+    pub tenants: Vec<TenantRecord>,
+    /// Processes registered with it in this boot, by pid: start time and tenant.
+    pub procs: BTreeMap<u32, (u64, String)>,
+    /// Lines that could not be read, with why.
+    pub skipped: Vec<String>,
+}
+
+/// What the lines of `text` leave behind; processes of another boot than `boot` (or of an
+/// unknown one) are dropped.
+pub fn replay(text: &str, boot: &str) -> Kept {
     let mut k = Kept::default();
     let mut this_boot = false;
     let mut order: Vec<String> = Vec::new();
@@ -251,6 +161,9 @@ fn lines(entries: &[Entry]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gmux_core::arbiter::Switch;
+    use gmux_core::knobs::Limits;
+    use gmux_core::sched::Policy;
 
     fn settings() -> Settings {
         Settings { hbm: Some(16 << 30), host: None, policy: Policy::RoundRobin, switch: Switch::Whole, timeslice: 50_000_000, max_priority: 2 }
@@ -308,13 +221,5 @@ mod tests {
         assert!(load(&path, "b").unwrap_err().contains("cannot open"));
         assert_eq!(load(&dir.join("none"), "b").unwrap(), Kept::default());
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn a_knob_kept_out_of_range_is_reset_not_taken() {
-        let r = TenantRecord { name: "a".into(), owner: None, priority: 0, high_set_by_admin: true, limits: Limits { high: Some(1), low: 0, timeslice: 5_000_000, frozen: true } };
-        let (l, bad) = r.checked_limits();
-        assert_eq!((l.high, l.timeslice, l.frozen), (None, 5_000_000, true));
-        assert!(bad.len() == 1 && bad[0].starts_with("gmem.limit.high"), "{bad:?}");
     }
 }

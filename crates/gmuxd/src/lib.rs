@@ -1,7 +1,8 @@
 //! gmuxd (`gmux daemon`): one per GPU. Tenants' shims register over a unix socket; the
-//! daemon runs the scheduler's timeline and divides the GPU-memory budget among them
-//! ([`state`]); `gmux ps/get/set` talk to it over the same socket ([`ctl`]). The `gmux`
-//! CLI runs it; this crate holds all of it.
+//! daemon serves them and control clients (`gmux ps/get/set`, [`ctl`]) over the socket,
+//! watches their processes and keeps its journal; the decisions (whose turn it is, how
+//! much GPU memory each process may hold) are `gmux_core::arbiter`'s. The `gmux` CLI runs
+//! it.
 
 mod conn;
 pub mod ctl;
@@ -12,9 +13,11 @@ mod outbox;
 mod procfs;
 mod rundir;
 pub mod server;
-pub mod state;
 mod watch;
+#[cfg(test)]
+mod fuzz_props;
 
+use gmux_core::arbiter::Switch;
 use gmux_core::sched::Policy;
 use gmux_core::size::parse_size;
 use std::path::PathBuf;
@@ -43,8 +46,8 @@ pub struct DaemonArgs {
     pub policy: Policy,
     /// How a time-sliced switch moves memory: msched (proactive, OPT across tenants)
     /// or whole (the whole-tenant swap baseline).
-    #[arg(long, value_enum, default_value = "msched")]
-    pub switch: state::Switch,
+    #[arg(long, default_value = "msched", value_parser = Switch::parse)]
+    pub switch: Switch,
     /// `compute.timeslice` of new tenants, e.g. 50ms.
     #[arg(long, default_value = "20ms", value_name = "DURATION")]
     pub timeslice: String,

@@ -1,14 +1,14 @@
 //! The daemon's event loop: a tokio runtime of two worker threads serves every
 //! connection ([`crate::conn`]), the grant writers ([`crate::outbox`]), the watchers of
 //! process deaths ([`crate::watch`]) and the scheduler, which decides the grants. The
-//! decisions themselves are [`Daemon`]'s, under one lock that is never held across an
+//! decisions themselves are [`Arbiter`]'s, under one lock that is never held across an
 //! await or a socket write.
 
 use super::journal::{self, Entry, Journal, Settings};
 use super::log::say;
 use super::outbox::Outbox;
 use super::rundir;
-use super::state::Daemon;
+use gmux_core::arbiter::Arbiter;
 use crate::Failure;
 use gmux_core::size::format_size;
 use gmux_core::Nanos;
@@ -57,7 +57,7 @@ pub struct Options {
 
 /// What every task of the daemon shares.
 pub(crate) struct Shared {
-    d: Mutex<Daemon>,
+    d: Mutex<Arbiter>,
     /// Wakes the scheduler: something changed.
     pub(crate) wake: Notify,
     pub(crate) out: Mutex<HashMap<u64, Outbox>>,
@@ -84,7 +84,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Daemon> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Arbiter> {
         lock(&self.d)
     }
 
@@ -95,7 +95,7 @@ impl Shared {
     /// Keeps the changes in the journal, then decides and posts the grants that changed
     /// (with the state locked, so that each process's newest grant is the newest decided,
     /// and none goes out before what it depends on is kept); their writers send them.
-    pub(crate) fn decide(&self, d: &mut Daemon) {
+    pub(crate) fn decide(&self, d: &mut Arbiter) {
         self.keep(d);
         let grants = d.decide(self.now());
         let out = lock(&self.out);
@@ -118,7 +118,7 @@ impl Shared {
     /// grown past several times what it describes. A journal that cannot be written is
     /// given up with one log line: the daemon serves on, but one after it would not know
     /// these processes.
-    fn keep(&self, d: &mut Daemon) {
+    fn keep(&self, d: &mut Arbiter) {
         if d.journal.is_empty() {
             return;
         }
@@ -141,7 +141,7 @@ impl Shared {
         d.journal.clear();
     }
 
-    fn rewrite(&self, d: &Daemon) -> Result<Journal, String> {
+    fn rewrite(&self, d: &Arbiter) -> Result<Journal, String> {
         let mut entries = vec![self.started.clone()];
         entries.extend(d.snapshot());
         Journal::create(&self.journal_path, &entries)
@@ -184,7 +184,7 @@ pub fn serve(path: &Path, mut settings: Settings, opts: &Options) -> Result<(), 
     if let (true, Some(k)) = (opts.resume, &kept.settings) {
         settings = k.clone();
     }
-    let mut d = Daemon::with(&settings);
+    let mut d = Arbiter::with(&settings);
     let orphans: Vec<(u32, u64, String)> = kept.procs.into_iter().filter(|(pid, (start, _))| super::procfs::runs(*pid, *start)).map(|(pid, (start, t))| (pid, start, t)).collect();
     for w in d.restore(&kept.tenants, orphans) {
         say(&w);

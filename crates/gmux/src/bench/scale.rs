@@ -4,7 +4,7 @@
 
 use gmuxd::ctl::{self, Request};
 use gmuxd::server::Peer;
-use gmuxd::state::{Daemon, Hello, Sender, Switch};
+use gmux_core::arbiter::{Arbiter, Hello, Sender, Switch};
 use crate::Failure;
 use gmux_core::protocol::{ShimReport, PROTOCOL};
 use gmux_core::sched::Policy;
@@ -56,7 +56,7 @@ pub fn run(a: &ScaleArgs) -> Result<(), Failure> {
         return Err(Failure::Usage("--tenants and --reports must be at least 1".into()));
     }
     const G: u64 = 1 << 30;
-    let mut d = Daemon::new(Some(16 * G), None, a.policy, Switch::Msched);
+    let mut d = Arbiter::new(Some(16 * G), None, a.policy, Switch::Msched);
     let busy = |i: u64| ShimReport { want: 64 << 20, period: 64 << 20, allocated: 64 << 20, commands: i, finished: i, busy: true, ..Default::default() };
     let mut now = 0u64;
     let t0 = Instant::now();

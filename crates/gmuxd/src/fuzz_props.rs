@@ -2,10 +2,10 @@
 //! absurd and truncated messages from several users, in any order, must never panic the
 //! daemon or make it grant more than its budget to any process.
 
-use super::*;
 use crate::ctl::Request;
 use crate::fuzzing::{self, Step, BUDGET, OWNER};
-use gmux_core::protocol::{FromShim, Resume, PROTOCOL};
+use gmux_core::arbiter::Switch;
+use gmux_core::protocol::{FromShim, Resume, ShimReport, PROTOCOL};
 use gmux_core::sched::Policy;
 use proptest::prelude::*;
 

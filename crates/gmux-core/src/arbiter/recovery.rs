@@ -4,12 +4,12 @@
 //! holds) or exited, no process is granted more than it holds, so the budget is never
 //! oversubscribed by memory the new daemon cannot see.
 
-use super::Daemon;
-use crate::journal::{Entry, TenantRecord};
-use gmux_core::protocol::Resume;
-use gmux_core::size::format_size;
+use super::Arbiter;
+use super::record::{Entry, TenantRecord};
+use crate::protocol::Resume;
+use crate::size::format_size;
 
-impl Daemon {
+impl Arbiter {
     /// Takes over what a previous daemon's journal kept: its tenants with their owners and
     /// knobs, and its processes that still run (pid, start time, tenant), awaited until
     /// they register again or exit. Returns what could not be taken over, to log.
@@ -91,8 +91,8 @@ impl Daemon {
     /// their own (one whose processes are all gone, at the defaults, is not kept: names
     /// made per run would otherwise pile up), and the processes.
     pub fn snapshot(&self) -> Vec<Entry> {
-        let fresh = gmux_core::knobs::Limits { timeslice: self.timeslice, ..Default::default() };
-        let kept = |t: &gmux_core::tenant::Tenant| t.limits != fresh || t.high_set_by_admin || self.awaited.values().any(|(_, name)| *name == t.name);
+        let fresh = crate::knobs::Limits { timeslice: self.timeslice, ..Default::default() };
+        let kept = |t: &crate::tenant::Tenant| t.limits != fresh || t.high_set_by_admin || self.awaited.values().any(|(_, name)| *name == t.name);
         let mut out: Vec<Entry> = self.tenants.ids().filter(|t| self.members.contains_key(t) || kept(self.tenants.get(*t))).map(|t| Entry::Tenant(TenantRecord::of(self.tenants.get(t)))).collect();
         let mut seen = std::collections::BTreeSet::new();
         for p in self.procs.values() {
@@ -112,9 +112,9 @@ impl Daemon {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{Hello, Sender, Switch};
-    use gmux_core::protocol::{Grant, ShimReport, PROTOCOL};
-    use gmux_core::sched::Policy;
+    use crate::arbiter::{Hello, Sender, Switch};
+    use crate::protocol::{Grant, ShimReport, PROTOCOL};
+    use crate::sched::Policy;
 
     const G: u64 = 1 << 30;
 
@@ -126,17 +126,17 @@ mod tests {
         Hello { version: PROTOCOL, tenant, priority: 0, high: None, resume }
     }
 
-    fn total(d: &Daemon) -> u64 {
+    fn total(d: &Arbiter) -> u64 {
         d.procs.values().map(|p| p.sent.map_or(0, |g| g.cap).max(p.report.held)).sum()
     }
 
-    fn cap(d: &Daemon, conn: u64) -> Grant {
+    fn cap(d: &Arbiter, conn: u64) -> Grant {
         d.procs[&conn].sent.expect("granted")
     }
 
     #[test]
     fn a_new_daemon_grants_nothing_ahead_until_every_orphan_is_back() {
-        let mut d = Daemon::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
+        let mut d = Arbiter::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
         let warnings = d.restore(&[], [(100, 7100, "a".to_string()), (200, 7200, "b".to_string())]);
         assert!(warnings.is_empty() && d.recovering());
         // A newcomer that wants 4 GiB waits: the orphans may hold all of the budget.
@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn an_orphan_that_exits_ends_the_wait_and_a_recycled_pid_does_not() {
-        let mut d = Daemon::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
+        let mut d = Arbiter::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
         d.restore(&[], [(100, 7100, "a".to_string()), (200, 1, "b".to_string())]);
         // Pid 200 now belongs to a process started later: it is not the orphan.
         d.admit(2, sender(200), &hello("b", Some(Resume { held: G, cap: G, seq: 1 }))).unwrap();
@@ -181,7 +181,7 @@ mod tests {
 
     #[test]
     fn a_claim_from_a_process_not_in_the_journal_never_squeezes_another() {
-        let mut d = Daemon::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
+        let mut d = Arbiter::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
         d.admit(1, sender(100), &hello("honest", None)).unwrap();
         d.report(1, ShimReport { want: 6 * G, period: 6 * G, busy: true, ..Default::default() });
         d.decide(0);
@@ -203,7 +203,7 @@ mod tests {
 
     #[test]
     fn a_claim_never_passes_the_tenants_limit_nor_overflows_the_sequence() {
-        let mut d = Daemon::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
+        let mut d = Arbiter::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
         d.admit(1, sender(100), &hello("x", None)).unwrap();
         d.set_knob("x", "gmem.limit.high", "1G").unwrap();
         d.admit(2, sender(101), &hello("x", Some(Resume { held: 7 * G, cap: 7 * G, seq: u64::MAX - 1 }))).unwrap();
@@ -222,9 +222,9 @@ mod tests {
 
     #[test]
     fn an_orphan_asking_past_this_daemons_ceilings_is_taken_back_within_them() {
-        let mut d = Daemon::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
+        let mut d = Arbiter::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
         d.max_priority = 0;
-        let kept = TenantRecord { name: "a".into(), owner: Some(1000), priority: 5, high_set_by_admin: true, limits: gmux_core::knobs::Limits { high: Some(2 * G), ..Default::default() } };
+        let kept = TenantRecord { name: "a".into(), owner: Some(1000), priority: 5, high_set_by_admin: true, limits: crate::knobs::Limits { high: Some(2 * G), ..Default::default() } };
         d.restore(&[kept], [(100, 7100, "a".to_string())]);
         let back = Hello { priority: 5, high: Some(4 * G), ..hello("a", Some(Resume { held: G, cap: 2 * G, seq: 3 })) };
         let t = d.admit(1, sender(100), &back).expect("an orphan is taken back");
@@ -239,8 +239,8 @@ mod tests {
     fn the_tenant_of_an_orphan_still_awaited_is_kept_with_its_owner() {
         // Its knobs are the defaults and it has no process yet: only the wait keeps it, so
         // that a daemon after a second restart still knows whose name it is.
-        let plain = TenantRecord { name: "a".into(), owner: Some(1000), priority: 0, high_set_by_admin: false, limits: gmux_core::knobs::Limits::default() };
-        let mut d = Daemon::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
+        let plain = TenantRecord { name: "a".into(), owner: Some(1000), priority: 0, high_set_by_admin: false, limits: crate::knobs::Limits::default() };
+        let mut d = Arbiter::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
         d.restore(&[plain.clone()], [(100, 7100, "a".to_string())]);
         assert_eq!(d.snapshot()[0], Entry::Tenant(plain));
         assert!(d.orphan_gone(100, 7100));
@@ -249,7 +249,7 @@ mod tests {
 
     #[test]
     fn kept_tenants_come_back_with_their_knobs_and_owners() {
-        let mut d = Daemon::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
+        let mut d = Arbiter::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
         d.admit(1, sender(100), &Hello { high: Some(2 * G), ..hello("a", None) }).unwrap();
         d.set_knob("a", "gmem.limit.low", "1G").unwrap();
         d.admit(2, sender(200), &hello("b", None)).unwrap();
@@ -260,10 +260,10 @@ mod tests {
         d.admit(3, sender(300), &hello("c", None)).unwrap();
         d.leave(3);
         d.leave(1);
-        let names = |d: &Daemon| d.snapshot().iter().filter_map(|e| if let Entry::Tenant(r) = e { Some(r.name.clone()) } else { None }).collect::<Vec<_>>();
+        let names = |d: &Arbiter| d.snapshot().iter().filter_map(|e| if let Entry::Tenant(r) = e { Some(r.name.clone()) } else { None }).collect::<Vec<_>>();
         assert_eq!(names(&d), vec!["a", "b"]);
         let orphans = snap.iter().filter_map(|e| if let Entry::Join { pid, start, tenant } = e { Some((*pid, *start, tenant.clone())) } else { None });
-        let mut next = Daemon::new(Some(4 * G), None, Policy::RoundRobin, Switch::Msched);
+        let mut next = Arbiter::new(Some(4 * G), None, Policy::RoundRobin, Switch::Msched);
         assert!(next.restore(&records, orphans).is_empty());
         let a = next.tenants.get(next.tenants.find("a").unwrap());
         assert_eq!((a.limits.high, a.limits.low, a.owner), (Some(2 * G), G, Some(1000)));

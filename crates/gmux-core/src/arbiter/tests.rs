@@ -8,24 +8,24 @@ fn busy(held: u64, want: u64) -> ShimReport {
 }
 
 /// Process `conn` reports its first command finished; the daemon sees it at `now`.
-fn started(d: &mut Daemon, conn: u64, held: u64, now: Nanos) {
+fn started(d: &mut Arbiter, conn: u64, held: u64, now: Nanos) {
     rep(d, conn, ShimReport { commands: 1, finished: 1, ..busy(held, 8 * G) });
     d.decide(now);
 }
 
 /// Takes a report that has applied the newest grant.
-fn rep(d: &mut Daemon, conn: u64, mut r: ShimReport) {
+fn rep(d: &mut Arbiter, conn: u64, mut r: ShimReport) {
     r.grant = d.procs.get(&conn).and_then(|p| p.sent).map_or(0, |g| g.seq);
     d.report(conn, r);
 }
 
-fn grants(d: &mut Daemon, now: Nanos) -> HashMap<u64, Grant> {
+fn grants(d: &mut Arbiter, now: Nanos) -> HashMap<u64, Grant> {
     d.decide(now);
     d.procs.iter().map(|(c, p)| (*c, p.sent.expect("decided"))).collect()
 }
 
-fn four_of_8g(switch: Switch) -> Daemon {
-    let mut d = Daemon::new(Some(16 * G), None, Policy::RoundRobin, switch);
+fn four_of_8g(switch: Switch) -> Arbiter {
+    let mut d = Arbiter::new(Some(16 * G), None, Policy::RoundRobin, switch);
     for c in 0..4 {
         d.join(c, 100 + c as u32, &format!("t{c}"), 0);
         rep(&mut d, c, busy(0, 8 * G));
@@ -58,7 +58,7 @@ fn round_robin_runs_one_tenant_and_hands_memory_in_belady_order() {
 fn running_at_once_is_judged_on_whole_periods() {
     // Two tenants whose next slices (2 GiB each) fit 16 GiB but whose periods (12 GiB
     // each) do not: running them at once would thrash, so they take turns.
-    let mut d = Daemon::new(Some(16 * G), None, Policy::RoundRobin, Switch::Msched);
+    let mut d = Arbiter::new(Some(16 * G), None, Policy::RoundRobin, Switch::Msched);
     for c in 0..2 {
         d.join(c, 100 + c as u32, &format!("t{c}"), 0);
         rep(&mut d, c, ShimReport { period: 12 * G, ..busy(0, 2 * G) });
@@ -90,7 +90,7 @@ fn whole_swap_waits_for_the_others_to_leave() {
 
 #[test]
 fn everything_fits_so_everyone_runs_at_once() {
-    let mut d = Daemon::new(Some(16 * G), None, Policy::RoundRobin, Switch::Msched);
+    let mut d = Arbiter::new(Some(16 * G), None, Policy::RoundRobin, Switch::Msched);
     for c in 0..4 {
         d.join(c, 100 + c as u32, &format!("t{c}"), 0);
         rep(&mut d, c, busy(0, 4 * G));
@@ -102,7 +102,7 @@ fn everything_fits_so_everyone_runs_at_once() {
 
 #[test]
 fn priority_gates_best_effort_while_real_time_is_busy() {
-    let mut d = Daemon::new(Some(16 * G), None, Policy::Priority, Switch::Msched);
+    let mut d = Arbiter::new(Some(16 * G), None, Policy::Priority, Switch::Msched);
     d.join(0, 100, "rt", 1);
     d.join(1, 101, "be", 0);
     rep(&mut d, 0, busy(4 * G, 4 * G));
@@ -118,7 +118,7 @@ fn priority_gates_best_effort_while_real_time_is_busy() {
 
 #[test]
 fn a_dead_tenant_no_longer_counts() {
-    let mut d = Daemon::new(Some(16 * G), None, Policy::RoundRobin, Switch::Msched);
+    let mut d = Arbiter::new(Some(16 * G), None, Policy::RoundRobin, Switch::Msched);
     d.join(0, 100, "a", 0);
     d.join(1, 101, "b", 0);
     rep(&mut d, 0, busy(12 * G, 12 * G));
@@ -134,7 +134,7 @@ fn a_dead_tenant_no_longer_counts() {
 
 #[test]
 fn a_tenant_of_two_processes_splits_its_grant_by_want() {
-    let mut d = Daemon::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
+    let mut d = Arbiter::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
     d.join(0, 100, "a", 0);
     d.join(1, 101, "a", 0);
     rep(&mut d, 0, busy(0, 2 * G));
@@ -148,7 +148,7 @@ fn a_tenant_of_two_processes_splits_its_grant_by_want() {
 fn a_process_joining_its_tenant_gets_only_what_the_first_has_given_back() {
     // The tenant's grant is split anew when a second process joins; the first may hold
     // its old cap until it reports having shrunk, so the second waits for that.
-    let mut d = Daemon::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
+    let mut d = Arbiter::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
     d.join(0, 100, "a", 0);
     rep(&mut d, 0, busy(0, 8 * G));
     assert_eq!(grants(&mut d, 0)[&0].cap, 8 * G);

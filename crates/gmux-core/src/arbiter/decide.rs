@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl Daemon {
+impl Arbiter {
     /// Decides at time `now` and returns the grants that changed, by connection.
     pub fn decide(&mut self, now: Nanos) -> Vec<(u64, Grant)> {
         self.now = now;

@@ -2,12 +2,12 @@
 //! user and asks only for what it may, a knob write keeps the tenants' protected memory
 //! within the budget, and a report is believed only as far as the grants allow.
 
-use super::{Daemon, Proc};
-use gmux_core::knobs::Knob;
-use crate::journal::{Entry, TenantRecord};
-use gmux_core::protocol::{Resume, ShimReport, PROTOCOL};
-use gmux_core::size::format_size;
-use gmux_core::TenantId;
+use super::{Arbiter, Proc};
+use crate::knobs::Knob;
+use super::record::{Entry, TenantRecord};
+use crate::protocol::{Resume, ShimReport, PROTOCOL};
+use crate::size::format_size;
+use crate::TenantId;
 
 /// Longest tenant name, in bytes.
 pub const MAX_NAME: usize = 128;
@@ -45,7 +45,7 @@ pub struct Hello<'a> {
     pub resume: Option<Resume>,
 }
 
-impl Daemon {
+impl Arbiter {
     /// Registers the sender's process as connection `conn` of the tenant its `Hello`
     /// names, or says why not (one line, with what to do).
     pub fn admit(&mut self, conn: u64, who: Sender, h: &Hello) -> Result<TenantId, String> {
@@ -187,9 +187,9 @@ pub fn believable(p: &Proc, mut r: ShimReport, budget: u64) -> (ShimReport, Opti
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::Switch;
-    use gmux_core::protocol::Grant;
-    use gmux_core::sched::Policy;
+    use crate::arbiter::Switch;
+    use crate::protocol::Grant;
+    use crate::sched::Policy;
 
     const G: u64 = 1 << 30;
     const ALICE: Sender = Sender { pid: 100, uid: 2000, admin: false, start: 0 };
@@ -200,8 +200,8 @@ mod tests {
         Hello { version: PROTOCOL, tenant, priority: 0, high: None, resume: None }
     }
 
-    fn daemon() -> Daemon {
-        Daemon::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched)
+    fn daemon() -> Arbiter {
+        Arbiter::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched)
     }
 
     #[test]
@@ -284,7 +284,7 @@ mod tests {
         let fair = ShimReport { want: 4 * G, period: 4 * G, busy: true, ..Default::default() };
         d.report(1, fair);
         d.report(2, fair);
-        let sent = |d: &Daemon, c: u64| -> Grant { d.procs[&c].sent.expect("granted") };
+        let sent = |d: &Arbiter, c: u64| -> Grant { d.procs[&c].sent.expect("granted") };
         d.decide(0);
         let before = sent(&d, 2).cap;
         assert!(before >= 2 * G, "{before}");

@@ -1,20 +1,20 @@
 //! The daemon's state, free of sockets and clocks: tenants, their processes and what
 //! they reported (as far as it is believed, `trust.rs`), and what a daemon before this one
-//! left (`recovery.rs`). [`Daemon::decide`] (`decide.rs`) is called on every event (a
+//! left (`recovery.rs`). [`Arbiter::decide`] (`decide.rs`) is called on every event (a
 //! report, a process joining or dying, a knob set, a slice ending) and returns the grants
-//! that changed. What a daemon after it must know goes into [`Daemon::journal`].
+//! that changed. What a daemon after it must know goes into [`Arbiter::journal`].
 
-use gmux_core::hbm::{all_fit, divide, Claim};
-use gmux_core::knobs::GroupStat;
-use gmux_core::protocol::{Fill, Grant, ShimReport};
-use gmux_core::sched::{Policy, Scheduler, TenantView};
-use gmux_core::size::format_size;
-use gmux_core::{Nanos, TenantId, Tenants, CHUNK_BYTES};
-use crate::journal::{Entry, Settings};
+use crate::hbm::{all_fit, divide, Claim};
+use crate::knobs::GroupStat;
+use crate::protocol::{Fill, Grant, ShimReport};
+use crate::sched::{Policy, Scheduler, TenantView};
+use crate::size::format_size;
+use crate::{Nanos, TenantId, Tenants, CHUNK_BYTES};
+use record::{Entry, Settings};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// How a time-sliced switch moves memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Switch {
     /// MSched: the next tenant starts at once and brings in its forecast working set
@@ -23,6 +23,17 @@ pub enum Switch {
     /// Baseline (TGS / PipeSwitch style): every other tenant evicts all it holds, then
     /// the next one brings in all of its memory before it runs.
     Whole,
+}
+
+impl Switch {
+    /// Parses `msched` or `whole`.
+    pub fn parse(s: &str) -> Result<Switch, String> {
+        match s {
+            "msched" => Ok(Switch::Msched),
+            "whole" => Ok(Switch::Whole),
+            _ => Err(format!("unknown switch {s:?}: use msched or whole")),
+        }
+    }
 }
 
 /// Why a process does not answer.
@@ -114,7 +125,7 @@ impl Running {
 }
 
 /// The daemon's state.
-pub struct Daemon {
+pub struct Arbiter {
     /// GPU-memory budget (`--hbm`); `None`: what the device has.
     pub hbm: Option<u64>,
     /// Host-tier budget (`--host`), reported; the shims keep evicted chunks in host memory.
@@ -145,28 +156,28 @@ pub struct Daemon {
     /// Highest priority a user other than the daemon's owner or root may ask for.
     pub max_priority: i32,
     /// Processes of a previous daemon, by pid, that may hold memory under its grants and
-    /// have not registered again: their start time and tenant ([`Daemon::restore`]).
+    /// have not registered again: their start time and tenant ([`Arbiter::restore`]).
     awaited: BTreeMap<u32, (u64, String)>,
     /// Changes to keep for a daemon after this one, since the server last took them.
     pub journal: Vec<Entry>,
 }
 
-impl Daemon {
+impl Arbiter {
     /// A daemon with no tenants.
     pub fn new(hbm: Option<u64>, host: Option<u64>, policy: Policy, switch: Switch) -> Self {
-        Daemon { hbm, host, policy, switch, tenants: Tenants::default(), timeslice: gmux_core::knobs::DEFAULT_TIMESLICE, sched: policy.build(), procs: BTreeMap::new(), members: BTreeMap::new(), departed: BTreeMap::new(), events: Vec::new(), now: 0, peak_held: 0, max_priority: 0, past: HashMap::new(), running: None, awaited: BTreeMap::new(), journal: Vec::new() }
+        Arbiter { hbm, host, policy, switch, tenants: Tenants::default(), timeslice: crate::knobs::DEFAULT_TIMESLICE, sched: policy.build(), procs: BTreeMap::new(), members: BTreeMap::new(), departed: BTreeMap::new(), events: Vec::new(), now: 0, peak_held: 0, max_priority: 0, past: HashMap::new(), running: None, awaited: BTreeMap::new(), journal: Vec::new() }
     }
 
     /// A daemon with no tenants and these settings.
     pub fn with(s: &Settings) -> Self {
-        let mut d = Daemon::new(s.hbm, s.host, s.policy, s.switch);
+        let mut d = Arbiter::new(s.hbm, s.host, s.policy, s.switch);
         d.timeslice = s.timeslice;
         d.max_priority = s.max_priority;
         d
     }
 
     /// Registers process `pid` of tenant `name` (created on first use) as connection `conn`,
-    /// unchecked: what a socket sends goes through [`Daemon::admit`].
+    /// unchecked: what a socket sends goes through [`Arbiter::admit`].
     pub fn join(&mut self, conn: u64, pid: u32, name: &str, priority: i32) -> TenantId {
         let id = self.tenants.find(name).unwrap_or_else(|_| {
             let id = self.tenants.add(name).expect("name is new");
@@ -268,7 +279,7 @@ impl Daemon {
     }
 
     /// Forgets a process that exited or disconnected; its memory no longer counts. Until
-    /// [`Daemon::closed`], reports still read from its connection add to its tenant's
+    /// [`Arbiter::closed`], reports still read from its connection add to its tenant's
     /// counters. Returns its pid and tenant name.
     pub fn leave(&mut self, conn: u64) -> Option<(u32, String)> {
         self.forget_member(conn);
@@ -342,11 +353,10 @@ impl Daemon {
 }
 
 mod decide;
+pub mod record;
 mod recovery;
 mod trust;
 pub use trust::{Hello, Sender};
 
-#[cfg(test)]
-mod fuzz;
 #[cfg(test)]
 mod tests;
