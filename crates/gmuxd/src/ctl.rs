@@ -130,7 +130,7 @@ fn ps(d: &Arbiter, visible: &dyn Fn(TenantId) -> bool) -> String {
     }
     let widths: Vec<usize> = (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
     let held = d.live().iter().map(|t| d.usage(*t).held).fold(0, u64::saturating_add);
-    let budget = format!("budget {}, policy {}, held {} (peak {})", d.hbm.map_or("device".into(), format_size), d.policy_name(), format_size(held), format_size(d.peak_held));
+    let budget = format!("budget {}, policy {}, held {} (peak {})", d.settings.hbm.map_or("device".into(), format_size), d.policy_name(), format_size(held), format_size(d.peak_held));
     let lines: Vec<String> = rows.iter().map(|r| r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string()).collect();
     format!("{budget}\n{}", lines.join("\n"))
 }

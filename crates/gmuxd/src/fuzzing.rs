@@ -67,14 +67,14 @@ pub fn take(d: &mut Arbiter, step: Step, now: Nanos) -> Result<(), String> {
             d.orphan_gone(pid, start_of(pid));
         }
     }
-    let limit = d.hbm.unwrap_or(u64::MAX);
+    let limit = d.settings.hbm.unwrap_or(u64::MAX);
     for (_, g) in d.decide(now) {
         if g.cap > limit || g.most > limit {
             return Err(format!("a grant past the budget of {limit}: {g:?}"));
         }
     }
     let exposed = d.exposure();
-    if d.hbm.is_some() && exposed > limit {
+    if d.settings.hbm.is_some() && exposed > limit {
         return Err(format!("the caps the processes may have applied add up to {exposed}, past the budget of {limit}"));
     }
     ctl::answer(d, &Request::Ps, Peer { pid: 1, uid: 0 }, OWNER);

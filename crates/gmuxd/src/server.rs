@@ -202,10 +202,10 @@ pub fn serve(path: &Path, mut settings: Settings, opts: &Options) -> Result<(), 
         "gmuxd: serving {} (pid {}): budget {}, host {}, policy {}, switch {:?}{}",
         path.display(),
         std::process::id(),
-        d.hbm.map_or("device".into(), format_size),
-        d.host.map_or("unlimited".into(), format_size),
+        d.settings.hbm.map_or("device".into(), format_size),
+        d.settings.host.map_or("unlimited".into(), format_size),
         d.policy_name(),
-        d.switch,
+        d.settings.switch,
         if d.recovering() { format!("; {} processes of the previous daemon may still hold memory: nobody grows until they register again or exit", d.awaited().count()) } else { String::new() }
     );
     let awaited: Vec<(u32, u64)> = d.awaited().map(|(pid, start, _)| (pid, start)).collect();

@@ -16,18 +16,18 @@ impl Arbiter {
             Claim { id: t, held: u.held, want: if whole { u.period } else { u.want }, low: k.low, high: k.high, next_run }
         };
         let flat: Vec<Claim> = live.iter().map(|t| claim(&self.tenants, *t, 0, true)).collect();
-        let concurrent = self.policy == Policy::Priority || all_fit(self.hbm, &flat);
+        let concurrent = self.settings.policy == Policy::Priority || all_fit(self.settings.hbm, &flat);
         let (runs, order) = if concurrent { self.concurrent(&live, &usage) } else { self.sliced(&live, &usage, now) };
         let claims: Vec<Claim> = live.iter().map(|t| claim(&self.tenants, *t, order[t], concurrent)).collect();
-        let mut caps = divide(self.hbm, &claims);
-        if self.switch == Switch::Whole && !concurrent {
+        let mut caps = divide(self.settings.hbm, &claims);
+        if self.settings.switch == Switch::Whole && !concurrent {
             // The baseline keeps nothing of the tenants that do not run.
             for (i, t) in live.iter().enumerate() {
-                caps[i] = if runs[t] { round_up(usage[t].allocated.max(usage[t].want)).min(self.hbm.unwrap_or(u64::MAX)) } else { 0 };
+                caps[i] = if runs[t] { round_up(usage[t].allocated.max(usage[t].want)).min(self.settings.hbm.unwrap_or(u64::MAX)) } else { 0 };
             }
         }
         let high = |t: &TenantId| self.tenants.get(*t).limits.high.unwrap_or(u64::MAX);
-        let Some(hbm) = self.hbm else {
+        let Some(hbm) = self.settings.hbm else {
             // No budget: each process is bounded by its high limit and its device.
             caps = live.iter().map(high).collect();
             let each: Vec<Vec<(u64, u64)>> = live.iter().zip(&caps).map(|(t, cap)| self.split(*t, *cap)).collect();
@@ -81,7 +81,7 @@ impl Arbiter {
         for (i, t) in live.iter().enumerate() {
             let now_cap = now_caps[i].iter().map(|(_, c)| *c).fold(0, u64::saturating_add);
             let evicting = over.iter().any(|&j| j != i);
-            let (run, fill) = match self.switch {
+            let (run, fill) = match self.settings.switch {
                 _ if concurrent => (runs[t], Fill::None),
                 Switch::Msched => (runs[t], Fill::Forecast),
                 Switch::Whole => (runs[t] && !evicting && now_cap >= caps[i], Fill::Whole),
@@ -93,8 +93,8 @@ impl Arbiter {
                     r.waited_logged = true;
                 }
             }
-            let gated = concurrent && self.policy == Policy::Priority && !runs[t];
-            let inflight = if gated || (self.policy == Policy::Priority && self.tenants.get(*t).priority < top) { GATED_INFLIGHT } else { 0 };
+            let gated = concurrent && self.settings.policy == Policy::Priority && !runs[t];
+            let inflight = if gated || (self.settings.policy == Policy::Priority && self.tenants.get(*t).priority < top) { GATED_INFLIGHT } else { 0 };
             out.extend(now_caps[i].iter().map(|(conn, cap)| (*conn, Grant { cap: *cap, most: most[i], run, fill, inflight, seq: 0 })));
         }
         out.retain_mut(|(conn, g)| {
@@ -122,7 +122,7 @@ impl Arbiter {
         let max = live.iter().map(|u| self.tenants.get(*u).priority).max().unwrap_or(0);
         for t in live {
             let k = self.tenants.get(*t);
-            let gated = self.policy == Policy::Priority && top.is_some_and(|p| k.priority < p);
+            let gated = self.settings.policy == Policy::Priority && top.is_some_and(|p| k.priority < p);
             runs.insert(*t, !k.limits.frozen && !gated);
             order.insert(*t, if k.limits.frozen || !self.responsive(*t) { u64::MAX } else { (i64::from(max) - i64::from(k.priority)).unsigned_abs() });
         }

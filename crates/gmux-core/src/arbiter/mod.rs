@@ -126,18 +126,10 @@ impl Running {
 
 /// The daemon's state.
 pub struct Arbiter {
-    /// GPU-memory budget (`--hbm`); `None`: what the device has.
-    pub hbm: Option<u64>,
-    /// Host-tier budget (`--host`), reported; the shims keep evicted chunks in host memory.
-    pub host: Option<u64>,
-    /// Scheduling policy.
-    pub policy: Policy,
-    /// How a switch moves memory.
-    pub switch: Switch,
+    /// The budget, the policy and the rest of the daemon's settings.
+    pub settings: Settings,
     /// Tenants and their knobs.
     pub tenants: Tenants,
-    /// `compute.timeslice` given to new tenants.
-    pub timeslice: Nanos,
     sched: Box<dyn Scheduler>,
     procs: BTreeMap<u64, Proc>,
     /// The connections of each tenant with a process.
@@ -153,8 +145,6 @@ pub struct Arbiter {
     now: Nanos,
     /// Most GPU memory all processes together reported holding at once.
     pub peak_held: u64,
-    /// Highest priority a user other than the daemon's owner or root may ask for.
-    pub max_priority: i32,
     /// Processes of a previous daemon, by pid, that may hold memory under its grants and
     /// have not registered again: their start time and tenant ([`Arbiter::restore`]).
     awaited: BTreeMap<u32, (u64, String)>,
@@ -163,17 +153,15 @@ pub struct Arbiter {
 }
 
 impl Arbiter {
-    /// A daemon with no tenants.
+    /// A daemon with no tenants, this budget, policy and switch, and the default timeslice
+    /// and priority ceiling.
     pub fn new(hbm: Option<u64>, host: Option<u64>, policy: Policy, switch: Switch) -> Self {
-        Arbiter { hbm, host, policy, switch, tenants: Tenants::default(), timeslice: crate::knobs::DEFAULT_TIMESLICE, sched: policy.build(), procs: BTreeMap::new(), members: BTreeMap::new(), departed: BTreeMap::new(), events: Vec::new(), now: 0, peak_held: 0, max_priority: 0, past: HashMap::new(), running: None, awaited: BTreeMap::new(), journal: Vec::new() }
+        Arbiter::with(&Settings { hbm, host, policy, switch, timeslice: crate::knobs::DEFAULT_TIMESLICE, max_priority: 0 })
     }
 
     /// A daemon with no tenants and these settings.
     pub fn with(s: &Settings) -> Self {
-        let mut d = Arbiter::new(s.hbm, s.host, s.policy, s.switch);
-        d.timeslice = s.timeslice;
-        d.max_priority = s.max_priority;
-        d
+        Arbiter { settings: s.clone(), tenants: Tenants::default(), sched: s.policy.build(), procs: BTreeMap::new(), members: BTreeMap::new(), departed: BTreeMap::new(), events: Vec::new(), now: 0, peak_held: 0, past: HashMap::new(), running: None, awaited: BTreeMap::new(), journal: Vec::new() }
     }
 
     /// Registers process `pid` of tenant `name` (created on first use) as connection `conn`,
@@ -181,7 +169,7 @@ impl Arbiter {
     pub fn join(&mut self, conn: u64, pid: u32, name: &str, priority: i32) -> TenantId {
         let id = self.tenants.find(name).unwrap_or_else(|_| {
             let id = self.tenants.add(name).expect("name is new");
-            self.tenants.get_mut(id).limits.timeslice = self.timeslice;
+            self.tenants.get_mut(id).limits.timeslice = self.settings.timeslice;
             id
         });
         if !self.members.contains_key(&id) {
@@ -221,7 +209,7 @@ impl Arbiter {
             last.bytes_d2h = last.bytes_d2h.max(r.bytes_d2h);
             return None;
         }
-        let budget = self.hbm.unwrap_or(u64::MAX);
+        let budget = self.settings.hbm.unwrap_or(u64::MAX);
         let mut doubt = None;
         if let Some(p) = self.procs.get_mut(&conn) {
             let (r, why) = trust::believable(p, r, budget);

@@ -15,7 +15,7 @@ impl Arbiter {
     /// they register again or exit. Returns what could not be taken over, to log.
     pub fn restore(&mut self, tenants: &[TenantRecord], orphans: impl IntoIterator<Item = (u32, u64, String)>) -> Vec<String> {
         let mut warnings = Vec::new();
-        let budget = self.hbm.unwrap_or(u64::MAX);
+        let budget = self.settings.hbm.unwrap_or(u64::MAX);
         let mut protected = 0u64;
         for r in tenants {
             let Ok(id) = self.tenants.add(&r.name) else { continue };
@@ -32,7 +32,7 @@ impl Arbiter {
             t.priority = r.priority;
             t.high_set_by_admin = r.high_set_by_admin && t.limits.high.is_some();
         }
-        if self.hbm.is_some() {
+        if self.settings.hbm.is_some() {
             self.awaited.extend(orphans.into_iter().map(|(pid, start, tenant)| (pid, (start, tenant))));
         }
         warnings
@@ -72,7 +72,7 @@ impl Arbiter {
             self.awaited.remove(&pid);
         }
         let Some(t) = self.procs.get(&conn).map(|p| p.tenant) else { return };
-        let budget = self.hbm.unwrap_or(u64::MAX);
+        let budget = self.settings.hbm.unwrap_or(u64::MAX);
         let others = self.procs.iter().filter(|(c, _)| **c != conn).map(|(_, q)| q.report.held.max(q.exposure)).fold(0, u64::saturating_add);
         let room = if expected || !self.recovering() { budget.saturating_sub(others) } else { 0 };
         let high = self.tenants.get(t).limits.high.unwrap_or(u64::MAX);
@@ -91,7 +91,7 @@ impl Arbiter {
     /// their own (one whose processes are all gone, at the defaults, is not kept: names
     /// made per run would otherwise pile up), and the processes.
     pub fn snapshot(&self) -> Vec<Entry> {
-        let fresh = crate::knobs::Limits { timeslice: self.timeslice, ..Default::default() };
+        let fresh = crate::knobs::Limits { timeslice: self.settings.timeslice, ..Default::default() };
         let kept = |t: &crate::tenant::Tenant| t.limits != fresh || t.high_set_by_admin || self.awaited.values().any(|(_, name)| *name == t.name);
         let mut out: Vec<Entry> = self.tenants.ids().filter(|t| self.members.contains_key(t) || kept(self.tenants.get(*t))).map(|t| Entry::Tenant(TenantRecord::of(self.tenants.get(t)))).collect();
         let mut seen = std::collections::BTreeSet::new();
@@ -223,7 +223,7 @@ mod tests {
     #[test]
     fn an_orphan_asking_past_this_daemons_ceilings_is_taken_back_within_them() {
         let mut d = Arbiter::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
-        d.max_priority = 0;
+        d.settings.max_priority = 0;
         let kept = TenantRecord { name: "a".into(), owner: Some(1000), priority: 5, high_set_by_admin: true, limits: crate::knobs::Limits { high: Some(2 * G), ..Default::default() } };
         d.restore(&[kept], [(100, 7100, "a".to_string())]);
         let back = Hello { priority: 5, high: Some(4 * G), ..hello("a", Some(Resume { held: G, cap: 2 * G, seq: 3 })) };

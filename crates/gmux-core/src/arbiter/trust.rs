@@ -59,7 +59,7 @@ impl Arbiter {
         // are brought within what this daemon allows instead of refused, since refusing it
         // would leave its memory unaccounted and nobody could grow.
         let resuming = h.resume.is_some() && self.is_awaited(who.pid, who.start);
-        let ceiling = if who.admin { MAX_PRIORITY_MAGNITUDE } else { self.max_priority };
+        let ceiling = if who.admin { MAX_PRIORITY_MAGNITUDE } else { self.settings.max_priority };
         let priority = if resuming { h.priority.clamp(-MAX_PRIORITY_MAGNITUDE, ceiling) } else { h.priority };
         if priority.unsigned_abs() > MAX_PRIORITY_MAGNITUDE.unsigned_abs() || priority > ceiling {
             return Err(format!("priority {} is out of range: you may ask for -{MAX_PRIORITY_MAGNITUDE} to {ceiling} (the daemon's owner sets the ceiling with --max-priority)", h.priority));
@@ -120,7 +120,7 @@ impl Arbiter {
         let k = Knob::parse(knob).map_err(|e| e.to_string())?;
         let mut limits = self.tenants.get(t).limits.clone();
         limits.set(k, value).map_err(|e| e.to_string())?;
-        if let (Knob::LimitLow, Some(budget)) = (k, self.hbm) {
+        if let (Knob::LimitLow, Some(budget)) = (k, self.settings.hbm) {
             let others: u64 = self.tenants.ids().filter(|u| *u != t).map(|u| self.tenants.get(u).limits.low).fold(0, u64::saturating_add);
             if others.saturating_add(limits.low) > budget {
                 return Err(format!(
@@ -221,7 +221,7 @@ mod tests {
     #[test]
     fn a_hello_asks_for_a_valid_limit_and_never_above_the_owners() {
         let mut d = daemon();
-        d.timeslice = 5_000_000;
+        d.settings.timeslice = 5_000_000;
         let t = d.admit(1, ALICE, &Hello { high: Some(6 * G), ..hello("job") }).unwrap();
         assert_eq!(d.tenants.get(t).limits.high, Some(6 * G));
         assert_eq!(d.tenants.get(t).limits.timeslice, 5_000_000, "a new tenant gets the daemon's --timeslice");
@@ -240,7 +240,7 @@ mod tests {
     #[test]
     fn priorities_above_the_ceiling_are_the_owners_and_every_priority_is_bounded() {
         let mut d = daemon();
-        d.max_priority = 2;
+        d.settings.max_priority = 2;
         let e = d.admit(1, ALICE, &Hello { priority: 3, ..hello("a") }).unwrap_err();
         assert!(e.contains("priority 3") && e.contains("--max-priority"), "{e}");
         assert!(d.admit(2, ALICE, &Hello { priority: 2, ..hello("b") }).is_ok());
