@@ -35,8 +35,7 @@ pub type CUmemGenericAllocationHandle = u64;
 /// `CUhostFn`.
 pub type CUhostFn = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
 /// `CUstreamCallback` of `cuStreamAddCallback`.
-pub type CUstreamCallback =
-    Option<unsafe extern "C" fn(stream: CUstream, status: CUresult, user_data: *mut c_void)>;
+pub type CUstreamCallback = Option<unsafe extern "C" fn(stream: CUstream, status: CUresult, user_data: *mut c_void)>;
 
 pub const CUDA_SUCCESS: CUresult = 0;
 /// The driver is shutting down (the process is exiting).

@@ -100,8 +100,7 @@ impl State {
         }
         let me = me();
         let forbid = |c: &Capture| {
-            (c.thread == me && c.mode != CU_STREAM_CAPTURE_MODE_RELAXED)
-                || (mode == CU_STREAM_CAPTURE_MODE_GLOBAL && c.mode == CU_STREAM_CAPTURE_MODE_GLOBAL)
+            (c.thread == me && c.mode != CU_STREAM_CAPTURE_MODE_RELAXED) || (mode == CU_STREAM_CAPTURE_MODE_GLOBAL && c.mode == CU_STREAM_CAPTURE_MODE_GLOBAL)
         };
         let hit: Vec<u64> = self.captures.iter().filter(|(_, c)| forbid(c)).map(|(&id, _)| id).collect();
         if hit.is_empty() {
@@ -229,14 +228,7 @@ pub fn info(stream: StreamId) -> Res<Info> {
     if stream == LEGACY && st.members.values().any(|m| m.blocking) {
         return Err(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
     }
-    let none = Info {
-        status: CU_STREAM_CAPTURE_STATUS_NONE,
-        id: 0,
-        graph: 0,
-        deps: std::ptr::null(),
-        edges: std::ptr::null(),
-        ndeps: 0,
-    };
+    let none = Info { status: CU_STREAM_CAPTURE_STATUS_NONE, id: 0, graph: 0, deps: std::ptr::null(), edges: std::ptr::null(), ndeps: 0 };
     let Some(m) = st.members.get(&stream) else { return Ok(none) };
     let c = &st.captures[&m.capture];
     let status = if c.invalidated { CU_STREAM_CAPTURE_STATUS_INVALIDATED } else { CU_STREAM_CAPTURE_STATUS_ACTIVE };

@@ -29,15 +29,7 @@ pub struct Side {
 }
 
 impl Side {
-    fn from_abi(
-        ty: u32,
-        host: usize,
-        device: u64,
-        xyz: [usize; 3],
-        lod: usize,
-        pitch: usize,
-        height: usize,
-    ) -> Result<Side, CUresult> {
+    fn from_abi(ty: u32, host: usize, device: u64, xyz: [usize; 3], lod: usize, pitch: usize, height: usize) -> Result<Side, CUresult> {
         let mem = match ty {
             CU_MEMORYTYPE_HOST => Mem::Host(host),
             CU_MEMORYTYPE_DEVICE => Mem::Device(device),
@@ -93,24 +85,10 @@ impl Copy3d {
     /// Validates a `CUDA_MEMCPY3D`. Arrays are not supported; rows must fit their pitch,
     /// and slices their height, whenever a copy spans more than one of them.
     pub fn from_abi(p: &CUDA_MEMCPY3D) -> Result<Copy3d, CUresult> {
-        let src = Side::from_abi(
-            p.src_memory_type,
-            p.src_host as usize,
-            p.src_device,
-            [p.src_x_in_bytes, p.src_y, p.src_z],
-            p.src_lod,
-            p.src_pitch,
-            p.src_height,
-        )?;
-        let dst = Side::from_abi(
-            p.dst_memory_type,
-            p.dst_host as usize,
-            p.dst_device,
-            [p.dst_x_in_bytes, p.dst_y, p.dst_z],
-            p.dst_lod,
-            p.dst_pitch,
-            p.dst_height,
-        )?;
+        let src =
+            Side::from_abi(p.src_memory_type, p.src_host as usize, p.src_device, [p.src_x_in_bytes, p.src_y, p.src_z], p.src_lod, p.src_pitch, p.src_height)?;
+        let dst =
+            Side::from_abi(p.dst_memory_type, p.dst_host as usize, p.dst_device, [p.dst_x_in_bytes, p.dst_y, p.dst_z], p.dst_lod, p.dst_pitch, p.dst_height)?;
         let c = Copy3d { src, dst, width: p.width_in_bytes, height: p.height, depth: p.depth };
         for s in [&c.src, &c.dst] {
             let rows = c.height > 1 || c.depth > 1 || s.y > 0 || s.z > 0;
@@ -271,6 +249,8 @@ mod tests {
         (p.dst_pitch, p.dst_height) = (3, 2);
         (p.width_in_bytes, p.height, p.depth) = (2, 2, 2);
         let c = Copy3d::from_abi(&p).unwrap();
+        // SAFETY: both sides are host vectors covering the box: its last source byte is
+        // 1 * 12 + 2 * 4 + 2 = 22 < 24, its last destination byte 1 * 6 + 1 * 3 + 1 = 10 < 12.
         unsafe { c.run("test") };
         assert_eq!(dst, [5, 6, 0, 9, 10, 0, 17, 18, 0, 21, 22, 0]);
         assert_eq!(Copy3d::from_abi(&c.to_abi()), Ok(c));

@@ -115,13 +115,10 @@ fn wait_on(g: MutexGuard<'static, Graph>) -> MutexGuard<'static, Graph> {
 }
 
 fn spawn_worker(id: StreamId) {
-    std::thread::Builder::new()
-        .name(format!("cuda-standin-stream-{id}"))
-        .spawn(move || worker(id))
-        .unwrap_or_else(|e| {
-            eprintln!("cuda-standin: cannot start a stream thread: {e}");
-            std::process::abort()
-        });
+    std::thread::Builder::new().name(format!("cuda-standin-stream-{id}")).spawn(move || worker(id)).unwrap_or_else(|e| {
+        eprintln!("cuda-standin: cannot start a stream thread: {e}");
+        std::process::abort()
+    });
 }
 
 /// A deterministic pseudo-random delay for op `seq`, uniform in `0..=max` µs.
@@ -411,10 +408,14 @@ mod tests {
         let nonblocking = create_stream(CU_STREAM_NON_BLOCKING, 0);
         let slow_done = Arc::new(AtomicBool::new(false));
         let flag = slow_done.clone();
-        submit(nonblocking, vec![], Box::new(move || {
-            std::thread::sleep(Duration::from_millis(400));
-            flag.store(true, Ordering::SeqCst);
-        }))
+        submit(
+            nonblocking,
+            vec![],
+            Box::new(move || {
+                std::thread::sleep(Duration::from_millis(400));
+                flag.store(true, Ordering::SeqCst);
+            }),
+        )
         .unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
         submit(blocking, vec![], push(&log, 1, 60)).unwrap();

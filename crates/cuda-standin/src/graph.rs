@@ -92,9 +92,8 @@ struct Registry {
     execs: HashMap<ExecId, Exec>,
 }
 
-static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| {
-    Mutex::new(Registry { next: BASES, graphs: HashMap::new(), nodes: HashMap::new(), execs: HashMap::new() })
-});
+static REGISTRY: LazyLock<Mutex<Registry>> =
+    LazyLock::new(|| Mutex::new(Registry { next: BASES, graphs: HashMap::new(), nodes: HashMap::new(), execs: HashMap::new() }));
 
 fn reg() -> MutexGuard<'static, Registry> {
     REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
@@ -173,13 +172,7 @@ impl Registry {
 
     /// Appends the steps of graph `g`, whose roots depend on steps `outer`; returns the
     /// indices of the steps appended.
-    fn flatten(
-        &self,
-        g: GraphId,
-        outer: &[usize],
-        steps: &mut Vec<Step>,
-        index: &mut HashMap<NodeId, usize>,
-    ) -> Vec<usize> {
+    fn flatten(&self, g: GraphId, outer: &[usize], steps: &mut Vec<Step>, index: &mut HashMap<NodeId, usize>) -> Vec<usize> {
         let first = steps.len();
         for n in self.order(g) {
             let node = &self.nodes[&n];
@@ -190,12 +183,7 @@ impl Registry {
             let step = match &node.op {
                 Op::Child(c) => {
                     let inner = self.flatten(*c, &deps, steps, index);
-                    Step {
-                        source: n,
-                        ty: CU_GRAPH_NODE_TYPE_GRAPH,
-                        deps: if inner.is_empty() { deps } else { inner },
-                        op: Op::Empty,
-                    }
+                    Step { source: n, ty: CU_GRAPH_NODE_TYPE_GRAPH, deps: if inner.is_empty() { deps } else { inner }, op: Op::Empty }
                 }
                 op => Step { source: n, ty: op.ty(), deps, op: op.clone() },
             };
@@ -270,11 +258,7 @@ pub fn kernel_params(n: NodeId) -> Res<(KernelCall, *mut *mut c_void)> {
     let Op::Kernel(call) = &node.op else { return Err(CUDA_ERROR_INVALID_VALUE) };
     let base = call.args.as_ptr() as usize;
     node.param_ptrs = call.info.offsets.iter().map(|o| base + o).collect();
-    let ptrs = if node.param_ptrs.is_empty() {
-        std::ptr::null_mut()
-    } else {
-        node.param_ptrs.as_mut_ptr() as *mut *mut c_void
-    };
+    let ptrs = if node.param_ptrs.is_empty() { std::ptr::null_mut() } else { node.param_ptrs.as_mut_ptr() as *mut *mut c_void };
     Ok((call.clone(), ptrs))
 }
 
@@ -365,11 +349,7 @@ pub fn update(e: ExecId, g: GraphId) -> Res<Result<(), UpdateError>> {
     let differs = |a: &Step, b: &Step| a.ty != b.ty || a.deps != b.deps;
     if let Some(i) = (0..exec.steps.len().min(new.steps.len())).find(|&i| differs(&exec.steps[i], &new.steps[i])) {
         let (old, new) = (&exec.steps[i], &new.steps[i]);
-        let result = if old.ty != new.ty {
-            CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED
-        } else {
-            CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED
-        };
+        let result = if old.ty != new.ty { CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED } else { CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED };
         return Ok(Err(UpdateError { result, node: new.source, from: old.source }));
     }
     if exec.steps.len() != new.steps.len() {

@@ -141,8 +141,14 @@ thread_local! {
 /// Runs a kernel on the calling (stream) thread with a packed parameter buffer.
 pub fn run(info: &Arc<KernelInfo>, mut buf: Vec<u64>) {
     let base = buf.as_mut_ptr() as *mut u8;
+    // SAFETY: both callers (`cuLaunchKernel` and kernel graph nodes) pass the buffer `pack`
+    // built for this `info`, which holds at least `info.total` bytes, and every offset is at
+    // most `info.total`: each `base.add(o)` stays inside `buf` or one past its end.
     let args: Vec<*mut c_void> = info.offsets.iter().map(|&o| unsafe { base.add(o) } as *mut c_void).collect();
     RUNNING.with(|r| *r.borrow_mut() = Some(info.clone()));
+    // SAFETY: whoever registered `info.f` vouched that it takes parameters of `info.sizes`,
+    // and `args` holds one pointer per parameter to its `sizes[i]` bytes in `buf`, as the
+    // `StandinKernel` ABI asks; `args` and `buf` live until the call returns.
     unsafe { (info.f)(args.as_ptr()) };
     RUNNING.with(|r| *r.borrow_mut() = None);
 }
@@ -186,6 +192,8 @@ mod tests {
         let (_, info) = lookup(register(c"kernel_test_pack".into(), nop, vec![8, 4], false)).unwrap();
         let (mut a, mut b) = (0x1122_3344_5566_7788u64, 0xaabb_ccddu32);
         let mut params = [&mut a as *mut u64 as *mut c_void, &mut b as *mut u32 as *mut c_void];
+        // SAFETY: `params` holds one pointer per parameter, to an 8-byte `a` and a 4-byte `b`,
+        // matching the registered sizes [8, 4]; `extra` is null.
         let from_params = unsafe { pack(&info, params.as_mut_ptr(), std::ptr::null_mut()) }.unwrap();
         assert_eq!(from_params, vec![a, b as u64]);
         let mut raw = from_params.clone();
@@ -197,10 +205,19 @@ mod tests {
             size as *mut c_void,
             CU_LAUNCH_PARAM_END as *mut c_void,
         ];
+        // SAFETY: `extra` is an END-terminated key/value list whose buffer pointer is `raw`
+        // (16 bytes, the declared 12 of which `pack` reads) and whose size pointer is the
+        // live `size` box.
         assert_eq!(unsafe { pack(&info, std::ptr::null_mut(), extra.as_mut_ptr()) }, Ok(from_params));
+        // SAFETY: `size` came from `Box::into_raw` above and is not freed until the end.
         unsafe { *size = 8 };
+        // SAFETY: the same valid `extra` list; with a size of 8 below `info.total` (12),
+        // `pack` refuses before reading the buffer.
         assert_eq!(unsafe { pack(&info, std::ptr::null_mut(), extra.as_mut_ptr()) }, Err(CUDA_ERROR_INVALID_VALUE));
+        // SAFETY: both pointers null: `pack` reads neither and refuses a kernel with parameters.
         assert_eq!(unsafe { pack(&info, std::ptr::null_mut(), std::ptr::null_mut()) }, Err(CUDA_ERROR_INVALID_VALUE));
+        // SAFETY: `size` came from `Box::into_raw`, is freed only here, and `extra` (which
+        // holds a copy of it) is not used again.
         drop(unsafe { Box::from_raw(size) });
     }
 }

@@ -13,6 +13,9 @@
 #![allow(non_snake_case)]
 // Every export is a C entry point with the contract `cuda.h` documents for it.
 #![allow(clippy::missing_safety_doc)]
+// Every entry point is an `unsafe extern "C"` function over raw pointers from C, and its
+// contract is the driver's, which the caller keeps: the body is one unsafe context.
+#![allow(unsafe_op_in_unsafe_fn)]
 
 /// Unwraps a `Result<T, CUresult>` or returns the error code from the enclosing function.
 macro_rules! tri {

@@ -126,14 +126,7 @@ fn page_of(addr: u64) -> u64 {
 }
 
 unsafe fn map_anon(size: usize) -> Option<*mut u8> {
-    let p = libc::mmap(
-        std::ptr::null_mut(),
-        size,
-        libc::PROT_READ | libc::PROT_WRITE,
-        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-        -1,
-        0,
-    );
+    let p = libc::mmap(std::ptr::null_mut(), size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0);
     (p != libc::MAP_FAILED).then_some(p as *mut u8)
 }
 
@@ -240,6 +233,9 @@ impl Memory {
         self.check(src, len, false)?;
         self.check(dst, len, true)?;
         let mut buf = vec![0u8; len];
+        // SAFETY: `buf` is a live `len`-byte vector, so it is valid for the `len`-byte write of
+        // `read` and then the `len`-byte read of `write`; going through it keeps overlapping or
+        // aliased device ranges from being copied in place.
         unsafe {
             self.read(src, buf.as_mut_ptr(), len)?;
             self.write(dst, buf.as_ptr(), len)
@@ -254,6 +250,7 @@ impl Memory {
         let mut done = 0;
         while done < len {
             let n = chunk.len().min(len - done);
+            // SAFETY: `n <= chunk.len()`, so the source is `n` initialised bytes of `chunk`.
             unsafe { self.write(dst + done as u64, chunk.as_ptr(), n)? };
             done += n;
         }
@@ -292,6 +289,8 @@ impl Memory {
         if self.live + size > self.limit {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
+        // SAFETY: an anonymous mapping at an address of the kernel's choosing touches no
+        // existing memory; failure comes back as `None`.
         let base = unsafe { map_anon(size as usize) }.ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
         let handle = self.next_handle;
         self.next_handle += 1;
@@ -305,6 +304,9 @@ impl Memory {
         let p = &self.phys[&handle];
         if p.released && p.mappings == 0 {
             let p = self.phys.remove(&handle).unwrap();
+            // SAFETY: `base` and `size` are exactly the mapping `new_phys` made for this handle,
+            // now out of `phys`. With no mappings left no page reaches it, and `&mut self`
+            // rules out a `read` or `write` (which borrow `self`) still copying through it.
             unsafe { libc::munmap(p.base as *mut libc::c_void, p.size as usize) };
             self.live -= p.size;
         }
@@ -401,9 +403,7 @@ impl Memory {
             if d.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE || d.location.id != 0 {
                 return Err(CUDA_ERROR_INVALID_DEVICE);
             }
-            if ![CU_MEM_ACCESS_FLAGS_PROT_NONE, CU_MEM_ACCESS_FLAGS_PROT_READ, CU_MEM_ACCESS_FLAGS_PROT_READWRITE]
-                .contains(&d.flags)
-            {
+            if ![CU_MEM_ACCESS_FLAGS_PROT_NONE, CU_MEM_ACCESS_FLAGS_PROT_READ, CU_MEM_ACCESS_FLAGS_PROT_READWRITE].contains(&d.flags) {
                 return Err(CUDA_ERROR_INVALID_VALUE);
             }
             flags = Some(d.flags);
@@ -452,6 +452,8 @@ impl Memory {
         if size == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        // SAFETY: an anonymous mapping at an address of the kernel's choosing touches no
+        // existing memory; failure comes back as `None`.
         let p = unsafe { map_anon(size) }.ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
         self.pinned.insert(p as usize, Pinned { size, owned: true });
         Ok(p)
@@ -461,6 +463,9 @@ impl Memory {
     pub fn free_host(&mut self, p: usize) -> Res<()> {
         match self.pinned.get(&p) {
             Some(Pinned { size, owned: true }) => {
+                // SAFETY: `owned` ranges are only made by `alloc_host`, so `p` and `size` are
+                // exactly one of our `map_anon` mappings, unmapped once since the entry goes
+                // next; the caller of `cuMemFreeHost` promises not to use the memory after.
                 unsafe { libc::munmap(p as *mut libc::c_void, *size) };
                 self.pinned.remove(&p);
                 Ok(())
@@ -530,6 +535,8 @@ pub static MEM: LazyLock<RwLock<Memory>> = LazyLock::new(|| {
         Err(_) => DEFAULT_LIMIT,
     };
     // Keep host mappings out of the device window, so no host pointer looks like a device one.
+    // SAFETY: `MAP_FIXED_NOREPLACE` never replaces an existing mapping (the call fails instead,
+    // and the result is ignored), so this only claims unused address space, inaccessible.
     unsafe {
         libc::mmap(
             VA_BASE as *mut libc::c_void,
@@ -580,10 +587,7 @@ mod tests {
     const G: u64 = GRANULARITY;
 
     fn rw() -> [CUmemAccessDesc; 1] {
-        [CUmemAccessDesc {
-            location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: 0 },
-            flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-        }]
+        [CUmemAccessDesc { location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: 0 }, flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE }]
     }
 
     fn prop() -> CUmemAllocationProp {
@@ -654,8 +658,10 @@ mod tests {
         m.set_access(a, 2 * G, &rw()).unwrap();
         m.set_access(b, 2 * G, &rw()).unwrap();
         let data = [7u8, 8, 9];
+        // SAFETY: `data` is 3 readable bytes, the length written.
         unsafe { m.write(a + G - 1, data.as_ptr(), 3).unwrap() };
         let mut out = [0u8; 3];
+        // SAFETY: `out` is 3 writable bytes, the length read.
         unsafe { m.read(b + G - 1, out.as_mut_ptr(), 3).unwrap() };
         assert_eq!(out, data);
     }
@@ -695,6 +701,7 @@ mod tests {
         m.fill(p + G - 4, &0xabcd_u16.to_le_bytes(), 4).unwrap();
         m.copy(p + 2 * G + 10, p + G - 4, 8).unwrap();
         let mut out = [0u8; 8];
+        // SAFETY: `out` is 8 writable bytes, the length read.
         unsafe { m.read(p + 2 * G + 10, out.as_mut_ptr(), 8).unwrap() };
         assert_eq!(out, [0xcd, 0xab, 0xcd, 0xab, 0xcd, 0xab, 0xcd, 0xab]);
         let va = m.reserve(2 * G, 0).unwrap();

@@ -41,7 +41,17 @@ pub struct History {
 impl History {
     /// Remembers the last `keep` commands and predicts at most `window` ahead.
     pub fn new(keep: usize, window: usize) -> Self {
-        History { sigs: VecDeque::new(), sets: VecDeque::new(), first: 0, seen: HashMap::new(), seen_alone: HashMap::new(), keep: keep.max(1), window, last_match: [None; 2], ids: BTreeMap::new() }
+        History {
+            sigs: VecDeque::new(),
+            sets: VecDeque::new(),
+            first: 0,
+            seen: HashMap::new(),
+            seen_alone: HashMap::new(),
+            keep: keep.max(1),
+            window,
+            last_match: [None; 2],
+            ids: BTreeMap::new(),
+        }
     }
 
     /// Records a released command: its signature (what it runs and on which allocations)
@@ -103,7 +113,8 @@ impl History {
     /// allocations past the newest command's highest (lowest), in sweep order and
     /// wrapping around, each as many commands ahead as the sweep's pace puts it.
     pub fn sweep(&self) -> Option<Vec<(AllocId, usize)>> {
-        let mut fronts: Vec<(AllocId, AllocId)> = self.sets.iter().rev().take(4 * SWEEP).filter_map(|s| Some((*s.iter().min()?, *s.iter().max()?))).take(SWEEP).collect();
+        let mut fronts: Vec<(AllocId, AllocId)> =
+            self.sets.iter().rev().take(4 * SWEEP).filter_map(|s| Some((*s.iter().min()?, *s.iter().max()?))).take(SWEEP).collect();
         if fronts.len() < SWEEP {
             return None;
         }
@@ -270,7 +281,11 @@ mod tests {
         run(&mut h, &[10, 11, 12, 13, 14, 15, 16]);
         assert_eq!(h.after_last(), None, "7 rising commands are not yet a sweep");
         run(&mut h, &[17]);
-        assert_eq!(h.after_last().unwrap()[..3], [(AllocId(19), 0), (AllocId(0), 1), (AllocId(1), 2)], "8 are; on to the allocations seen past 17, then around");
+        assert_eq!(
+            h.after_last().unwrap()[..3],
+            [(AllocId(19), 0), (AllocId(0), 1), (AllocId(1), 2)],
+            "8 are; on to the allocations seen past 17, then around"
+        );
     }
 
     #[test]

@@ -25,15 +25,7 @@ pub enum Knob {
 
 impl Knob {
     /// All knobs in display order.
-    pub const ALL: [Knob; 7] = [
-        Knob::LimitHigh,
-        Knob::LimitLow,
-        Knob::Current,
-        Knob::SwapCurrent,
-        Knob::Timeslice,
-        Knob::Freeze,
-        Knob::Stat,
-    ];
+    pub const ALL: [Knob; 7] = [Knob::LimitHigh, Knob::LimitLow, Knob::Current, Knob::SwapCurrent, Knob::Timeslice, Knob::Freeze, Knob::Stat];
 
     /// The Ghost name.
     pub fn name(self) -> &'static str {
@@ -50,10 +42,7 @@ impl Knob {
 
     /// Looks a knob up by its Ghost name.
     pub fn parse(name: &str) -> Result<Knob, CoreError> {
-        Knob::ALL
-            .into_iter()
-            .find(|k| k.name() == name)
-            .ok_or_else(|| CoreError::UnknownKnob(name.to_string()))
+        Knob::ALL.into_iter().find(|k| k.name() == name).ok_or_else(|| CoreError::UnknownKnob(name.to_string()))
     }
 }
 

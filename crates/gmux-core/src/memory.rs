@@ -199,9 +199,7 @@ impl Memory {
         let count = chunks_for(bytes) as u32;
         let first = ChunkId(self.chunks.len() as u32);
         let alloc = AllocId(self.allocs.len() as u32);
-        self.chunks.extend((0..count).map(|_| {
-            Some(Chunk { tenant, alloc, place: Place::Unbacked, disk_copy: false, last_use: 0 })
-        }));
+        self.chunks.extend((0..count).map(|_| Some(Chunk { tenant, alloc, place: Place::Unbacked, disk_copy: false, last_use: 0 })));
         self.allocs.push(Some(Alloc { tenant, bytes, first, count }));
         self.usage_mut(tenant);
         Ok(alloc)
@@ -212,11 +210,7 @@ impl Memory {
         let need = chunks_for(bytes);
         let free = self.free_chunks(Tier::Disk);
         if free.is_some_and(|f| f < need) {
-            return Err(CoreError::OutOfBudget {
-                what: "disk tier".into(),
-                need: need * CHUNK_BYTES,
-                free: free.unwrap_or(0) * CHUNK_BYTES,
-            });
+            return Err(CoreError::OutOfBudget { what: "disk tier".into(), need: need * CHUNK_BYTES, free: free.unwrap_or(0) * CHUNK_BYTES });
         }
         let id = self.allocate(tenant, bytes)?;
         let a = self.alloc(id)?.clone();
@@ -310,11 +304,7 @@ impl Memory {
         }
         let takes_space = !(to == Tier::Disk && ch.disk_copy);
         if takes_space && self.free_chunks(to) == Some(0) {
-            return Err(CoreError::OutOfBudget {
-                what: format!("{to:?} tier"),
-                need: CHUNK_BYTES,
-                free: 0,
-            });
+            return Err(CoreError::OutOfBudget { what: format!("{to:?} tier"), need: CHUNK_BYTES, free: 0 });
         }
         if let Place::In(from) = ch.place {
             if !(from == Tier::Disk) {

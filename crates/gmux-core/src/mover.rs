@@ -258,8 +258,17 @@ mod tests {
         assert_eq!(
             dev.calls,
             vec![
-                "create p1 x1", "map c0 x1 p1", "record Populate", "create p2 x1", "map c1 x1 p2", "record Populate",
-                "Evict c0 Gpu->Host", "unmap c0 x1", "map c2 x1 p1", "Populate c2 Host->Gpu", "record Populate",
+                "create p1 x1",
+                "map c0 x1 p1",
+                "record Populate",
+                "create p2 x1",
+                "map c1 x1 p2",
+                "record Populate",
+                "Evict c0 Gpu->Host",
+                "unmap c0 x1",
+                "map c2 x1 p1",
+                "Populate c2 Host->Gpu",
+                "record Populate",
             ]
         );
         assert_eq!(ready.len(), 1);
@@ -300,7 +309,11 @@ mod tests {
         assert_eq!(dev.calls.iter().filter(|c| c.starts_with("map")).cloned().collect::<Vec<_>>(), vec!["map c1 x3 p1", "map c6 x1 p2"]);
         let more = Plan { moves: vec![Move::Create(ChunkId(4)), Move::Create(ChunkId(0)), Move::Create(ChunkId(5))], covered: 3 };
         mover.issue(&more, &mem, &mut dev).unwrap();
-        assert_eq!(dev.calls.iter().filter(|c| c.starts_with("map")).skip(2).cloned().collect::<Vec<_>>(), vec!["map c0 x1 p3", "map c4 x2 p4"], "the rest, around what is mapped");
+        assert_eq!(
+            dev.calls.iter().filter(|c| c.starts_with("map")).skip(2).cloned().collect::<Vec<_>>(),
+            vec!["map c0 x1 p3", "map c4 x2 p4"],
+            "the rest, around what is mapped"
+        );
         for c in [0, 1, 2, 3, 4, 5] {
             mover.discard(ChunkId(c), &mut dev).unwrap();
         }

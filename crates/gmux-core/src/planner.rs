@@ -99,8 +99,7 @@ impl Planner {
         let mut seen: HashSet<ChunkId> = HashSet::new();
         let mut victims: Option<Victims> = None;
         let mut keeps = 0;
-        let advice: Vec<ChunkId> =
-            self.hooks.prefetch(req.tenant).into_iter().filter(|c| mem.is_live(*c) && mem.chunk(*c).tenant == req.tenant).collect();
+        let advice: Vec<ChunkId> = self.hooks.prefetch(req.tenant).into_iter().filter(|c| mem.is_live(*c) && mem.chunk(*c).tenant == req.tenant).collect();
         for (i, &c) in req.need.iter().chain(&advice).enumerate() {
             if !seen.insert(c) || mem.chunk(c).place == Place::GPU {
                 continue;
@@ -245,11 +244,7 @@ impl Planner {
 
     fn commit(&mut self, victims: &mut Option<Victims>, plan: &Plan) {
         if let Some(vs) = victims.take() {
-            let evicted: Vec<ChunkId> = plan
-                .moves
-                .iter()
-                .filter_map(|m| if let Move::Evict { chunk, .. } = m { Some(*chunk) } else { None })
-                .collect();
+            let evicted: Vec<ChunkId> = plan.moves.iter().filter_map(|m| if let Move::Evict { chunk, .. } = m { Some(*chunk) } else { None }).collect();
             self.evictor.commit(&vs.order, &evicted);
         }
     }
@@ -267,13 +262,7 @@ struct Budget<'a> {
 impl<'a> Budget<'a> {
     fn new(mem: &Memory, tenants: &'a Tenants) -> Self {
         let per_tenant = tenants.ids().map(|t| (t, mem.usage(t).chunks[0])).collect();
-        Budget {
-            tenants,
-            gpu_free: mem.free_chunks(Tier::Gpu),
-            host_free: mem.free_chunks(Tier::Host),
-            per_tenant,
-            demoted: HashSet::new(),
-        }
+        Budget { tenants, gpu_free: mem.free_chunks(Tier::Gpu), host_free: mem.free_chunks(Tier::Host), per_tenant, demoted: HashSet::new() }
     }
 
     fn gpu(&self, t: TenantId) -> u64 {
@@ -317,11 +306,7 @@ struct Victims {
 
 impl Victims {
     fn new(p: &mut Planner, mem: &Memory, req: &Request, need: &HashSet<ChunkId>, forecast: &Forecast) -> Self {
-        let mut order: Vec<ChunkId> = mem
-            .chunks()
-            .filter(|(c, ch)| ch.place == Place::GPU && !need.contains(c) && !(req.pinned)(*c))
-            .map(|(c, _)| c)
-            .collect();
+        let mut order: Vec<ChunkId> = mem.chunks().filter(|(c, ch)| ch.place == Place::GPU && !need.contains(c) && !(req.pinned)(*c)).map(|(c, _)| c).collect();
         p.evictor.order(mem, &mut order, forecast, false);
         hooks::evict_order(p.hooks.as_mut(), &mut order);
         let mut own_order: Vec<ChunkId> = order.iter().copied().filter(|c| mem.chunk(*c).tenant == req.tenant).collect();
@@ -335,11 +320,7 @@ impl Victims {
     /// the other resident chunks of its extent; an extent with a chunk that may not leave
     /// is skipped whole.
     fn next(&mut self, mem: &Memory, st: &Budget, owner: TenantId, own_only: bool) -> Option<Vec<ChunkId>> {
-        let (list, cursor) = if own_only {
-            (&self.own_order, &mut self.own_cursor)
-        } else {
-            (&self.order, &mut self.cursor)
-        };
+        let (list, cursor) = if own_only { (&self.own_order, &mut self.own_cursor) } else { (&self.order, &mut self.cursor) };
         while let Some(&c) = list.get(*cursor) {
             *cursor += 1;
             let t = mem.chunk(c).tenant;

@@ -57,11 +57,7 @@ impl Tenants {
 
     /// Finds a tenant by name.
     pub fn find(&self, name: &str) -> Result<TenantId, CoreError> {
-        self.list
-            .iter()
-            .position(|t| t.name == name)
-            .map(|i| TenantId(i as u32))
-            .ok_or_else(|| CoreError::UnknownTenant(name.to_string()))
+        self.list.iter().position(|t| t.name == name).map(|i| TenantId(i as u32)).ok_or_else(|| CoreError::UnknownTenant(name.to_string()))
     }
 
     /// The tenant with this id. Ids come from [`Tenants::add`]; others panic.

@@ -10,11 +10,12 @@ use std::collections::HashMap;
 /// A random acyclic graph: edges only from lower to higher node numbers, then the nodes
 /// listed in a shuffled order so that the given order is not already topological.
 fn dag() -> impl Strategy<Value = (usize, Vec<(usize, usize)>)> {
-    (1usize..24).prop_flat_map(|n| {
-        let edges = prop::collection::vec((0..n, 0..n), 0..n * 2).prop_map(|e| e.into_iter().filter(|(a, b)| a < b).collect::<Vec<_>>());
-        (Just(n), edges, Just((0..n).collect::<Vec<_>>()).prop_shuffle())
-    })
-    .prop_map(|(n, edges, perm)| (n, edges.into_iter().map(|(a, b)| (perm[a], perm[b])).collect()))
+    (1usize..24)
+        .prop_flat_map(|n| {
+            let edges = prop::collection::vec((0..n, 0..n), 0..n * 2).prop_map(|e| e.into_iter().filter(|(a, b)| a < b).collect::<Vec<_>>());
+            (Just(n), edges, Just((0..n).collect::<Vec<_>>()).prop_shuffle())
+        })
+        .prop_map(|(n, edges, perm)| (n, edges.into_iter().map(|(a, b)| (perm[a], perm[b])).collect()))
 }
 
 fn bytes_of(nodes: &[Vec<(u64, u64)>], range: std::ops::Range<usize>) -> u64 {

@@ -11,8 +11,8 @@
 mod connect;
 
 use crate::config::config;
-use crate::state::ShimError;
 use crate::log::stamp;
+use crate::state::ShimError;
 use gmux_core::protocol::{Fill, FromShim, Grant};
 use gmux_core::size::format_size;
 use std::io::Write;
@@ -92,7 +92,12 @@ impl Agent {
         self.out.lock().unwrap_or_else(|p| p.into_inner()).take();
         let mut l = self.lock();
         if !l.lost {
-            crate::log!(Warn, "lost gmuxd ({why}); running on within the last grant of {} until a daemon serves {} again (`gmux daemon`, or any `gmux run`, starts one)", format_size(l.grant.cap), config().daemon.as_ref().map_or(String::new(), |p| p.display().to_string()));
+            crate::log!(
+                Warn,
+                "lost gmuxd ({why}); running on within the last grant of {} until a daemon serves {} again (`gmux daemon`, or any `gmux run`, starts one)",
+                format_size(l.grant.cap),
+                config().daemon.as_ref().map_or(String::new(), |p| p.display().to_string())
+            );
         }
         l.lost = true;
         self.set_open(&mut l, true);
@@ -132,11 +137,13 @@ pub fn attach() -> Option<Grant> {
     if AGENT.set(a).is_err() {
         return Some(grant);
     }
-    std::thread::Builder::new().name("gmux-agent-rx".into()).spawn(move || {
-        crate::capture::relax_this_thread();
-        connect::read_grants(reader)
-    })
-    .expect("thread");
+    std::thread::Builder::new()
+        .name("gmux-agent-rx".into())
+        .spawn(move || {
+            crate::capture::relax_this_thread();
+            connect::read_grants(reader)
+        })
+        .expect("thread");
     std::thread::Builder::new()
         .name("gmux-agent".into())
         .spawn(|| {
@@ -197,7 +204,13 @@ fn work() {
             let (t0, before) = (stamp(), st.resident());
             match st.shrink_to(g.cap) {
                 Ok((more, done)) => {
-                    crate::log!(Debug, "agent {t0:.3}: shrink step to {}: {} issued in {:.2} ms", format_size(g.cap), format_size(before - st.resident()), (stamp() - t0) * 1e3);
+                    crate::log!(
+                        Debug,
+                        "agent {t0:.3}: shrink step to {}: {} issued in {:.2} ms",
+                        format_size(g.cap),
+                        format_size(before - st.resident()),
+                        (stamp() - t0) * 1e3
+                    );
                     // One step's copies stay in flight while the next is issued, so the
                     // link never idles between steps: wait (without the lock) for the
                     // previous step's copies, or for this one's at the last step, then
@@ -230,7 +243,13 @@ fn work() {
             let (t0, before) = (stamp(), st.resident());
             let more = match st.fill(g.fill == Fill::Whole) {
                 Ok((more, Some(done))) => {
-                    crate::log!(Debug, "agent {t0:.3}: fill step within {}: {} issued in {:.2} ms", format_size(g.cap), format_size(st.resident() - before), (stamp() - t0) * 1e3);
+                    crate::log!(
+                        Debug,
+                        "agent {t0:.3}: fill step within {}: {} issued in {:.2} ms",
+                        format_size(g.cap),
+                        format_size(st.resident() - before),
+                        (stamp() - t0) * 1e3
+                    );
                     // A paused tenant keeps one step's copies in flight while it issues
                     // the next, and no more, so that they never queue far ahead of the
                     // running tenant's.
@@ -332,7 +351,12 @@ pub fn gate() {
         l = a.changed.wait_timeout(l, SAY_WAIT).unwrap_or_else(|p| p.into_inner()).0;
         if !l.open && t0.elapsed() >= told + SAY_WAIT {
             told = t0.elapsed();
-            crate::log!(Warn, "waiting {:.0} s for a turn from gmuxd: tenant {:?} is frozen, or others run now; `gmux ps` shows who", told.as_secs_f64(), config().tenant);
+            crate::log!(
+                Warn,
+                "waiting {:.0} s for a turn from gmuxd: tenant {:?} is frozen, or others run now; `gmux ps` shows who",
+                told.as_secs_f64(),
+                config().tenant
+            );
         }
     }
     l.waiting -= 1;

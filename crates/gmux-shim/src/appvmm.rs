@@ -116,7 +116,10 @@ impl AppHandles {
             return Err(Refusal::Unsupported("cuMemMap", "mapping a physical allocation again after its last cuMemUnmap: gmux does not keep an allocation's contents once it is unmapped everywhere; create a new one".into()));
         }
         if offset != 0 || size != x.bytes {
-            return Err(Refusal::Unsupported("cuMemMap", format!("mapping part of a physical allocation (offset {offset}, {size} of {} bytes): gmux maps whole allocations", x.bytes)));
+            return Err(Refusal::Unsupported(
+                "cuMemMap",
+                format!("mapping part of a physical allocation (offset {offset}, {size} of {} bytes): gmux maps whole allocations", x.bytes),
+            ));
         }
         if !ptr.is_multiple_of(CHUNK_BYTES) {
             return Err(Refusal::Invalid(CUDA_ERROR_INVALID_VALUE));

@@ -146,12 +146,16 @@ pub fn config() -> &'static Config {
         let oversize_error = match var("GMUX_OVERSIZE").as_deref() {
             None | Some("exit") => false,
             Some("error") => true,
-            Some(v) => crate::log::fatal(&format!("GMUX_OVERSIZE={v}: use `exit` (default: end the process with a message) or `error` (return CUDA_ERROR_OUT_OF_MEMORY)")),
+            Some(v) => crate::log::fatal(&format!(
+                "GMUX_OVERSIZE={v}: use `exit` (default: end the process with a message) or `error` (return CUDA_ERROR_OUT_OF_MEMORY)"
+            )),
         };
         let meminfo_limit = match var("GMUX_MEMINFO").as_deref() {
             None | Some("device") => false,
             Some("limit") => true,
-            Some(v) => crate::log::fatal(&format!("GMUX_MEMINFO={v}: use `device` (default: cuMemGetInfo reports the device's size) or `limit` (it reports the limit)")),
+            Some(v) => crate::log::fatal(&format!(
+                "GMUX_MEMINFO={v}: use `device` (default: cuMemGetInfo reports the device's size) or `limit` (it reports the limit)"
+            )),
         };
         let tenant = var("GMUX_TENANT").unwrap_or_else(|| {
             let exe = std::env::current_exe().ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));

@@ -12,8 +12,8 @@
 
 use crate::cuda::*;
 use crate::driver::{check, CudaError};
-use crate::predict::{kernel_name, scan, Layouts};
 pub use crate::graph_split::{Part, Splittable};
+use crate::predict::{kernel_name, scan, Layouts};
 use std::collections::HashMap;
 
 /// What one node touches.
@@ -138,7 +138,9 @@ fn walk(graph: CUgraph, layouts: &mut Layouts, out: &mut ExecGraph, depth: usize
                 top.push((node, union(inner.into_iter().map(|(_, t)| t))));
                 continue;
             }
-            CU_GRAPH_NODE_TYPE_EMPTY | CU_GRAPH_NODE_TYPE_HOST | CU_GRAPH_NODE_TYPE_WAIT_EVENT | CU_GRAPH_NODE_TYPE_EVENT_RECORD => Touches::Addresses(Vec::new()),
+            CU_GRAPH_NODE_TYPE_EMPTY | CU_GRAPH_NODE_TYPE_HOST | CU_GRAPH_NODE_TYPE_WAIT_EVENT | CU_GRAPH_NODE_TYPE_EVENT_RECORD => {
+                Touches::Addresses(Vec::new())
+            }
             CU_GRAPH_NODE_TYPE_MEM_ALLOC => {
                 out.refused = Some("its memory allocation node (cudaMallocAsync captured into a graph) allocates device memory outside gmux, which the limit cannot count; allocate before capture instead".into());
                 Touches::Addresses(Vec::new())

@@ -81,7 +81,8 @@ fn topological(graph: CUgraph, nodes: &[CUgraphNode]) -> Result<Vec<usize>, Cuda
     let (mut from, mut to, mut data) = (vec![none; n], vec![none; n], vec![CUgraphEdgeData::default(); n]);
     check(crate::real!(cuGraphGetEdges_v2(graph, from.as_mut_ptr(), to.as_mut_ptr(), data.as_mut_ptr(), &mut n)), "cuGraphGetEdges")?;
     let index: HashMap<usize, usize> = nodes.iter().enumerate().map(|(i, x)| (*x as usize, i)).collect();
-    let edges: Vec<(usize, usize)> = from.iter().zip(&to).take(n).filter_map(|(f, t)| Some((*index.get(&(*f as usize))?, *index.get(&(*t as usize))?))).collect();
+    let edges: Vec<(usize, usize)> =
+        from.iter().zip(&to).take(n).filter_map(|(f, t)| Some((*index.get(&(*f as usize))?, *index.get(&(*t as usize))?))).collect();
     graph_cut::topological(nodes.len(), &edges).ok_or(CudaError { call: "cuGraphGetEdges (a cycle)", code: CUDA_ERROR_INVALID_VALUE })
 }
 

@@ -44,7 +44,12 @@ impl HostPool {
         self.blocks.push(base);
         let slots = self.block_bytes / CHUNK_BYTES;
         self.free.extend((0..slots).rev().map(|i| base + (i * CHUNK_BYTES) as usize));
-        crate::log!(Debug, "pinned host block {} ({} in all)", gmux_core::size::format_size(self.block_bytes), gmux_core::size::format_size(self.pinned_bytes()));
+        crate::log!(
+            Debug,
+            "pinned host block {} ({} in all)",
+            gmux_core::size::format_size(self.block_bytes),
+            gmux_core::size::format_size(self.pinned_bytes())
+        );
     }
 
     /// Returns a slot.

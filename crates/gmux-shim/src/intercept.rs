@@ -37,17 +37,13 @@ fn by_address(addr: usize) -> Option<usize> {
 /// ABI cannot be mistaken (the driver may hand out an internal address for it).
 fn only_variant(name: &[u8]) -> Option<usize> {
     let w = *handled().get(name)?;
-    let others = ["_v2", "_v3", "_ptsz", "_ptds", "_v2_ptsz", "_v2_ptds"]
-        .iter()
-        .any(|v| handled().contains_key([name, v.as_bytes()].concat().as_slice()));
+    let others = ["_v2", "_v3", "_ptsz", "_ptds", "_v2_ptsz", "_v2_ptds"].iter().any(|v| handled().contains_key([name, v.as_bytes()].concat().as_slice()));
     (!others).then_some(w)
 }
 
 /// Whether some variant of `name` (`_v2`, `_ptsz`, …) is handled.
 fn family_handled(name: &[u8]) -> bool {
-    ["", "_v2", "_v3", "_ptsz", "_ptds", "_v2_ptsz", "_v2_ptds"]
-        .iter()
-        .any(|v| handled().contains_key([name, v.as_bytes()].concat().as_slice()))
+    ["", "_v2", "_v3", "_ptsz", "_ptds", "_v2_ptsz", "_v2_ptds"].iter().any(|v| handled().contains_key([name, v.as_bytes()].concat().as_slice()))
 }
 
 /// `cuGetProcAddress` / `_v2`: the driver resolves; gmux swaps in its wrapper.
@@ -56,18 +52,26 @@ fn family_handled(name: &[u8]) -> bool {
 /// Arguments as `cuGetProcAddress` defines them.
 pub unsafe fn get_proc(real: impl FnOnce() -> CUresult, symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> CUresult {
     let r = real();
-    if r != CUDA_SUCCESS || pfn.is_null() || (*pfn).is_null() || symbol.is_null() {
+    if r != CUDA_SUCCESS || pfn.is_null() || symbol.is_null() {
         return r;
     }
-    let found = *pfn as usize;
-    let name = CStr::from_ptr(symbol).to_bytes();
+    // SAFETY: `pfn` is non-null and, by `cuGetProcAddress`'s contract, points to a function
+    // pointer the driver has just written.
+    let found = unsafe { *pfn } as usize;
+    if found == 0 {
+        return r;
+    }
+    // SAFETY: `symbol` is non-null and, by `cuGetProcAddress`'s contract, a NUL-terminated
+    // name that outlives this call.
+    let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
     if let Some(w) = by_address(found).or_else(|| only_variant(name)) {
-        *pfn = w as *mut c_void;
+        // SAFETY: `pfn` is non-null and, by `cuGetProcAddress`'s contract, writable.
+        unsafe { *pfn = w as *mut c_void };
         return r;
     }
     note_unwrapped(name, version, flags);
     if family_handled(name) {
-        let name = CStr::from_ptr(symbol).to_string_lossy();
+        let name = String::from_utf8_lossy(name);
         crate::api::refuse::once(
             &format!("procaddr {name} {version} {flags}"),
             &format!("cuGetProcAddress({name}, cudaVersion {version}, flags {flags}) resolved to a variant gmux does not wrap; calls through it bypass gmux"),
@@ -84,11 +88,13 @@ pub unsafe fn get_proc(real: impl FnOnce() -> CUresult, symbol: *const c_char, p
 /// As glibc's `dlsym`.
 #[no_mangle]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
-    let found = real_dlsym()(handle, name);
+    // SAFETY: glibc's own `dlsym`, with the caller's arguments under the same contract.
+    let found = unsafe { real_dlsym()(handle, name) };
     if found.is_null() || name.is_null() {
         return found;
     }
-    let n = CStr::from_ptr(name).to_bytes();
+    // SAFETY: `name` is non-null and, by `dlsym`'s contract, a NUL-terminated symbol name.
+    let n = unsafe { CStr::from_ptr(name) }.to_bytes();
     if !n.starts_with(b"cu") {
         return found;
     }
@@ -108,6 +114,10 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
 fn note_unwrapped(name: &[u8], version: c_int, flags: u64) {
     if crate::config::config().debug.resolve {
         let name = String::from_utf8_lossy(name);
-        crate::api::refuse::once(&format!("resolve {name}"), &format!("resolved unwrapped {name} (cudaVersion {version}, flags {flags})"), crate::log::Level::Error);
+        crate::api::refuse::once(
+            &format!("resolve {name}"),
+            &format!("resolved unwrapped {name} (cudaVersion {version}, flags {flags})"),
+            crate::log::Level::Error,
+        );
     }
 }

@@ -55,10 +55,13 @@ pub unsafe fn scan(layout: Option<&Layout>, kernel_params: *mut *mut c_void, ext
     let maps = tensormap::any();
     // The texture table, locked once for the whole scan (none when no texture exists).
     let textures = crate::texture::any().then(crate::texture::table);
-    // `off` is the parameter's offset in the block, for tensor-map alignment.
+    // `off` is the parameter's offset in the block, for tensor-map alignment. Every call
+    // below passes a `base` readable for `size` bytes: one parameter, or a range within the
+    // `extra` buffer's `len` bytes.
     let mut words = |base: *const u8, off: usize, size: usize| {
         for k in 0..size / 8 {
-            let w = std::ptr::read_unaligned(base.add(k * 8) as *const u64);
+            // SAFETY: `k * 8 + 8 <= size`, and `base` is readable for `size` bytes.
+            let w = unsafe { std::ptr::read_unaligned(base.add(k * 8) as *const u64) };
             visit(w);
             if let Some(&addr) = textures.as_ref().and_then(|t| t.as_ref()?.get(&w)) {
                 visit(addr);
@@ -67,7 +70,8 @@ pub unsafe fn scan(layout: Option<&Layout>, kernel_params: *mut *mut c_void, ext
         if maps && size >= MAP_BYTES {
             let mut k = (MAP_ALIGN - off % MAP_ALIGN) % MAP_ALIGN;
             while k + MAP_BYTES <= size {
-                if let Some(addr) = tensormap::lookup(std::slice::from_raw_parts(base.add(k), MAP_BYTES)) {
+                // SAFETY: `k + MAP_BYTES <= size`, and `base` is readable for `size` bytes.
+                if let Some(addr) = tensormap::lookup(unsafe { std::slice::from_raw_parts(base.add(k), MAP_BYTES) }) {
                     visit(addr);
                 }
                 k += MAP_ALIGN;
@@ -77,19 +81,30 @@ pub unsafe fn scan(layout: Option<&Layout>, kernel_params: *mut *mut c_void, ext
     if !kernel_params.is_null() {
         let Some(layout) = layout else { return false };
         for (i, &(off, size)) in layout.iter().enumerate() {
-            words(*kernel_params.add(i) as *const u8, off, size);
+            // SAFETY: per this function's contract, `kernel_params` holds a pointer for each
+            // of the kernel's parameters, which its layout lists in order, each pointing to
+            // the parameter's `size` bytes.
+            words(unsafe { *kernel_params.add(i) } as *const u8, off, size);
         }
         return true;
     }
-    let Some((buf, len)) = extra_buffer(extra) else { return true };
+    // SAFETY: per this function's contract, `extra` is null or valid as `cuLaunchKernel`
+    // defines it.
+    let Some((buf, len)) = (unsafe { extra_buffer(extra) }) else { return true };
     match layout {
-        Some(l) => l.iter().filter(|(o, s)| o + s <= len).for_each(|&(o, s)| words(buf.add(o), o, s)),
+        // SAFETY: `o + s <= len`, so `buf + o` and the `s` bytes after it lie within the
+        // `len`-byte buffer.
+        Some(l) => l.iter().filter(|(o, s)| o + s <= len).for_each(|&(o, s)| words(unsafe { buf.add(o) }, o, s)),
         None => words(buf, 0, len / 8 * 8),
     }
     true
 }
 
 /// The packed parameter buffer of an `extra` array (`CU_LAUNCH_PARAM_BUFFER_POINTER`).
+///
+/// # Safety
+/// `extra` is null or valid as `cuLaunchKernel` defines it: key/value pairs ending with
+/// `CU_LAUNCH_PARAM_END`, the value of `CU_LAUNCH_PARAM_BUFFER_SIZE` pointing to a `usize`.
 unsafe fn extra_buffer(extra: *mut *mut c_void) -> Option<(*const u8, usize)> {
     if extra.is_null() {
         return None;
@@ -97,11 +112,16 @@ unsafe fn extra_buffer(extra: *mut *mut c_void) -> Option<(*const u8, usize)> {
     let (mut buf, mut len) = (std::ptr::null::<u8>(), None);
     let mut i = 0;
     loop {
-        match *extra.add(i) as usize {
-            CU_LAUNCH_PARAM_END => break,
-            CU_LAUNCH_PARAM_BUFFER_POINTER => buf = *extra.add(i + 1) as *const u8,
-            CU_LAUNCH_PARAM_BUFFER_SIZE => len = Some(*(*extra.add(i + 1) as *const usize)),
-            _ => {}
+        // SAFETY: one key/value pair of the array, which per this function's contract goes on
+        // (key at `i`, value at `i + 1`) until the key `CU_LAUNCH_PARAM_END`, and whose
+        // buffer-size value points to a `usize`.
+        unsafe {
+            match *extra.add(i) as usize {
+                CU_LAUNCH_PARAM_END => break,
+                CU_LAUNCH_PARAM_BUFFER_POINTER => buf = *extra.add(i + 1) as *const u8,
+                CU_LAUNCH_PARAM_BUFFER_SIZE => len = Some(*(*extra.add(i + 1) as *const usize)),
+                _ => {}
+            }
         }
         i += 2;
     }
@@ -132,6 +152,7 @@ mod tests {
         let mut params = [&a as *const u64 as *mut c_void, s.as_ptr() as *mut c_void, &n as *const u32 as *mut c_void];
         let layout = vec![(0, 8), (8, 24), (32, 4)];
         let mut seen = Vec::new();
+        // SAFETY: `params` holds a pointer to each parameter, of the size `layout` gives it.
         assert!(unsafe { scan(Some(&layout), params.as_mut_ptr(), std::ptr::null_mut(), |w| seen.push(w)) });
         assert_eq!(seen, vec![a, s[0], 17, s[2]]);
     }
@@ -150,9 +171,12 @@ mod tests {
         ];
         let mut seen = Vec::new();
         let layout = vec![(0, 4), (8, 8), (16, 8)];
+        // SAFETY: `extra` is a well-formed array ending with `CU_LAUNCH_PARAM_END`, its buffer
+        // `buf` of `len` bytes.
         assert!(unsafe { scan(Some(&layout), std::ptr::null_mut(), extra.as_mut_ptr(), |w| seen.push(w)) });
         assert_eq!(seen, vec![0x7e00_0000_1000, 0]);
         let mut all = Vec::new();
+        // SAFETY: as above.
         assert!(unsafe { scan(None, std::ptr::null_mut(), extra.as_mut_ptr(), |w| all.push(w)) });
         assert_eq!(all.len(), 3, "without a layout the whole buffer is scanned");
     }
@@ -162,11 +186,13 @@ mod tests {
         #[repr(C, align(64))]
         struct Map([u8; 128]);
         let map = Map([0x5a; 128]);
+        // SAFETY: `map` is a live 128-byte array.
         unsafe { tensormap::record(map.0.as_ptr(), 0x7e00_0600_0000) };
         let n: u32 = 3;
         let mut params = [&n as *const u32 as *mut c_void, map.0.as_ptr() as *mut c_void];
         let layout = vec![(0, 4), (64, 128)];
         let mut seen = Vec::new();
+        // SAFETY: `params` holds a pointer to each parameter, of the size `layout` gives it.
         assert!(unsafe { scan(Some(&layout), params.as_mut_ptr(), std::ptr::null_mut(), |w| seen.push(w)) });
         assert!(seen.contains(&0x7e00_0600_0000), "{seen:x?}");
     }
@@ -174,6 +200,7 @@ mod tests {
     #[test]
     fn kernel_params_without_a_layout_cannot_be_scanned() {
         let mut p = [std::ptr::null_mut::<c_void>()];
+        // SAFETY: without a layout, `scan` reads no parameter through `p`.
         assert!(!unsafe { scan(None, p.as_mut_ptr(), std::ptr::null_mut(), |_| {}) });
     }
 }

@@ -39,8 +39,15 @@ pub const VERSION: u32 = 1;
 #[derive(Serialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 enum Line<'a> {
-    Header { version: u32, chunk_bytes: u64 },
-    Alloc { tenant: &'a str, id: u32, bytes: u64 },
+    Header {
+        version: u32,
+        chunk_bytes: u64,
+    },
+    Alloc {
+        tenant: &'a str,
+        id: u32,
+        bytes: u64,
+    },
     Cmd {
         tenant: &'a str,
         stream: u32,
@@ -51,7 +58,10 @@ enum Line<'a> {
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         task_end: bool,
     },
-    Free { tenant: &'a str, id: u32 },
+    Free {
+        tenant: &'a str,
+        id: u32,
+    },
 }
 
 /// A whole allocation in a command's working set.
@@ -291,7 +301,9 @@ impl Recorder {
         let range = |&(id, bytes): &(u32, u64)| Range { alloc: id, off: 0, len: bytes };
         let ws = match ws {
             WorkingSet::Allocs(allocs) => allocs.iter().filter_map(|a| self.live.get(a)).map(range).collect(),
-            WorkingSet::Spans(spans) => spans.iter().filter(|s| self.live.contains_key(&s.alloc)).map(|s| Range { alloc: self.live[&s.alloc].0, off: s.offset, len: s.len }).collect(),
+            WorkingSet::Spans(spans) => {
+                spans.iter().filter(|s| self.live.contains_key(&s.alloc)).map(|s| Range { alloc: self.live[&s.alloc].0, off: s.offset, len: s.len }).collect()
+            }
             WorkingSet::Tenant => self.live.values().map(range).collect(),
         };
         self.commands += 1;

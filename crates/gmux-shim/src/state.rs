@@ -195,7 +195,14 @@ impl Shim {
         let limit = match cfg.mem_limit {
             _ if grant.is_some() => grant.map_or(0, |g| g.cap.min(usable) / CHUNK_BYTES * CHUNK_BYTES),
             Some(l) if l > usable => {
-                crate::log!(Warn, "memory limit {} is more than the device has free ({} after {} headroom); using {}", format_size(l), format_size(usable), format_size(headroom), format_size(usable));
+                crate::log!(
+                    Warn,
+                    "memory limit {} is more than the device has free ({} after {} headroom); using {}",
+                    format_size(l),
+                    format_size(usable),
+                    format_size(headroom),
+                    format_size(usable)
+                );
                 usable
             }
             Some(l) => l / CHUNK_BYTES * CHUNK_BYTES,
@@ -518,7 +525,14 @@ impl Shim {
         }
         let flushed = std::time::Instant::now();
         let moved = self.planner.apply(&mut self.mem, &plan).expect("a plan applies to the table it was made from");
-        crate::log!(Debug, "{:.3}: plan of {} moves: planned in {plan_ms:.2} ms, queued in {issue_ms:.2} ms, issued in {:.2} ms, applied in {:.2} ms", crate::log::stamp(), plan.moves.len(), (flushed - started).as_secs_f64() * 1e3 - issue_ms, flushed.elapsed().as_secs_f64() * 1e3);
+        crate::log!(
+            Debug,
+            "{:.3}: plan of {} moves: planned in {plan_ms:.2} ms, queued in {issue_ms:.2} ms, issued in {:.2} ms, applied in {:.2} ms",
+            crate::log::stamp(),
+            plan.moves.len(),
+            (flushed - started).as_secs_f64() * 1e3 - issue_ms,
+            flushed.elapsed().as_secs_f64() * 1e3
+        );
         let (filled, fetched) = self.account(&plan, |c| own.contains(&c));
         self.add_moved(moved);
         self.stats.waited += 1;

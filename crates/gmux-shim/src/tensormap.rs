@@ -27,7 +27,8 @@ fn key(bytes: &[u8]) -> u64 {
 /// # Safety
 /// `map` points to 128 readable bytes.
 pub unsafe fn record(map: *const u8, addr: u64) {
-    let bytes = std::slice::from_raw_parts(map, MAP_BYTES);
+    // SAFETY: per this function's contract, `map` points to `MAP_BYTES` (128) readable bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(map, MAP_BYTES) };
     MAPS.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(HashMap::new).insert(key(bytes), addr);
     ANY.store(true, Ordering::Release);
 }
@@ -49,6 +50,7 @@ mod tests {
     #[test]
     fn a_recorded_map_is_found_by_its_bytes_only() {
         let mut m = [7u8; MAP_BYTES];
+        // SAFETY: `m` is a live array of `MAP_BYTES` bytes.
         unsafe { record(m.as_ptr(), 0x7e00_1234_0000) };
         assert!(any());
         assert_eq!(lookup(&m), Some(0x7e00_1234_0000));

@@ -437,7 +437,8 @@ impl Engine<'_> {
 
     /// Demand paging: faults the command's chunks in, evicting LRU; returns the stall, ns.
     fn fault_in(&mut self, tenant: TenantId, chunks: &[ChunkId]) -> Result<f64, String> {
-        let plan = self.planner.plan(&self.mem, &self.tenants, &Request { tenant, need: chunks, required: chunks.len(), pinned: &|_| false }, &Forecast::default());
+        let plan =
+            self.planner.plan(&self.mem, &self.tenants, &Request { tenant, need: chunks, required: chunks.len(), pinned: &|_| false }, &Forecast::default());
         if plan.covered < chunks.len() {
             return Err(self.stuck(tenant, chunks));
         }
@@ -457,7 +458,11 @@ impl Engine<'_> {
                     DeviceModel::ns(CHUNK_BYTES, m.d2h_gbps) + if write { DeviceModel::ns(CHUNK_BYTES, m.disk_write_gbps) } else { 0.0 }
                 }
                 Move::Demote(c) => {
-                    if self.mem.chunk(c).disk_copy { 0.0 } else { DeviceModel::ns(CHUNK_BYTES, m.disk_write_gbps) }
+                    if self.mem.chunk(c).disk_copy {
+                        0.0
+                    } else {
+                        DeviceModel::ns(CHUNK_BYTES, m.disk_write_gbps)
+                    }
                 }
             };
         }

@@ -91,7 +91,12 @@ pub enum WorkloadSpec {
     /// Cyclic scan of a data set that starts on disk, `window` bytes per kernel.
     Scan { dataset: Size, window: Size, kernel_us: f64 },
     /// Replay of a recorded trace (docs/trace-format.md); `tenant` picks one tenant of it.
-    Trace { path: String, tenant: Option<String>, #[serde(default)] repeat: bool },
+    Trace {
+        path: String,
+        tenant: Option<String>,
+        #[serde(default)]
+        repeat: bool,
+    },
 }
 
 /// An allocation a workload makes before its first command.
@@ -154,12 +159,7 @@ impl WorkloadSpec {
             WorkloadSpec::Vecadd { footprint } => {
                 let v = scaled(Size(footprint.0 / 3), scale);
                 let dur = DeviceModel::ns(3 * v, model.hbm_gbps);
-                let cmd = Command {
-                    duration_ns: dur,
-                    ws: vec![whole(0, v, false), whole(1, v, false), whole(2, v, true)],
-                    task_end: true,
-                    arrival_ns: None,
-                };
+                let cmd = Command { duration_ns: dur, ws: vec![whole(0, v, false), whole(1, v, false), whole(2, v, true)], task_end: true, arrival_ns: None };
                 Box::new(Cycle::new(vec![AllocSpec { bytes: v, on_disk: false }; 3], vec![cmd]))
             }
             WorkloadSpec::Matmul { footprint, n } => {

@@ -14,11 +14,7 @@ use std::process::ExitCode;
 
 /// Command-line arguments.
 #[derive(Debug, Parser)]
-#[command(
-    name = "gmux",
-    version,
-    about = "Share one GPU among many CUDA processes."
-)]
+#[command(name = "gmux", version, about = "Share one GPU among many CUDA processes.")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -4,10 +4,7 @@
 use gmux_sim::{Report, Row};
 use std::fmt::Write;
 
-const PALETTE: [&str; 10] = [
-    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
-    "#9c755f", "#bab0ac",
-];
+const PALETTE: [&str; 10] = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
 /// Approximate width of one 12px character, to make room for labels.
 const CHAR: f64 = 7.0;
 const LEFT: f64 = 70.0;
@@ -15,10 +12,7 @@ const TOP: f64 = 50.0;
 
 /// Renders the report as a standalone SVG document.
 pub fn svg(report: &Report) -> String {
-    let swept = report
-        .results
-        .iter()
-        .any(|r| r.subscription.is_some() && r.throughput_norm.is_some());
+    let swept = report.results.iter().any(|r| r.subscription.is_some() && r.throughput_norm.is_some());
     if swept {
         line_chart(report)
     } else {
@@ -54,11 +48,7 @@ fn series(rows: &[Row]) -> Vec<Series> {
         let name = series_name(r);
         match out.iter_mut().find(|s| s.name == name) {
             Some(s) => s.points.push((x, y)),
-            None => out.push(Series {
-                name,
-                modelled: r.modelled,
-                points: vec![(x, y)],
-            }),
+            None => out.push(Series { name, modelled: r.modelled, points: vec![(x, y)] }),
         }
     }
     for s in &mut out {
@@ -80,23 +70,13 @@ impl Axis {
     /// An axis over `[lo, hi]`, widened to whole ticks when `round` is set.
     fn new(lo: f64, hi: f64, from: f64, to: f64, round: bool) -> Axis {
         let pad = (lo.abs() * 0.1).max(1.0);
-        let (lo, hi) = if hi > lo {
-            (lo, hi)
-        } else {
-            (lo - pad, hi + pad)
-        };
+        let (lo, hi) = if hi > lo { (lo, hi) } else { (lo - pad, hi + pad) };
         let step = nice_step(hi - lo);
         let (lo, hi) = match round {
             true => ((lo / step).floor() * step, (hi / step).ceil() * step),
             false => (lo, hi),
         };
-        Axis {
-            lo,
-            hi,
-            from,
-            to,
-            step,
-        }
+        Axis { lo, hi, from, to, step }
     }
 
     fn px(&self, v: f64) -> f64 {
@@ -119,18 +99,12 @@ impl Axis {
 fn nice_step(span: f64) -> f64 {
     let raw = span / 6.0;
     let mag = 10f64.powf(raw.log10().floor());
-    let m = [1.0, 2.0, 5.0]
-        .into_iter()
-        .find(|m| raw / mag <= m * 1.0001)
-        .unwrap_or(10.0);
+    let m = [1.0, 2.0, 5.0].into_iter().find(|m| raw / mag <= m * 1.0001).unwrap_or(10.0);
     m * mag
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
 fn open(width: f64, height: f64, title: &str) -> String {
@@ -155,20 +129,11 @@ fn dash(modelled: bool) -> &'static str {
 fn line_chart(report: &Report) -> String {
     let all = series(&report.results);
     let (bottom, right) = (380.0, 540.0);
-    let longest = all
-        .iter()
-        .map(|s| legend_name(&s.name, s.modelled).len())
-        .max()
-        .unwrap_or(0);
+    let longest = all.iter().map(|s| legend_name(&s.name, s.modelled).len()).max().unwrap_or(0);
     let width = right + (CHAR * longest as f64 + 60.0).max(220.0);
     let xs = all.iter().flat_map(|s| s.points.iter().map(|p| p.0));
-    let (xlo, xhi) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
-        (a.min(x), b.max(x))
-    });
-    let ymax = all
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.1))
-        .fold(1.05, f64::max);
+    let (xlo, xhi) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| (a.min(x), b.max(x)));
+    let ymax = all.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(1.05, f64::max);
     let x = Axis::new(xlo, xhi, LEFT, right, true);
     let y = Axis::new(0.0, ymax, bottom, TOP, false);
 
@@ -205,24 +170,10 @@ fn line_chart(report: &Report) -> String {
     );
     for (i, s) in all.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()];
-        let pts: Vec<String> = s
-            .points
-            .iter()
-            .map(|&(a, b)| format!("{:.1},{:.1}", x.px(a), y.px(b)))
-            .collect();
-        let _ = writeln!(
-            out,
-            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\"{} points=\"{}\"/>",
-            dash(s.modelled),
-            pts.join(" ")
-        );
+        let pts: Vec<String> = s.points.iter().map(|&(a, b)| format!("{:.1},{:.1}", x.px(a), y.px(b))).collect();
+        let _ = writeln!(out, "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\"{} points=\"{}\"/>", dash(s.modelled), pts.join(" "));
         for &(a, b) in &s.points {
-            let _ = writeln!(
-                out,
-                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3.5\" fill=\"{color}\"/>",
-                x.px(a),
-                y.px(b)
-            );
+            let _ = writeln!(out, "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3.5\" fill=\"{color}\"/>", x.px(a), y.px(b));
         }
         let ly = TOP + 10.0 + 20.0 * i as f64;
         let lx = right + 20.0;
@@ -250,11 +201,7 @@ fn bar_chart(report: &Report) -> String {
         false => (|r| r.p99_ms, "p99 latency (ms)"),
     };
     let max = rows.iter().filter_map(metric).fold(0.0, f64::max);
-    let xmax = if use_tput {
-        max.max(1.05)
-    } else {
-        (max * 1.05).max(1e-3)
-    };
+    let xmax = if use_tput { max.max(1.05) } else { (max * 1.05).max(1e-3) };
 
     let mut names: Vec<String> = Vec::new();
     let labels: Vec<(String, usize)> = rows
@@ -299,18 +246,11 @@ fn bar_chart(report: &Report) -> String {
     let digits = if use_tput { 3 } else { 2 };
     for (i, (r, (label, k))) in rows.iter().zip(&labels).enumerate() {
         let top = TOP + 4.0 + pitch * i as f64;
-        let _ = writeln!(
-            out,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            left - 8.0,
-            top + 13.0,
-            esc(label)
-        );
+        let _ = writeln!(out, "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>", left - 8.0, top + 13.0, esc(label));
         let value = metric(r);
         let end = value.map_or(left, |v| x.px(v));
         if value.is_some() {
-            let _ =
-                writeln!(
+            let _ = writeln!(
                 out,
                 "<rect x=\"{left}\" y=\"{top:.1}\" width=\"{:.1}\" height=\"18\" fill=\"{}\"{}/>",
                 end - left,
@@ -319,12 +259,7 @@ fn bar_chart(report: &Report) -> String {
             );
         }
         let text = value.map_or("-".to_string(), |v| format!("{v:.digits$}"));
-        let _ = writeln!(
-            out,
-            "<text x=\"{:.1}\" y=\"{:.1}\">{text}</text>",
-            end + 4.0,
-            top + 13.0
-        );
+        let _ = writeln!(out, "<text x=\"{:.1}\" y=\"{:.1}\">{text}</text>", end + 4.0, top + 13.0);
     }
     out + "</svg>\n"
 }
@@ -375,9 +310,7 @@ mod tests {
         assert_eq!(doc.matches("<rect x=").count(), 2);
         assert!(doc.contains(">a&lt;b</text>") && doc.contains(">0.987</text>"));
 
-        r.results
-            .iter_mut()
-            .for_each(|row| row.throughput_norm = None);
+        r.results.iter_mut().for_each(|row| row.throughput_norm = None);
         r.results[0].p99_ms = Some(42.0);
         let doc = svg(&r);
         well_formed(&doc);
@@ -390,9 +323,6 @@ mod tests {
         assert_eq!(nice_step(100.0), 20.0);
         assert!((nice_step(1.05) - 0.2).abs() < 1e-12);
         assert_eq!(nice_step(300.0), 50.0);
-        assert_eq!(
-            Axis::new(100.0, 100.0, 0.0, 1.0, true).ticks(),
-            [90.0, 95.0, 100.0, 105.0, 110.0]
-        );
+        assert_eq!(Axis::new(100.0, 100.0, 0.0, 1.0, true).ticks(), [90.0, 95.0, 100.0, 105.0, 110.0]);
     }
 }

@@ -36,7 +36,8 @@ pub fn record(args: &RecordArgs) -> Result<(), Failure> {
         std::io::ErrorKind::AlreadyExists => Failure::Usage(format!("{} already exists; pass --force to overwrite it or give another -o FILE", path.display())),
         _ => Failure::Runtime(format!("cannot create the trace {}: {e}; give a writable path with -o", path.display())),
     })?;
-    gmux_sim::trace::write(&mut file, &[]).map_err(|e| Failure::Runtime(format!("cannot write the trace {}: {e}; give a writable path with -o", path.display())))?;
+    gmux_sim::trace::write(&mut file, &[])
+        .map_err(|e| Failure::Runtime(format!("cannot write the trace {}: {e}; give a writable path with -o", path.display())))?;
     drop(file);
     cmd.env("GMUX_RECORD", &path);
     if let Some(t) = &args.run.tenant {

@@ -61,10 +61,7 @@ pub fn find_shim() -> Result<PathBuf, Failure> {
 pub fn parse_limit(text: &str) -> Result<u64, Failure> {
     let bytes = parse_size(text).map_err(|e| Failure::Usage(format!("--mem-limit {text}: {e}")))?;
     if bytes < CHUNK_BYTES {
-        return Err(Failure::Usage(format!(
-            "--mem-limit {text}: {} is below one 2 MiB chunk; give at least 2M",
-            format_size(bytes)
-        )));
+        return Err(Failure::Usage(format!("--mem-limit {text}: {} is below one 2 MiB chunk; give at least 2M", format_size(bytes))));
     }
     Ok(bytes)
 }

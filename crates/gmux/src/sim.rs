@@ -28,19 +28,10 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
     for out in args.json.iter().chain(&args.plot) {
         check_output_dir(out)?;
     }
-    let scenario =
-        gmux_sim::load_scenario(&args.scenario).map_err(|e| Failure::Usage(e.to_string()))?;
+    let scenario = gmux_sim::load_scenario(&args.scenario).map_err(|e| Failure::Usage(e.to_string()))?;
 
-    let bar = if args.quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(0)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {pos}/{len} {wide_msg}")
-            .expect("valid progress template")
-            .progress_chars("=> "),
-    );
+    let bar = if args.quiet { ProgressBar::hidden() } else { ProgressBar::new(0) };
+    bar.set_style(ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {pos}/{len} {wide_msg}").expect("valid progress template").progress_chars("=> "));
     let started = Instant::now();
     let result = gmux_sim::run(&scenario, &mut |p: &Progress| {
         bar.set_length(p.total as u64);
@@ -49,11 +40,7 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
     });
     bar.finish_and_clear();
     let report = result.map_err(run_failure)?;
-    eprintln!(
-        "ran {} rows in {:.1} s",
-        report.results.len(),
-        started.elapsed().as_secs_f64()
-    );
+    eprintln!("ran {} rows in {:.1} s", report.results.len(), started.elapsed().as_secs_f64());
 
     print_stdout(&table::render(&report))?;
     if let Some(path) = &args.json {
@@ -76,34 +63,28 @@ fn run_failure(e: SimError) -> Failure {
 /// Refuses, before a long run, an output path whose directory does not exist.
 fn check_output_dir(path: &Path) -> Result<(), Failure> {
     match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => Err(Failure::Usage(format!(
-            "cannot write {}: directory {} does not exist; create it or choose another path",
-            path.display(),
-            dir.display()
-        ))),
+        Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => {
+            Err(Failure::Usage(format!("cannot write {}: directory {} does not exist; create it or choose another path", path.display(), dir.display())))
+        }
         _ => Ok(()),
     }
 }
 
 fn print_stdout(text: &str) -> Result<(), Failure> {
     match io::stdout().lock().write_all(text.as_bytes()) {
-        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
-            Err(Failure::Runtime(format!("cannot write to stdout: {e}")))
-        }
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(Failure::Runtime(format!("cannot write to stdout: {e}"))),
         _ => Ok(()),
     }
 }
 
 /// Writes the report as pretty-printed JSON (`{"scenario", "description", "results"}`).
 pub fn write_json(report: &Report, path: &Path) -> Result<(), Failure> {
-    let json = serde_json::to_string_pretty(report)
-        .map_err(|e| Failure::Runtime(format!("cannot encode results as JSON: {e}")))?;
+    let json = serde_json::to_string_pretty(report).map_err(|e| Failure::Runtime(format!("cannot encode results as JSON: {e}")))?;
     write_file(path, "JSON", &(json + "\n"))
 }
 
 fn write_file(path: &Path, what: &str, contents: &str) -> Result<(), Failure> {
-    std::fs::write(path, contents)
-        .map_err(|e| Failure::Runtime(format!("cannot write {what} to {}: {e}", path.display())))
+    std::fs::write(path, contents).map_err(|e| Failure::Runtime(format!("cannot write {what} to {}: {e}", path.display())))
 }
 
 #[cfg(test)]
@@ -131,9 +112,7 @@ mod tests {
     fn json_write_error_names_path() {
         let path = temp_path("no-such-dir").join("out.json");
         let err = write_json(&report(), &path).unwrap_err();
-        let Failure::Runtime(msg) = err else {
-            panic!("expected a runtime failure, got {err:?}")
-        };
+        let Failure::Runtime(msg) = err else { panic!("expected a runtime failure, got {err:?}") };
         assert!(msg.contains(&path.display().to_string()), "{msg}");
         assert!(check_output_dir(&path).is_err());
         assert!(check_output_dir(Path::new("out.json")).is_ok());

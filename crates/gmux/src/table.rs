@@ -15,11 +15,7 @@ struct Column {
 }
 
 fn column(title: &'static str, right: bool, rows: &[Row], cell: impl Fn(&Row) -> String) -> Column {
-    Column {
-        title,
-        right,
-        cells: rows.iter().map(cell).collect(),
-    }
+    Column { title, right, cells: rows.iter().map(cell).collect() }
 }
 
 fn or_dash<T>(value: Option<T>, show: impl Fn(T) -> String) -> String {
@@ -42,52 +38,28 @@ pub fn percent(v: f64) -> String {
 fn columns(rows: &[Row]) -> Vec<Column> {
     let any = |f: fn(&Row) -> bool| rows.iter().any(f);
     let mut cols = vec![
-        column("system", false, rows, |r| {
-            format!("{}{}", r.system, if r.modelled { MODELLED } else { "" })
-        }),
-        column("variant", false, rows, |r| {
-            if r.variant.is_empty() {
-                "-".into()
-            } else {
-                r.variant.clone()
-            }
-        }),
-        column("subscription %", true, rows, |r| {
-            or_dash(r.subscription, percent)
-        }),
-        column("throughput", true, rows, |r| {
-            or_dash(r.throughput_norm, |v| format!("{v:.3}"))
-        }),
+        column("system", false, rows, |r| format!("{}{}", r.system, if r.modelled { MODELLED } else { "" })),
+        column("variant", false, rows, |r| if r.variant.is_empty() { "-".into() } else { r.variant.clone() }),
+        column("subscription %", true, rows, |r| or_dash(r.subscription, percent)),
+        column("throughput", true, rows, |r| or_dash(r.throughput_norm, |v| format!("{v:.3}"))),
         column("H2D GiB", true, rows, |r| gib(r.bytes_h2d)),
         column("D2H GiB", true, rows, |r| gib(r.bytes_d2h)),
     ];
     if any(|r| r.bytes_disk_read + r.bytes_disk_write > 0) {
-        cols.push(column("disk r/w GiB", true, rows, |r| {
-            format!("{}/{}", gib(r.bytes_disk_read), gib(r.bytes_disk_write))
-        }));
+        cols.push(column("disk r/w GiB", true, rows, |r| format!("{}/{}", gib(r.bytes_disk_read), gib(r.bytes_disk_write))));
     }
     if any(|r| r.faults.is_some()) {
-        cols.push(column("faults", true, rows, |r| {
-            or_dash(r.faults, |v| v.to_string())
-        }));
+        cols.push(column("faults", true, rows, |r| or_dash(r.faults, |v| v.to_string())));
     }
     if any(|r| r.p50_ms.is_some() || r.p99_ms.is_some()) {
-        cols.push(column("p50 ms", true, rows, |r| {
-            or_dash(r.p50_ms, |v| format!("{v:.2}"))
-        }));
-        cols.push(column("p99 ms", true, rows, |r| {
-            or_dash(r.p99_ms, |v| format!("{v:.2}"))
-        }));
+        cols.push(column("p50 ms", true, rows, |r| or_dash(r.p50_ms, |v| format!("{v:.2}"))));
+        cols.push(column("p99 ms", true, rows, |r| or_dash(r.p99_ms, |v| format!("{v:.2}"))));
     }
     if any(|r| r.be_tasks_per_s.is_some()) {
-        cols.push(column("BE tasks/s", true, rows, |r| {
-            or_dash(r.be_tasks_per_s, |v| format!("{v:.1}"))
-        }));
+        cols.push(column("BE tasks/s", true, rows, |r| or_dash(r.be_tasks_per_s, |v| format!("{v:.1}"))));
     }
     if any(|r| r.violations > 0) {
-        cols.push(column("violations", true, rows, |r| {
-            r.violations.to_string()
-        }));
+        cols.push(column("violations", true, rows, |r| r.violations.to_string()));
     }
     cols
 }
@@ -103,15 +75,7 @@ pub fn render(report: &Report) -> String {
         return out + "(no rows)\n";
     }
     let cols = columns(&report.results);
-    let widths: Vec<usize> = cols
-        .iter()
-        .map(|c| {
-            c.cells
-                .iter()
-                .map(|s| s.chars().count())
-                .fold(c.title.len(), usize::max)
-        })
-        .collect();
+    let widths: Vec<usize> = cols.iter().map(|c| c.cells.iter().map(|s| s.chars().count()).fold(c.title.len(), usize::max)).collect();
     let line = |cell: &dyn Fn(&Column, usize) -> String| {
         let cells: Vec<String> = cols
             .iter()
@@ -154,47 +118,24 @@ mod tests {
     fn header_numbers_and_modelled_marker() {
         let text = render(&report());
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(
-            lines[0],
-            "oversub: throughput as GPU memory is oversubscribed"
-        );
+        assert_eq!(lines[0], "oversub: throughput as GPU memory is oversubscribed");
         assert!(lines[2].starts_with("system"));
         assert!(lines[3].starts_with("------"));
         let rows = data_lines(&text);
         assert_eq!(rows.len(), 6);
         let cells = |i: usize| rows[i].split_whitespace().collect::<Vec<_>>();
-        assert_eq!(
-            cells(0),
-            ["gmux-exact", "tier-order", "100", "1.000", "0.50", "0.00"]
-        );
-        assert_eq!(
-            cells(1),
-            ["um", "(modelled)", "-", "100", "0.987", "0.00", "0.00"]
-        );
-        assert_eq!(
-            cells(4),
-            ["gmux-exact", "tier-order", "200", "0.875", "6.50", "2.00"]
-        );
+        assert_eq!(cells(0), ["gmux-exact", "tier-order", "100", "1.000", "0.50", "0.00"]);
+        assert_eq!(cells(1), ["um", "(modelled)", "-", "100", "0.987", "0.00", "0.00"]);
+        assert_eq!(cells(4), ["gmux-exact", "tier-order", "200", "0.875", "6.50", "2.00"]);
         for line in &rows {
-            assert_eq!(
-                line.contains("(modelled)"),
-                line.starts_with("um "),
-                "{line}"
-            );
+            assert_eq!(line.contains("(modelled)"), line.starts_with("um "), "{line}");
         }
         assert_eq!(text.matches(MODELLED_NOTE).count(), 1);
     }
 
     #[test]
     fn optional_columns_only_with_data() {
-        let optional = [
-            "disk r/w GiB",
-            "faults",
-            "p50 ms",
-            "p99 ms",
-            "BE tasks/s",
-            "violations",
-        ];
+        let optional = ["disk r/w GiB", "faults", "p50 ms", "p99 ms", "BE tasks/s", "violations"];
         let mut r = report();
         let header = |r: &Report| render(r).lines().nth(2).unwrap().to_string();
         for title in optional {
@@ -210,11 +151,7 @@ mod tests {
             assert!(header(&r).contains(title), "{title}");
         }
         let rows = data_lines(&text);
-        assert!(
-            rows[1].contains("0.00/0.50") && rows[1].contains("1234"),
-            "{}",
-            rows[1]
-        );
+        assert!(rows[1].contains("0.00/0.50") && rows[1].contains("1234"), "{}", rows[1]);
         assert!(rows[3].contains("12.35"), "{}", rows[3]);
         assert!(rows[0].contains("99.9"), "{}", rows[0]);
         assert!(rows[5].trim_end().ends_with(" 2"), "{}", rows[5]);

@@ -12,23 +12,12 @@ pub fn row(system: &str, variant: &str, modelled: bool, sub: f64, tput: f64) -> 
 /// gmux-exact/tier-order and um (modelled) at 100, 150 and 200 %.
 pub fn report() -> Report {
     let mut results = Vec::new();
-    for (i, (sub, exact, um)) in [
-        (100.0, 1.0, 0.9874),
-        (150.0, 0.95, 0.5),
-        (200.0, 0.875, 0.25),
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    for (i, (sub, exact, um)) in [(100.0, 1.0, 0.9874), (150.0, 0.95, 0.5), (200.0, 0.875, 0.25)].into_iter().enumerate() {
         let mut g = row("gmux-exact", "tier-order", false, sub, exact);
         g.bytes_h2d = i as u64 * 3 * GIB + GIB / 2;
         g.bytes_d2h = i as u64 * GIB;
         results.push(g);
         results.push(row("um", "", true, sub, um));
     }
-    Report {
-        scenario: "oversub".into(),
-        description: "throughput as GPU memory is oversubscribed".into(),
-        results,
-    }
+    Report { scenario: "oversub".into(), description: "throughput as GPU memory is oversubscribed".into(), results }
 }

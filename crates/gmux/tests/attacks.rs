@@ -52,7 +52,13 @@ fn another_user_can_neither_join_nor_read_nor_change_nor_stop_what_is_not_theirs
     let me = reachable_copy(&std::env::current_exe().unwrap(), &bin);
     let socket = sb.dir.path().join("run").join("gpu0.sock");
     let log = std::fs::File::create(sb.dir.path().join("daemon.log")).unwrap();
-    let mut daemon = Command::new(gmux_bin()).args(["daemon", "--hbm", "64M", "--group", "nogroup", "--socket"]).arg(&socket).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
+    let mut daemon = Command::new(gmux_bin())
+        .args(["daemon", "--hbm", "64M", "--group", "nogroup", "--socket"])
+        .arg(&socket)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
     // The file appears at bind, a moment before connections are accepted.
     let t0 = Instant::now();
     while std::os::unix::net::UnixStream::connect(&socket).map(|mut s| std::io::Write::write_all(&mut s, b"{\"op\":\"ps\"}\n")).is_err() {

@@ -156,7 +156,9 @@ fn a_tenant_that_stops_reading_its_grants_stalls_nobody_else() {
     let d = Daemon::start("daemon-stuck", &["--hbm", "48M", "--timeslice", "2ms"]);
     let v = gmux_core::protocol::PROTOCOL;
     let hello = format!("{{\"op\":\"hello\",\"version\":{v},\"tenant\":\"stuck\",\"priority\":0,\"high\":{}}}\n", 4 * MIB);
-    let report = |want: u64, i: u64| format!("{{\"op\":\"report\",\"held\":0,\"resident\":0,\"allocated\":{want},\"swapped\":0,\"want\":{want},\"period\":{want},\"blocked\":0,\"commands\":{i},\"bytes_h2d\":0,\"bytes_d2h\":0,\"busy\":true,\"waiting\":false,\"finished\":{i},\"grant\":0}}\n");
+    let report = |want: u64, i: u64| {
+        format!("{{\"op\":\"report\",\"held\":0,\"resident\":0,\"allocated\":{want},\"swapped\":0,\"want\":{want},\"period\":{want},\"blocked\":0,\"commands\":{i},\"bytes_h2d\":0,\"bytes_d2h\":0,\"busy\":true,\"waiting\":false,\"finished\":{i},\"grant\":0}}\n")
+    };
     // Tenant "stuck" (4 MiB at most) has two processes. One reports once and then never
     // reads a grant. The other reads its grants and reports every millisecond with a want
     // of 0, 2 or 6 MiB, so that the tenant's grant is split anew between the two at most
@@ -251,7 +253,10 @@ fn endless_lines_and_silent_connections_are_cut_off() {
 fn the_scale_benchmark_prints_its_table_and_json() {
     let sb = Sandbox::new("daemon-scale", 1 << 30);
     let json = sb.dir.path().join("scale.json");
-    let r = run_within(Command::new(gmux_bin()).args(["bench", "daemon-scale", "--tenants", "60", "--reports", "20", "--policy", "share", "--json"]).arg(&json), Duration::from_secs(60));
+    let r = run_within(
+        Command::new(gmux_bin()).args(["bench", "daemon-scale", "--tenants", "60", "--reports", "20", "--policy", "share", "--json"]).arg(&json),
+        Duration::from_secs(60),
+    );
     assert!(r.status.success() && r.stdout.contains("60 tenants, policy share") && r.stdout.contains("gmux ps"), "{}", r.describe());
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(v["tenants"], 60);
@@ -277,7 +282,10 @@ fn a_process_that_waits_for_the_daemon_says_what_it_waits_for() {
 fn the_fuzz_benchmark_finds_the_daemon_standing_and_leak_free() {
     let sb = Sandbox::new("daemon-fuzz", 1 << 30);
     let json = sb.dir.path().join("fuzz.json");
-    let r = run_within(Command::new(gmux_bin()).args(["bench", "daemon-fuzz", "--messages", "30000", "--clients", "4", "--json"]).arg(&json), Duration::from_secs(60));
+    let r = run_within(
+        Command::new(gmux_bin()).args(["bench", "daemon-fuzz", "--messages", "30000", "--clients", "4", "--json"]).arg(&json),
+        Duration::from_secs(60),
+    );
     assert!(r.status.success(), "{}", r.describe());
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(v["messages"], 30000);
@@ -290,7 +298,13 @@ fn a_daemon_whose_log_nobody_reads_still_serves() {
     // stderr is a pipe that is never drained: it fills with refusals, then --verbose
     // switches come, and the daemon must go on.
     let sb = Sandbox::new("daemon-mute", 1 << 30);
-    let mut daemon = Command::new(gmux_bin()).args(["daemon", "--hbm", "48M", "--timeslice", "1ms", "--verbose", "--socket"]).arg(sb.socket()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut daemon = Command::new(gmux_bin())
+        .args(["daemon", "--hbm", "48M", "--timeslice", "1ms", "--verbose", "--socket"])
+        .arg(sb.socket())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     wait_for_daemon(&sb.socket());
     // 1,500 refused Hellos log far more than a pipe holds.
     for _ in 0..1500 {

@@ -107,7 +107,14 @@ fn record_writes_every_alloc_command_and_free() {
     assert!(!ran.stderr.contains("no measured duration"), "every command was timed, the last ones at exit:\n{}", ran.describe());
 
     // Frees: every allocation, after the last command.
-    let frees: Vec<(usize, u32)> = recs.iter().enumerate().filter_map(|(n, r)| match r { Record::Free { id, .. } => Some((n, *id)), _ => None }).collect();
+    let frees: Vec<(usize, u32)> = recs
+        .iter()
+        .enumerate()
+        .filter_map(|(n, r)| match r {
+            Record::Free { id, .. } => Some((n, *id)),
+            _ => None,
+        })
+        .collect();
     let mut freed: Vec<u32> = frees.iter().map(|f| f.1).collect();
     freed.sort_unstable();
     let mut ids: Vec<u32> = allocs.iter().map(|a| a.0).collect();
@@ -213,7 +220,8 @@ fn a_recorded_run_replays_in_the_simulator() {
         assert_eq!(row.violations, 0, "{row:?}");
         assert!(row.sim_seconds > 0.0, "{row:?}");
     }
-    let row = |sys: &str, sub: f64| report.results.iter().find(|r| r.system == sys && r.subscription == Some(sub)).unwrap_or_else(|| panic!("no row {sys} {sub}"));
+    let row =
+        |sys: &str, sub: f64| report.results.iter().find(|r| r.system == sys && r.subscription == Some(sub)).unwrap_or_else(|| panic!("no row {sys} {sub}"));
     assert_eq!((row("gmux-exact", 50.0).bytes_h2d, row("gmux-exact", 50.0).bytes_d2h), (0, 0), "{:?}", row("gmux-exact", 50.0));
     let over = row("gmux-exact", 300.0);
     assert!(over.bytes_h2d > 0 && over.bytes_h2d % (2 * MIB) == 0, "{over:?}");

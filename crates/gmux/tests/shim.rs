@@ -27,7 +27,6 @@ fn ok(cmd: &mut Command) -> Ran {
     r
 }
 
-
 fn oversub_args(total: u64, seed: u64, extra: &[&str]) -> Vec<String> {
     let args = format!("oversub --total {total} --buffers 40 --ops 800 --seed {seed} --streams 4");
     args.split(' ').map(str::to_owned).chain(extra.iter().map(|s| s.to_string())).collect()
@@ -105,8 +104,7 @@ fn physical_chunks_are_reused_and_access_is_batched() {
     let (r, s) = oversubscribed("counters", 4, &[]);
     let line = r.stdout.lines().find(|l| l.starts_with("counters: ")).unwrap_or_else(|| panic!("no counters line:\n{}", r.describe()));
     let c = |k: &str| number(line, &format!("{k}="));
-    let (creates, maps, set_access, releases, live, freed) =
-        (c("creates"), c("maps"), c("set_access"), c("releases"), c("live"), c("freed_chunks"));
+    let (creates, maps, set_access, releases, live, freed) = (c("creates"), c("maps"), c("set_access"), c("releases"), c("live"), c("freed_chunks"));
     let limit_chunks = 16 * MIB / CHUNK;
     assert!(live <= 16 * MIB, "{live} bytes of physical memory live, above the limit:\n{line}");
     // Handles span one chunk or more (an extent), so live handles hold at least a chunk each.
@@ -319,11 +317,7 @@ fn with_and_without(args: &[&str], limit: Option<&str>) -> (Ran, Ran) {
 
 #[test]
 fn a_program_without_cuda_is_untouched() {
-    for (args, limit) in [
-        (&["true"][..], Some("8M")),
-        (&["sh", "-c", "exit 3"][..], Some("8M")),
-        (&["sh", "-c", "echo out; exit 3"][..], None),
-    ] {
+    for (args, limit) in [(&["true"][..], Some("8M")), (&["sh", "-c", "exit 3"][..], Some("8M")), (&["sh", "-c", "echo out; exit 3"][..], None)] {
         let (plain, under) = with_and_without(args, limit);
         assert_eq!(under.status.code(), plain.status.code(), "{}\n{}", plain.describe(), under.describe());
         assert_eq!(under.stdout, plain.stdout, "{}", under.describe());

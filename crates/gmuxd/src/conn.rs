@@ -142,10 +142,7 @@ async fn serve_conn(s: Arc<Shared>, stream: UnixStream, slot: Slot) {
             let answer = match serde_json::from_str::<Request>(line.trim()) {
                 Ok(Request::Stop) if who.uid == s.owner || who.uid == 0 => {
                     reply(&mut write, &ctl::Reply { ok: true, text: "gmuxd stopped".into() }).await;
-                    let _ = std::fs::remove_file(&s.path);
-                    say(&format!("stopped by pid {}", who.pid));
-                    super::log::flush();
-                    std::process::exit(0);
+                    return s.stop(&format!("stopped by pid {}", who.pid));
                 }
                 Ok(req) => ctl::answer(&mut s.lock(), &req, who, s.owner),
                 Err(e) => ctl::Reply::error(format!("bad request ({e}); use the gmux CLI of the same version as the daemon")),
@@ -172,7 +169,15 @@ async fn serve_tenant(s: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, wri
                 let stalled = move |stuck: bool| {
                     if let Some(s) = weak.upgrade() {
                         if s.lock().set_silent(conn, Silence::NotReading, stuck) {
-                            say(&format!("pid {} {}", who.pid, if stuck { format!("has not read its grants for {} ms: it loses its turns until it does", PATIENCE.as_millis()) } else { "reads its grants again".into() }));
+                            say(&format!(
+                                "pid {} {}",
+                                who.pid,
+                                if stuck {
+                                    format!("has not read its grants for {} ms: it loses its turns until it does", PATIENCE.as_millis())
+                                } else {
+                                    "reads its grants again".into()
+                                }
+                            ));
                         }
                         s.wake.notify_one();
                     }
@@ -192,7 +197,12 @@ async fn serve_tenant(s: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, wri
     };
     let (tenant, priority) = (hello.tenant, hello.priority);
     match hello.resume {
-        Some(r) => say(&format!("pid {} registered again with tenant {tenant:?} (priority {priority}): it holds {}, believed {}", who.pid, format_size(r.held), format_size(held))),
+        Some(r) => say(&format!(
+            "pid {} registered again with tenant {tenant:?} (priority {priority}): it holds {}, believed {}",
+            who.pid,
+            format_size(r.held),
+            format_size(held)
+        )),
         None => say(&format!("pid {} joined tenant {tenant:?} (priority {priority})", who.pid)),
     }
     super::watch::watch_pid(s, who.pid, start, Some(conn));

@@ -2,8 +2,8 @@
 //! client side, including starting a daemon on demand for `gmux run`.
 
 use super::server::Peer;
-use gmux_core::arbiter::Arbiter;
 use crate::Failure;
+use gmux_core::arbiter::Arbiter;
 use gmux_core::knobs::Knob;
 use gmux_core::size::format_size;
 use gmux_core::TenantId;
@@ -65,7 +65,8 @@ pub fn answer(d: &mut Arbiter, req: &Request, who: Peer, owner: u32) -> Reply {
                 Err(e) => return Reply::error(e.to_string()),
             };
             let one = knobs.len() == 1;
-            let lines: Vec<String> = knobs.iter().map(|k| if one { value(d, t, *k) } else { format!("{} {}", k.name(), value(d, t, *k).replace('\n', "\n  ")) }).collect();
+            let lines: Vec<String> =
+                knobs.iter().map(|k| if one { value(d, t, *k) } else { format!("{} {}", k.name(), value(d, t, *k).replace('\n', "\n  ")) }).collect();
             Reply::ok(lines.join("\n"))
         }
         Request::Set { tenant, knob, value } => {
@@ -130,21 +131,30 @@ fn ps(d: &Arbiter, visible: &dyn Fn(TenantId) -> bool) -> String {
     }
     let widths: Vec<usize> = (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
     let held = d.live().iter().map(|t| d.usage(*t).held).fold(0, u64::saturating_add);
-    let budget = format!("budget {}, policy {}, held {} (peak {})", d.settings.hbm.map_or("device".into(), format_size), d.policy_name(), format_size(held), format_size(d.peak_held));
-    let lines: Vec<String> = rows.iter().map(|r| r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string()).collect();
+    let budget = format!(
+        "budget {}, policy {}, held {} (peak {})",
+        d.settings.hbm.map_or("device".into(), format_size),
+        d.policy_name(),
+        format_size(held),
+        format_size(d.peak_held)
+    );
+    let lines: Vec<String> =
+        rows.iter().map(|r| r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string()).collect();
     format!("{budget}\n{}", lines.join("\n"))
 }
 
 /// Sends `req` to the daemon at `path` and returns its reply.
 pub fn request(path: &Path, req: &Request) -> Result<Reply, Failure> {
-    let mut s = UnixStream::connect(path).map_err(|e| Failure::Runtime(format!("gmuxd is not running at {} ({e}); start it with `gmux daemon` (or any `gmux run`)", path.display())))?;
+    let mut s = UnixStream::connect(path)
+        .map_err(|e| Failure::Runtime(format!("gmuxd is not running at {} ({e}); start it with `gmux daemon` (or any `gmux run`)", path.display())))?;
     trusted(&s, path)?;
     let mut line = serde_json::to_string(req).expect("serializable");
     line.push('\n');
     s.write_all(line.as_bytes()).map_err(|e| Failure::Runtime(format!("cannot talk to gmuxd at {}: {e}", path.display())))?;
     let mut reply = String::new();
     BufReader::new(s).read_line(&mut reply).map_err(|e| Failure::Runtime(format!("no answer from gmuxd at {}: {e}", path.display())))?;
-    serde_json::from_str(reply.trim()).map_err(|_| Failure::Runtime(format!("gmuxd at {} answered {:?}; is it the same version as this gmux?", path.display(), reply.trim())))
+    serde_json::from_str(reply.trim())
+        .map_err(|_| Failure::Runtime(format!("gmuxd at {} answered {:?}; is it the same version as this gmux?", path.display(), reply.trim())))
 }
 
 /// Refuses a daemon run by a user other than this one or root: whoever listens on the
@@ -172,7 +182,11 @@ pub fn ensure_daemon(path: &Path) -> Result<(), Failure> {
     let log_path = path.with_extension("log");
     let log = super::rundir::open_log(&log_path).map_err(Failure::Runtime)?;
     let mut cmd = std::process::Command::new(exe);
-    cmd.args(["daemon", "--resume", "--idle-exit", "60", "--socket"]).arg(path).stdin(std::process::Stdio::null()).stdout(log.try_clone().map_err(|e| Failure::Runtime(e.to_string()))?).stderr(log);
+    cmd.args(["daemon", "--resume", "--idle-exit", "60", "--socket"])
+        .arg(path)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().map_err(|e| Failure::Runtime(e.to_string()))?)
+        .stderr(log);
     use std::os::unix::process::CommandExt;
     // SAFETY: setsid is async-signal-safe; the daemon leaves the caller's session.
     unsafe {
@@ -220,7 +234,11 @@ mod tests {
         assert_eq!(ask(&mut d, get("mine"), 2000, 4242), Reply { ok: true, text: "max".into() });
         let r = ask(&mut d, get("theirs"), 2000, 4242);
         let none = ask(&mut d, get("nobody"), 2000, 4242);
-        assert_eq!((r.ok, r.text.replace("theirs", "X")), (none.ok, none.text.replace("nobody", "X")), "another user's tenant reads as one that does not exist");
+        assert_eq!(
+            (r.ok, r.text.replace("theirs", "X")),
+            (none.ok, none.text.replace("nobody", "X")),
+            "another user's tenant reads as one that does not exist"
+        );
         assert!(!r.ok && r.text.contains("unknown tenant \"theirs\""), "{r:?}");
         assert!(ask(&mut d, get("mine"), 2000, 9999).ok, "any process of the tenant's user reads it, not only its members");
         let set = Request::Set { tenant: "mine".into(), knob: "gmem.limit.high".into(), value: "4G".into() };

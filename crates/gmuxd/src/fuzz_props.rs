@@ -14,23 +14,25 @@ fn size() -> impl Strategy<Value = u64> {
 }
 
 fn report() -> impl Strategy<Value = ShimReport> {
-    (size(), size(), size(), size(), any::<u64>(), any::<u64>(), any::<bool>(), any::<u64>()).prop_map(|(held, want, period, blocked, commands, finished, busy, grant)| ShimReport {
-        held,
-        resident: held,
-        allocated: period,
-        swapped: blocked,
-        want,
-        period,
-        blocked,
-        commands,
-        bytes_h2d: commands,
-        bytes_d2h: finished,
-        busy,
-        waiting: !busy,
-        finished,
-        grant,
-        largest: want,
-    })
+    (size(), size(), size(), size(), any::<u64>(), any::<u64>(), any::<bool>(), any::<u64>()).prop_map(
+        |(held, want, period, blocked, commands, finished, busy, grant)| ShimReport {
+            held,
+            resident: held,
+            allocated: period,
+            swapped: blocked,
+            want,
+            period,
+            blocked,
+            commands,
+            bytes_h2d: commands,
+            bytes_d2h: finished,
+            busy,
+            waiting: !busy,
+            finished,
+            grant,
+            largest: want,
+        },
+    )
 }
 
 fn line() -> impl Strategy<Value = String> {

@@ -40,10 +40,18 @@ pub fn load(path: &Path, boot: &str) -> Result<Kept, String> {
     let m = f.metadata().map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     // SAFETY: geteuid has no preconditions.
     if m.uid() != unsafe { libc::geteuid() } || !m.is_file() {
-        return Err(format!("{} is not a journal gmuxd of yours wrote (not a file, or uid {}'s); remove it, or pick another --socket", path.display(), m.uid()));
+        return Err(format!(
+            "{} is not a journal gmuxd of yours wrote (not a file, or uid {}'s); remove it, or pick another --socket",
+            path.display(),
+            m.uid()
+        ));
     }
     if m.len() > MAX_BYTES {
-        return Err(format!("the journal {} is {} bytes, more than gmuxd ever writes ({MAX_BYTES}); remove it (its tenants' knobs are then lost), or pick another --socket", path.display(), m.len()));
+        return Err(format!(
+            "the journal {} is {} bytes, more than gmuxd ever writes ({MAX_BYTES}); remove it (its tenants' knobs are then lost), or pick another --socket",
+            path.display(),
+            m.len()
+        ));
     }
     let text = std::io::read_to_string(f).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     Ok(replay(&text, boot))
@@ -116,7 +124,13 @@ impl Journal {
         let tmp = PathBuf::from(tmp);
         let _ = std::fs::remove_file(&tmp);
         let fail = |p: &Path, e: std::io::Error| format!("cannot write the journal {} ({e}); remove what is there, or pick another --socket", p.display());
-        let mut file = OpenOptions::new().create_new(true).append(true).mode(0o600).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&tmp).map_err(|e| fail(&tmp, e))?;
+        let mut file = OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+            .map_err(|e| fail(&tmp, e))?;
         file.write_all(&lines(entries)).map_err(|e| fail(&tmp, e))?;
         std::fs::rename(&tmp, path).map_err(|e| fail(path, e))?;
         Ok(Journal { path: path.to_path_buf(), file, lines: entries.len(), whole: entries.len() })
@@ -170,7 +184,13 @@ mod tests {
     }
 
     fn tenant(name: &str, high: Option<u64>) -> Entry {
-        Entry::Tenant(TenantRecord { name: name.into(), owner: Some(1000), priority: 1, high_set_by_admin: high.is_some(), limits: Limits { high, ..Limits::default() } })
+        Entry::Tenant(TenantRecord {
+            name: name.into(),
+            owner: Some(1000),
+            priority: 1,
+            high_set_by_admin: high.is_some(),
+            limits: Limits { high, ..Limits::default() },
+        })
     }
 
     fn join(pid: u32, tenant: &str) -> Entry {
@@ -195,7 +215,11 @@ mod tests {
         assert!(j.grown(), "{} lines on a journal written whole with 2", j.lines());
         let k = load(&path, "b1").unwrap();
         assert_eq!(k.settings, Some(settings()));
-        assert_eq!(k.tenants.iter().map(|t| (t.name.as_str(), t.limits.high)).collect::<Vec<_>>(), vec![("a", Some(2 << 30)), ("b", Some(4 << 30))], "the newest record of each, in order of creation");
+        assert_eq!(
+            k.tenants.iter().map(|t| (t.name.as_str(), t.limits.high)).collect::<Vec<_>>(),
+            vec![("a", Some(2 << 30)), ("b", Some(4 << 30))],
+            "the newest record of each, in order of creation"
+        );
         assert_eq!(k.procs.keys().copied().collect::<Vec<_>>(), vec![20, 21]);
         assert_eq!(k.procs[&20], (1020, "b".to_string()));
         assert!(load(&path, "b2").unwrap().procs.is_empty(), "processes of another boot are gone");

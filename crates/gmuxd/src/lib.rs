@@ -6,6 +6,8 @@
 
 mod conn;
 pub mod ctl;
+#[cfg(test)]
+mod fuzz_props;
 pub mod fuzzing;
 pub mod journal;
 mod log;
@@ -14,8 +16,6 @@ mod procfs;
 mod rundir;
 pub mod server;
 mod watch;
-#[cfg(test)]
-mod fuzz_props;
 
 use gmux_core::arbiter::Switch;
 use gmux_core::sched::Policy;
@@ -106,7 +106,9 @@ fn end_on_panic() {
     let report = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         report(info);
-        eprintln!("gmuxd: ending on this panic (a bug: please report it); tenants run on and register with the next daemon on the socket (`gmux daemon --resume`)");
+        eprintln!(
+            "gmuxd: ending on this panic (a bug: please report it); tenants run on and register with the next daemon on the socket (`gmux daemon --resume`)"
+        );
         std::process::abort();
     }));
 }
@@ -120,7 +122,8 @@ pub fn daemon(args: &DaemonArgs) -> Result<(), Failure> {
     }
     let host = size("host", &args.host)?;
     let path = args.socket.clone().unwrap_or_else(socket_path);
-    let slice = gmux_core::knobs::parse_duration(&args.timeslice).ok_or_else(|| Failure::Usage(format!("--timeslice {}: write a duration between 1us and 10s, e.g. 20ms", args.timeslice)))?;
+    let slice = gmux_core::knobs::parse_duration(&args.timeslice)
+        .ok_or_else(|| Failure::Usage(format!("--timeslice {}: write a duration between 1us and 10s, e.g. 20ms", args.timeslice)))?;
     let settings = journal::Settings { hbm, host, policy: args.policy, switch: args.switch, timeslice: slice, max_priority: args.max_priority };
     let group = args.group.as_deref().map(rundir::group_id).transpose().map_err(Failure::Usage)?;
     server::serve(&path, settings, &server::Options { group, idle_exit: args.idle_exit, verbose: args.verbose, resume: args.resume })

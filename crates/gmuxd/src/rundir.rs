@@ -64,7 +64,13 @@ pub fn group_id(name: &str) -> Result<u32, String> {
 
 /// Opens `path` for appending (a log), made 0600 if new, never through a link.
 pub fn open_log(path: &Path) -> Result<File, String> {
-    let f = OpenOptions::new().create(true).append(true).mode(0o600).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     owned(&f, path)?;
     Ok(f)
 }
@@ -86,7 +92,14 @@ pub struct Lock {
 /// Takes `<socket>.lock` (made 0600, never through a link), or says which daemon holds it.
 pub fn lock(socket: &Path) -> Result<Lock, String> {
     let path = with_suffix(socket, ".lock");
-    let f = OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     owned(&f, &path)?;
     // SAFETY: flock on a descriptor this owns.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
@@ -101,7 +114,9 @@ pub fn clear_stale(socket: &Path, _held: &Lock) -> Result<(), String> {
     match std::fs::symlink_metadata(socket) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(format!("cannot read {}: {e}", socket.display())),
-        Ok(m) if m.file_type().is_socket() && m.uid() == me() => std::fs::remove_file(socket).map_err(|e| format!("cannot remove the stale socket {}: {e}", socket.display())),
+        Ok(m) if m.file_type().is_socket() && m.uid() == me() => {
+            std::fs::remove_file(socket).map_err(|e| format!("cannot remove the stale socket {}: {e}", socket.display()))
+        }
         Ok(_) => Err(format!("{} exists and is not a gmux socket of yours; remove it, or pick another --socket", socket.display())),
     }
 }

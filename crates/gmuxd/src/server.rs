@@ -8,8 +8,8 @@ use super::journal::{self, Entry, Journal, Settings};
 use super::log::say;
 use super::outbox::Outbox;
 use super::rundir;
-use gmux_core::arbiter::Arbiter;
 use crate::Failure;
+use gmux_core::arbiter::Arbiter;
 use gmux_core::size::format_size;
 use gmux_core::Nanos;
 use std::collections::{BTreeMap, HashMap};
@@ -60,6 +60,8 @@ pub(crate) struct Shared {
     d: Mutex<Arbiter>,
     /// Wakes the scheduler: something changed.
     pub(crate) wake: Notify,
+    /// Ends the daemon: `gmux stop`, or no tenants for `--idle-exit`.
+    done: Notify,
     pub(crate) out: Mutex<HashMap<u64, Outbox>>,
     /// `None` after a write failed: written whole again at the next change.
     journal: Mutex<Option<Journal>>,
@@ -147,6 +149,14 @@ impl Shared {
         Journal::create(&self.journal_path, &entries)
     }
 
+    /// Ends the daemon, saying why: its socket goes at once, so that nobody connects to a
+    /// daemon on its way out. Its journal stays, for the next daemon.
+    pub(crate) fn stop(&self, why: &str) {
+        let _ = std::fs::remove_file(&self.path);
+        say(why);
+        self.done.notify_one();
+    }
+
     /// Forgets connection `conn` (its process exited or hung up) and hands its memory on.
     pub(crate) fn leave(&self, conn: u64, why: &str) {
         let t0 = Instant::now();
@@ -163,7 +173,11 @@ impl Shared {
         }
         drop(d);
         self.wake.notify_one();
-        say(&format!("tenant {tenant:?} pid {pid} {why}; its {} of GPU memory went to the others in {:.2} ms", format_size(held), t0.elapsed().as_secs_f64() * 1e3));
+        say(&format!(
+            "tenant {tenant:?} pid {pid} {why}; its {} of GPU memory went to the others in {:.2} ms",
+            format_size(held),
+            t0.elapsed().as_secs_f64() * 1e3
+        ));
     }
 }
 
@@ -185,7 +199,8 @@ pub fn serve(path: &Path, mut settings: Settings, opts: &Options) -> Result<(), 
         settings = k.clone();
     }
     let mut d = Arbiter::with(&settings);
-    let orphans: Vec<(u32, u64, String)> = kept.procs.into_iter().filter(|(pid, (start, _))| super::procfs::runs(*pid, *start)).map(|(pid, (start, t))| (pid, start, t)).collect();
+    let orphans: Vec<(u32, u64, String)> =
+        kept.procs.into_iter().filter(|(pid, (start, _))| super::procfs::runs(*pid, *start)).map(|(pid, (start, t))| (pid, start, t)).collect();
     for w in d.restore(&kept.tenants, orphans) {
         say(&w);
     }
@@ -206,12 +221,17 @@ pub fn serve(path: &Path, mut settings: Settings, opts: &Options) -> Result<(), 
         d.settings.host.map_or("unlimited".into(), format_size),
         d.policy_name(),
         d.settings.switch,
-        if d.recovering() { format!("; {} processes of the previous daemon may still hold memory: nobody grows until they register again or exit", d.awaited().count()) } else { String::new() }
+        if d.recovering() {
+            format!("; {} processes of the previous daemon may still hold memory: nobody grows until they register again or exit", d.awaited().count())
+        } else {
+            String::new()
+        }
     );
     let awaited: Vec<(u32, u64)> = d.awaited().map(|(pid, start, _)| (pid, start)).collect();
     let shared = Arc::new(Shared {
         d: Mutex::new(d),
         wake: Notify::new(),
+        done: Notify::new(),
         out: Mutex::new(HashMap::new()),
         journal: Mutex::new(Some(journal)),
         journal_path: jpath,
@@ -226,9 +246,13 @@ pub fn serve(path: &Path, mut settings: Settings, opts: &Options) -> Result<(), 
         last_tenant: Mutex::new(Instant::now()),
         verbose: opts.verbose,
     });
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("gmuxd").enable_all().build().map_err(|e| Failure::Runtime(format!("cannot start the daemon's runtime: {e}")))?;
-    let _held = held;
-    rt.block_on(async move {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("gmuxd")
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Runtime(format!("cannot start the daemon's runtime: {e}")))?;
+    let served = rt.block_on(async move {
         let listener = tokio::net::UnixListener::from_std(listener).map_err(|e| Failure::Runtime(e.to_string()))?;
         for (pid, start) in awaited {
             super::watch::watch_pid(&shared, pid, start, None);
@@ -237,9 +261,16 @@ pub fn serve(path: &Path, mut settings: Settings, opts: &Options) -> Result<(), 
         if opts.idle_exit > 0 {
             tokio::spawn(exit_when_idle(shared.clone(), opts.idle_exit));
         }
-        super::conn::accept(shared, listener).await;
+        tokio::select! {
+            _ = super::conn::accept(shared.clone(), listener) => {}
+            _ = shared.done.notified() => {}
+        }
         Ok(())
-    })
+    });
+    rt.shutdown_timeout(Duration::from_millis(500));
+    super::log::flush();
+    drop(held);
+    served
 }
 
 /// Sends grants whenever something changed, and at slice ends; says every few seconds
@@ -254,7 +285,8 @@ async fn schedule(s: Arc<Shared>) {
                 said = None;
             } else if said.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
                 // Deaths the watchers could not see (no pidfd to be had) are seen here.
-                let gone: Vec<(u32, u64)> = d.awaited().filter(|(pid, start, _)| !super::procfs::runs(*pid, *start)).map(|(pid, start, _)| (pid, start)).collect();
+                let gone: Vec<(u32, u64)> =
+                    d.awaited().filter(|(pid, start, _)| !super::procfs::runs(*pid, *start)).map(|(pid, start, _)| (pid, start)).collect();
                 for (pid, start) in gone {
                     d.orphan_gone(pid, start);
                 }
@@ -281,10 +313,7 @@ async fn exit_when_idle(s: Arc<Shared>, seconds: u64) {
         };
         let idle = empty && lock(&s.last_tenant).elapsed().as_secs() >= seconds;
         if idle {
-            say(&format!("no tenants for {seconds} s; exiting"));
-            let _ = std::fs::remove_file(&s.path);
-            super::log::flush();
-            std::process::exit(0);
+            return s.stop(&format!("no tenants for {seconds} s; exiting"));
         }
     }
 }

@@ -56,6 +56,12 @@ pub(super) unsafe fn set_mode(mode: u32) -> u32 {
 #[test]
 fn captured_work_runs_only_when_launched() {
     setup();
+    // SAFETY: out-pointers are `&mut` to live locals of the types written. `src` (1024
+    // bytes) and `out` (2048 bytes) are exactly the host sides of the captured copies and
+    // outlive both graph launches, each waited for. `a` and `b` are boxed `ScaleArgs`
+    // whose parameter pointers address their own u64/u32/u32 fields, copied at capture.
+    // `*deps` is read right after the call reported one dependency, before the capture
+    // changes it.
     unsafe {
         let (d, s) = (alloc(4096), stream());
         let src: Vec<u32> = (0..256).collect();
@@ -93,6 +99,10 @@ fn captured_work_runs_only_when_launched() {
 #[test]
 fn fork_join_and_unjoined_forks() {
     setup();
+    // SAFETY: out-pointers are `&mut` to live locals of the types written, or null where
+    // the call allows it; `deps` is written, never read. `x2` and `x3` are boxed
+    // `ScaleArgs` whose parameter pointers address their own u64/u32/u32 fields. The only
+    // host copy is `read_u32s`, into its own vector; every handle passed was made here.
     unsafe {
         let (d, s, side) = (alloc(64), stream(), stream());
         let (fork, join) = (event(), event());
@@ -147,6 +157,8 @@ fn fork_join_and_unjoined_forks() {
 #[test]
 fn waits_across_the_capture_boundary() {
     setup();
+    // SAFETY: every handle passed was made here, and `args` is a boxed `ScaleArgs` whose
+    // parameter pointers address its own u64/u32/u32 fields; no other pointer is passed.
     unsafe {
         let (s, other) = (stream(), stream());
         let (outside, inside) = (event(), event());
@@ -181,6 +193,9 @@ fn waits_across_the_capture_boundary() {
 #[test]
 fn capture_state_errors() {
     setup();
+    // SAFETY: out-pointers are `&mut` to live locals of the types written (`g`, `inner`);
+    // the host function and callback ignore their null data. The other thread gets the
+    // stream handle by value, and every handle passed was made here.
     unsafe {
         let s = stream();
         assert_eq!(cuStreamBeginCapture_v2(null_mut(), LOCAL), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "legacy stream");
@@ -223,6 +238,9 @@ fn capture_state_errors() {
 #[test]
 fn unsafe_calls_in_a_thread_local_capture() {
     setup();
+    // SAFETY: out-pointers are `&mut` to live locals or temporaries that outlive their call
+    // (`p`, `&mut 0`, `&mut null_mut()`). `d` is freed once at the end: the captured
+    // `cuMemFree` is refused, as asserted. Every handle passed was made here.
     unsafe {
         let (s, d) = (stream(), alloc(64));
         assert_eq!(cuStreamBeginCapture_v2(s, LOCAL), CUDA_SUCCESS);
@@ -277,6 +295,9 @@ mod solo {
     #[ignore = "run in a process of its own by global_capture_rules_in_a_child_process"]
     fn global_capture_rules() {
         setup();
+        // SAFETY: out-pointers are `&mut` to live locals of the types written (`p`,
+        // `blocking`, `st`); the memsets write only device memory, and `read_u32s` copies
+        // into its own vector. Threads get handles by value, all of them made here.
         unsafe {
             let (s, d) = (stream(), alloc(64));
             let on_thread = |relaxed: bool| {
@@ -304,11 +325,7 @@ mod solo {
             // The context encompasses every capture.
             let old = set_mode(CU_STREAM_CAPTURE_MODE_RELAXED);
             assert_eq!(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
-            assert_eq!(
-                cuMemsetD32Async(d, 1, 1, null_mut()),
-                CUDA_SUCCESS,
-                "a non-blocking capture leaves the legacy stream alone"
-            );
+            assert_eq!(cuMemsetD32Async(d, 1, 1, null_mut()), CUDA_SUCCESS, "a non-blocking capture leaves the legacy stream alone");
             assert_eq!(cuCtxSynchronize(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
             end(s, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
 
@@ -324,11 +341,7 @@ mod solo {
             assert_eq!(status(blocking), CU_STREAM_CAPTURE_STATUS_INVALIDATED);
             end(blocking, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
             assert_eq!(cuStreamBeginCapture_v2(blocking, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
-            assert_eq!(
-                cuMemsetD32_v2(d, 3, 1),
-                CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
-                "synchronous copies use the legacy stream"
-            );
+            assert_eq!(cuMemsetD32_v2(d, 3, 1), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "synchronous copies use the legacy stream");
             end(blocking, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
             set_mode(old);
             assert_eq!(read_u32s(d, 1), [1]);

@@ -14,35 +14,35 @@ const DEVICE_NAME: &[u8] = b"gmux CUDA stand-in (CPU)\0";
 /// `cuDeviceGetAttribute` values of an H100-like device; unknown attributes read 0.
 fn device_attribute(attr: c_int) -> c_int {
     match attr {
-        1 => 1024,        // MAX_THREADS_PER_BLOCK
-        2 | 3 => 1024,    // MAX_BLOCK_DIM_X, _Y
-        4 => 64,          // MAX_BLOCK_DIM_Z
-        5 => i32::MAX,    // MAX_GRID_DIM_X
-        6 | 7 => 65535,   // MAX_GRID_DIM_Y, _Z
-        8 => 48 << 10,    // MAX_SHARED_MEMORY_PER_BLOCK
-        9 => 64 << 10,    // TOTAL_CONSTANT_MEMORY
-        10 => 32,         // WARP_SIZE
-        11 => i32::MAX,   // MAX_PITCH
-        12 => 65536,      // MAX_REGISTERS_PER_BLOCK
-        13 => 1_980_000,  // CLOCK_RATE (kHz)
-        14 => 512,        // TEXTURE_ALIGNMENT
-        15 => 1,          // GPU_OVERLAP
-        16 => 132,        // MULTIPROCESSOR_COUNT
-        19 => 1,          // CAN_MAP_HOST_MEMORY
-        31 => 1,          // CONCURRENT_KERNELS
-        36 => 2_619_000,  // MEMORY_CLOCK_RATE (kHz)
-        37 => 5120,       // GLOBAL_MEMORY_BUS_WIDTH
-        38 => 50 << 20,   // L2_CACHE_SIZE
-        39 => 2048,       // MAX_THREADS_PER_MULTIPROCESSOR
-        40 => 3,          // ASYNC_ENGINE_COUNT
-        41 => 1,          // UNIFIED_ADDRESSING
-        75 => 9,          // COMPUTE_CAPABILITY_MAJOR
-        76 => 0,          // COMPUTE_CAPABILITY_MINOR
-        78 => 1,          // STREAM_PRIORITIES_SUPPORTED
-        81 => 228 << 10,  // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
-        82 => 65536,      // MAX_REGISTERS_PER_MULTIPROCESSOR
-        97 => 227 << 10,  // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-        102 => 1,         // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+        1 => 1024,       // MAX_THREADS_PER_BLOCK
+        2 | 3 => 1024,   // MAX_BLOCK_DIM_X, _Y
+        4 => 64,         // MAX_BLOCK_DIM_Z
+        5 => i32::MAX,   // MAX_GRID_DIM_X
+        6 | 7 => 65535,  // MAX_GRID_DIM_Y, _Z
+        8 => 48 << 10,   // MAX_SHARED_MEMORY_PER_BLOCK
+        9 => 64 << 10,   // TOTAL_CONSTANT_MEMORY
+        10 => 32,        // WARP_SIZE
+        11 => i32::MAX,  // MAX_PITCH
+        12 => 65536,     // MAX_REGISTERS_PER_BLOCK
+        13 => 1_980_000, // CLOCK_RATE (kHz)
+        14 => 512,       // TEXTURE_ALIGNMENT
+        15 => 1,         // GPU_OVERLAP
+        16 => 132,       // MULTIPROCESSOR_COUNT
+        19 => 1,         // CAN_MAP_HOST_MEMORY
+        31 => 1,         // CONCURRENT_KERNELS
+        36 => 2_619_000, // MEMORY_CLOCK_RATE (kHz)
+        37 => 5120,      // GLOBAL_MEMORY_BUS_WIDTH
+        38 => 50 << 20,  // L2_CACHE_SIZE
+        39 => 2048,      // MAX_THREADS_PER_MULTIPROCESSOR
+        40 => 3,         // ASYNC_ENGINE_COUNT
+        41 => 1,         // UNIFIED_ADDRESSING
+        75 => 9,         // COMPUTE_CAPABILITY_MAJOR
+        76 => 0,         // COMPUTE_CAPABILITY_MINOR
+        78 => 1,         // STREAM_PRIORITIES_SUPPORTED
+        81 => 228 << 10, // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+        82 => 65536,     // MAX_REGISTERS_PER_MULTIPROCESSOR
+        97 => 227 << 10, // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+        102 => 1,        // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
         _ => 0,
     }
 }
@@ -221,9 +221,7 @@ fn error_text(e: CUresult) -> Option<(&'static [u8], &'static [u8])> {
         CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED => {
             (b"CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED\0", b"part or all of the requested memory range is already mapped\0")
         }
-        CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED => {
-            (b"CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED\0", b"pointer does not correspond to a registered memory region\0")
-        }
+        CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED => (b"CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED\0", b"pointer does not correspond to a registered memory region\0"),
         CUDA_ERROR_NOT_SUPPORTED => (b"CUDA_ERROR_NOT_SUPPORTED\0", b"operation not supported\0"),
         _ => return None,
     })

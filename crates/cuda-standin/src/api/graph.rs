@@ -8,9 +8,9 @@ use cuda_abi::*;
 use super::{code, put};
 use crate::copy3d::Copy3d;
 use crate::ctx;
-use crate::memory::mem;
 use crate::graph::{self, GraphId, KernelCall, NodeId, Op};
 use crate::kernel::{self, HandleKind};
+use crate::memory::mem;
 
 pub(super) fn graph_id(h: CUgraph) -> GraphId {
     h as GraphId
@@ -66,13 +66,7 @@ pub unsafe extern "C" fn cuGraphGetNodes(g: CUgraph, nodes: *mut CUgraphNode, n:
 /// `from` and `to` null, writes the edge count; otherwise fills up to `*n` edges (grouped
 /// by the dependent node in insertion order), nulls the rest and writes how many it
 /// filled. `data`, if not null, gets all-zero edge data (plain dependencies) alongside.
-unsafe fn get_edges(
-    g: CUgraph,
-    from: *mut CUgraphNode,
-    to: *mut CUgraphNode,
-    data: *mut CUgraphEdgeData,
-    n: *mut usize,
-) -> CUresult {
+unsafe fn get_edges(g: CUgraph, from: *mut CUgraphNode, to: *mut CUgraphNode, data: *mut CUgraphEdgeData, n: *mut usize) -> CUresult {
     tri!(ctx::require_init());
     let all = tri!(graph::edges(graph_id(g)));
     let Some(n) = n.as_mut() else { return CUDA_ERROR_INVALID_VALUE };
@@ -97,35 +91,20 @@ unsafe fn get_edges(
 
 /// The pre-CUDA 12.3 form, without edge data; see [`get_edges`].
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphGetEdges(
-    g: CUgraph,
-    from: *mut CUgraphNode,
-    to: *mut CUgraphNode,
-    n: *mut usize,
-) -> CUresult {
+pub unsafe extern "C" fn cuGraphGetEdges(g: CUgraph, from: *mut CUgraphNode, to: *mut CUgraphNode, n: *mut usize) -> CUresult {
     get_edges(g, from, to, std::ptr::null_mut(), n)
 }
 
 /// The CUDA 12.3 form, with edge data (may be null); see [`get_edges`].
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphGetEdges_v2(
-    g: CUgraph,
-    from: *mut CUgraphNode,
-    to: *mut CUgraphNode,
-    data: *mut CUgraphEdgeData,
-    n: *mut usize,
-) -> CUresult {
+pub unsafe extern "C" fn cuGraphGetEdges_v2(g: CUgraph, from: *mut CUgraphNode, to: *mut CUgraphNode, data: *mut CUgraphEdgeData, n: *mut usize) -> CUresult {
     get_edges(g, from, to, data, n)
 }
 
 /// Writes the node of `clone` that `cuGraphClone` copied from `original`; refused when
 /// `clone` is not a clone of `original`'s graph or that copy has been destroyed.
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphNodeFindInClone(
-    out: *mut CUgraphNode,
-    original: CUgraphNode,
-    clone: CUgraph,
-) -> CUresult {
+pub unsafe extern "C" fn cuGraphNodeFindInClone(out: *mut CUgraphNode, original: CUgraphNode, clone: CUgraph) -> CUresult {
     tri!(ctx::require_init());
     if out.is_null() {
         return CUDA_ERROR_INVALID_VALUE;
@@ -149,13 +128,7 @@ pub unsafe extern "C" fn cuGraphNodeGetType(node: CUgraphNode, ty: *mut c_uint) 
 }
 
 /// Adds `op` to `g` after `deps[..ndeps]` and writes the new node.
-unsafe fn add(
-    out: *mut CUgraphNode,
-    g: CUgraph,
-    deps: *const CUgraphNode,
-    ndeps: usize,
-    op: Op,
-) -> Result<(), CUresult> {
+unsafe fn add(out: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, ndeps: usize, op: Op) -> Result<(), CUresult> {
     ctx::require_init()?;
     if out.is_null() || (ndeps > 0 && deps.is_null()) {
         return Err(CUDA_ERROR_INVALID_VALUE);
@@ -166,12 +139,7 @@ unsafe fn add(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphAddEmptyNode(
-    out: *mut CUgraphNode,
-    g: CUgraph,
-    deps: *const CUgraphNode,
-    ndeps: usize,
-) -> CUresult {
+pub unsafe extern "C" fn cuGraphAddEmptyNode(out: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, ndeps: usize) -> CUresult {
     code(add(out, g, deps, ndeps, Op::Empty))
 }
 
@@ -196,10 +164,7 @@ pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
 /// node lives and keeps them. `func` is always set; `kern` too when the node names a
 /// `CUkernel`.
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphKernelNodeGetParams_v2(
-    node: CUgraphNode,
-    p: *mut CUDA_KERNEL_NODE_PARAMS_v2,
-) -> CUresult {
+pub unsafe extern "C" fn cuGraphKernelNodeGetParams_v2(node: CUgraphNode, p: *mut CUDA_KERNEL_NODE_PARAMS_v2) -> CUresult {
     tri!(ctx::require_init());
     let (call, ptrs) = tri!(graph::kernel_params(node_id(node)));
     let (func, kern) = match call.kind {
@@ -229,10 +194,7 @@ pub unsafe extern "C" fn cuGraphKernelNodeGetParams_v2(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphKernelNodeSetParams_v2(
-    node: CUgraphNode,
-    p: *const CUDA_KERNEL_NODE_PARAMS_v2,
-) -> CUresult {
+pub unsafe extern "C" fn cuGraphKernelNodeSetParams_v2(node: CUgraphNode, p: *const CUDA_KERNEL_NODE_PARAMS_v2) -> CUresult {
     tri!(ctx::require_init());
     let call = tri!(kernel_call(p));
     code(graph::set_op(node_id(node), Op::Kernel(call)))
@@ -323,13 +285,7 @@ pub(super) unsafe fn memcpy_params(p: *const CUDA_MEMCPY3D) -> Result<Copy3d, CU
 
 /// The node embeds a clone of `child`.
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphAddChildGraphNode(
-    out: *mut CUgraphNode,
-    g: CUgraph,
-    deps: *const CUgraphNode,
-    ndeps: usize,
-    child: CUgraph,
-) -> CUresult {
+pub unsafe extern "C" fn cuGraphAddChildGraphNode(out: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, ndeps: usize, child: CUgraph) -> CUresult {
     tri!(ctx::require_init());
     let copy = tri!(graph::clone_graph(graph_id(child)));
     let r = add(out, g, deps, ndeps, Op::Child(copy));

@@ -36,13 +36,7 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(out: *mut CUgraphExec, g: C
 
 /// The pre-CUDA 12 signature: an error node and a log buffer, both cleared on success.
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphInstantiate_v2(
-    out: *mut CUgraphExec,
-    g: CUgraph,
-    err_node: *mut CUgraphNode,
-    log: *mut c_char,
-    log_size: usize,
-) -> CUresult {
+pub unsafe extern "C" fn cuGraphInstantiate_v2(out: *mut CUgraphExec, g: CUgraph, err_node: *mut CUgraphNode, log: *mut c_char, log_size: usize) -> CUresult {
     tri!(instantiate(out, g, 0));
     if !err_node.is_null() {
         *err_node = std::ptr::null_mut();
@@ -53,11 +47,7 @@ pub unsafe extern "C" fn cuGraphInstantiate_v2(
     CUDA_SUCCESS
 }
 
-unsafe fn instantiate_with_params(
-    out: *mut CUgraphExec,
-    g: CUgraph,
-    p: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
-) -> CUresult {
+unsafe fn instantiate_with_params(out: *mut CUgraphExec, g: CUgraph, p: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) -> CUresult {
     let Some(p) = p.as_mut() else { return CUDA_ERROR_INVALID_VALUE };
     let r = code(instantiate(out, g, p.flags));
     p.h_err_node_out = std::ptr::null_mut();
@@ -66,20 +56,12 @@ unsafe fn instantiate_with_params(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphInstantiateWithParams(
-    out: *mut CUgraphExec,
-    g: CUgraph,
-    p: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
-) -> CUresult {
+pub unsafe extern "C" fn cuGraphInstantiateWithParams(out: *mut CUgraphExec, g: CUgraph, p: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) -> CUresult {
     instantiate_with_params(out, g, p)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphInstantiateWithParams_ptsz(
-    out: *mut CUgraphExec,
-    g: CUgraph,
-    p: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
-) -> CUresult {
+pub unsafe extern "C" fn cuGraphInstantiateWithParams_ptsz(out: *mut CUgraphExec, g: CUgraph, p: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) -> CUresult {
     instantiate_with_params(out, g, p)
 }
 
@@ -151,11 +133,7 @@ pub unsafe extern "C" fn cuGraphUpload_ptsz(e: CUgraphExec, h: CUstream) -> CUre
 /// `node` is a kernel node of the graph `e` was instantiated (or last updated) from; the
 /// next launch of `e` uses the new parameters.
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2(
-    e: CUgraphExec,
-    node: CUgraphNode,
-    p: *const CUDA_KERNEL_NODE_PARAMS_v2,
-) -> CUresult {
+pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2(e: CUgraphExec, node: CUgraphNode, p: *const CUDA_KERNEL_NODE_PARAMS_v2) -> CUresult {
     tri!(ctx::require_current());
     let call = tri!(kernel_call(p));
     code(graph::exec_set_op(exec_id(e), node_id(node), Op::Kernel(call)))
@@ -165,12 +143,7 @@ pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2(
 /// next launch of `e` uses the new parameters. As in the driver, the instantiated memset
 /// and the new one must both be one-dimensional (one row of at least one element).
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphExecMemsetNodeSetParams(
-    e: CUgraphExec,
-    node: CUgraphNode,
-    p: *const CUDA_MEMSET_NODE_PARAMS,
-    _ctx: CUcontext,
-) -> CUresult {
+pub unsafe extern "C" fn cuGraphExecMemsetNodeSetParams(e: CUgraphExec, node: CUgraphNode, p: *const CUDA_MEMSET_NODE_PARAMS, _ctx: CUcontext) -> CUresult {
     tri!(ctx::require_current());
     let p = tri!(memset_params(p));
     code(graph::exec_set_op(exec_id(e), node_id(node), Op::Memset(p)))
@@ -180,12 +153,7 @@ pub unsafe extern "C" fn cuGraphExecMemsetNodeSetParams(
 /// next launch of `e` uses the new parameters. As in the driver, the instantiated copy
 /// and the new one must both be one-dimensional (one row, one slice, at least one byte).
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphExecMemcpyNodeSetParams(
-    e: CUgraphExec,
-    node: CUgraphNode,
-    p: *const CUDA_MEMCPY3D,
-    _ctx: CUcontext,
-) -> CUresult {
+pub unsafe extern "C" fn cuGraphExecMemcpyNodeSetParams(e: CUgraphExec, node: CUgraphNode, p: *const CUDA_MEMCPY3D, _ctx: CUcontext) -> CUresult {
     tri!(ctx::require_current());
     let c = tri!(memcpy_params(p));
     code(graph::exec_set_op(exec_id(e), node_id(node), Op::Memcpy(c)))
@@ -194,11 +162,7 @@ pub unsafe extern "C" fn cuGraphExecMemcpyNodeSetParams(
 /// Succeeds when `g` has the topology of the graph `e` came from (the same node types and
 /// edges, in the same order); `e` then takes `g`'s parameters.
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphExecUpdate_v2(
-    e: CUgraphExec,
-    g: CUgraph,
-    info: *mut CUgraphExecUpdateResultInfo,
-) -> CUresult {
+pub unsafe extern "C" fn cuGraphExecUpdate_v2(e: CUgraphExec, g: CUgraph, info: *mut CUgraphExecUpdateResultInfo) -> CUresult {
     tri!(ctx::require_current());
     if info.is_null() {
         return CUDA_ERROR_INVALID_VALUE;
@@ -207,8 +171,7 @@ pub unsafe extern "C" fn cuGraphExecUpdate_v2(
         Ok(()) => (CU_GRAPH_EXEC_UPDATE_SUCCESS, 0, 0, CUDA_SUCCESS),
         Err(u) => (u.result, u.node, u.from, CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE),
     };
-    *info =
-        CUgraphExecUpdateResultInfo { result, error_node: node as CUgraphNode, error_from_node: from as CUgraphNode };
+    *info = CUgraphExecUpdateResultInfo { result, error_node: node as CUgraphNode, error_from_node: from as CUgraphNode };
     r
 }
 

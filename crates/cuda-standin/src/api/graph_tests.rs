@@ -33,9 +33,7 @@ pub(super) fn scale_fn() -> CUfunction {
     static F: OnceLock<usize> = OnceLock::new();
     let sizes = [8usize, 4, 4];
     // SAFETY: a static name and a valid kernel with three parameters of these sizes.
-    *F.get_or_init(|| unsafe {
-        gmuxStandinRegisterKernel(c"graph_test_scale".as_ptr(), Some(scale), 3, sizes.as_ptr(), 0)
-    } as usize) as CUfunction
+    *F.get_or_init(|| unsafe { gmuxStandinRegisterKernel(c"graph_test_scale".as_ptr(), Some(scale), 3, sizes.as_ptr(), 0) } as usize) as CUfunction
 }
 
 /// The arguments of one `scale` call, in memory that outlives the call.
@@ -49,11 +47,7 @@ pub(super) struct ScaleArgs {
 impl ScaleArgs {
     pub fn new(ptr: u64, factor: u32, n: u32) -> Box<ScaleArgs> {
         let mut a = Box::new(ScaleArgs { ptr, factor, n, params: [null_mut(); 3] });
-        a.params = [
-            &mut a.ptr as *mut u64 as *mut c_void,
-            &mut a.factor as *mut u32 as *mut c_void,
-            &mut a.n as *mut u32 as *mut c_void,
-        ];
+        a.params = [&mut a.ptr as *mut u64 as *mut c_void, &mut a.factor as *mut u32 as *mut c_void, &mut a.n as *mut u32 as *mut c_void];
         a
     }
 
@@ -162,6 +156,12 @@ pub(super) fn dtoh(dst: &mut [u32], src: u64) -> CUDA_MEMCPY3D {
 #[test]
 fn node_parameters_round_trip() {
     setup();
+    // SAFETY: out-pointers are `&mut` to live locals of the types written; `p` starts
+    // zeroed, valid as it holds only integers and raw pointers. `out` (64 bytes) is exactly
+    // the memcpy node's host destination and outlives the one launch, which is waited for.
+    // `arg` reads `size` bytes at each parameter pointer the node returned, which address
+    // its own argument buffer at that parameter's offset, alive while the node keeps those
+    // parameters. `args` is a boxed `ScaleArgs` whose pointers address its own fields.
     unsafe {
         let (d, g) = (alloc(4096), graph());
         let mut args = ScaleArgs::new(d, 7, 64);
@@ -194,11 +194,7 @@ fn node_parameters_round_trip() {
         let mut mc = CUDA_MEMCPY3D::default();
         assert_eq!(cuGraphMemcpyNodeGetParams(c, &mut mc), CUDA_SUCCESS);
         assert_eq!((mc.src_device, mc.dst_host, mc.width_in_bytes), (d, out.as_mut_ptr() as *mut c_void, 64));
-        assert_eq!(
-            cuGraphMemsetNodeGetParams(k, &mut ms),
-            CUDA_ERROR_INVALID_VALUE,
-            "a kernel node has no memset parameters"
-        );
+        assert_eq!(cuGraphMemsetNodeGetParams(k, &mut ms), CUDA_ERROR_INVALID_VALUE, "a kernel node has no memset parameters");
 
         // Setting the node's parameters changes what a later instantiation runs.
         args.factor = 3;
@@ -216,6 +212,9 @@ fn node_parameters_round_trip() {
 #[test]
 fn exec_is_a_snapshot_that_set_params_and_update_change() {
     setup();
+    // SAFETY: `two`, `five` and `seven` are boxed `ScaleArgs` whose parameter pointers
+    // address their own u64/u32/u32 fields, and `info` is a live out-struct. No graph here
+    // copies host memory, and every handle passed was made here.
     unsafe {
         let (d, s) = (alloc(64), stream());
         let run = |e: CUgraphExec| {
@@ -242,11 +241,7 @@ fn exec_is_a_snapshot_that_set_params_and_update_change() {
         assert_eq!(cuGraphExecUpdate_v2(e, same, &mut info), CUDA_SUCCESS);
         assert_eq!(info.result, CU_GRAPH_EXEC_UPDATE_SUCCESS);
         assert_eq!(run(e), [7; 4]);
-        assert_eq!(
-            cuGraphExecKernelNodeSetParams_v2(e, k7, &two.node()),
-            CUDA_SUCCESS,
-            "the update's nodes name steps"
-        );
+        assert_eq!(cuGraphExecKernelNodeSetParams_v2(e, k7, &two.node()), CUDA_SUCCESS, "the update's nodes name steps");
         assert_eq!(run(e), [2; 4]);
 
         let longer = graph();
@@ -257,10 +252,7 @@ fn exec_is_a_snapshot_that_set_params_and_update_change() {
         let other = graph();
         let m = add_memset(other, &[], d, 9, 4);
         assert_eq!(cuGraphExecUpdate_v2(e, other, &mut info), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
-        assert_eq!(
-            (info.result, info.error_node, info.error_from_node),
-            (CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED, m, k)
-        );
+        assert_eq!((info.result, info.error_node, info.error_from_node), (CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED, m, k));
         assert_eq!(run(e), [2; 4], "a refused update leaves the executable graph as it was");
         assert_eq!(cuGraphExecKernelNodeSetParams_v2(e, m, &two.node()), CUDA_ERROR_INVALID_VALUE);
 
@@ -272,6 +264,11 @@ fn exec_is_a_snapshot_that_set_params_and_update_change() {
 #[test]
 fn child_graph_nodes_embed_a_copy() {
     setup();
+    // SAFETY: out-pointers are `&mut` to live locals of the types written; `&before` and
+    // `&node` are one-entry dependency lists passed with a count of 1, and `log` is the
+    // 4 bytes the instantiation is told of. `out` (32 bytes) is exactly the memcpy node's
+    // host destination and outlives all three launches, each waited for. `args` is a boxed
+    // `ScaleArgs` whose parameter pointers address its own fields.
     unsafe {
         let (d, s) = (alloc(64), stream());
         let child = graph();
@@ -323,13 +320,7 @@ fn child_graph_nodes_embed_a_copy() {
 }
 
 /// The pitched sub-box `(x, y, z)` of `w` x `h` x `depth` bytes of a host volume.
-fn sub_box(
-    v: &[u8],
-    pitch: usize,
-    rows: usize,
-    (x, y, z): (usize, usize, usize),
-    (w, h, depth): (usize, usize, usize),
-) -> Vec<u8> {
+fn sub_box(v: &[u8], pitch: usize, rows: usize, (x, y, z): (usize, usize, usize), (w, h, depth): (usize, usize, usize)) -> Vec<u8> {
     let mut out = Vec::new();
     for k in z..z + depth {
         for j in y..y + h {
@@ -343,6 +334,10 @@ fn sub_box(
 #[test]
 fn copies_3d_round_trip_a_pitched_sub_box() {
     setup();
+    // SAFETY: `host` (360 bytes) covers the source box of `up`, whose last byte is at
+    // (2 * 5 + 3) * 24 + 14 = 326; `device` takes the 1536 bytes copied into it; `back` is
+    // the dense 10 x 3 x 2 box `down` writes and is read only after the stream is
+    // synchronized. `bad` is `up` with one field changed and is refused.
     unsafe {
         // Host: 3 slices of 5 rows of 24 bytes. Device: 4 slices of 6 rows of 64 bytes.
         let host: Vec<u8> = (0..3 * 5 * 24).map(|i| (i * 7 % 251) as u8).collect();

@@ -11,9 +11,7 @@ use super::copy::*;
 use super::copy3d::*;
 use super::graph::*;
 use super::graph_exec::*;
-use super::graph_tests::{
-    add_kernel, add_memset, dtoh, graph, instantiate, launch_and_wait, nodes, read_u32s, stream, types, ScaleArgs,
-};
+use super::graph_tests::{add_kernel, add_memset, dtoh, graph, instantiate, launch_and_wait, nodes, read_u32s, stream, types, ScaleArgs};
 use super::stream::*;
 use super::tests::{alloc, setup};
 
@@ -226,8 +224,7 @@ fn memset_and_memcpy_set_params_change_the_next_launch() {
         launch_and_wait(e, s);
         assert_eq!(out, [1; 4]);
 
-        let memset =
-            |value, height| CUDA_MEMSET_NODE_PARAMS { dst: d, pitch: 16, value, element_size: 4, width: 4, height };
+        let memset = |value, height| CUDA_MEMSET_NODE_PARAMS { dst: d, pitch: 16, value, element_size: 4, width: 4, height };
         assert_eq!(cuGraphMemsetNodeSetParams(m, &memset(7, 1)), CUDA_SUCCESS);
         assert_eq!(cuGraphMemcpyNodeSetParams(c, &dtoh(&mut other, d)), CUDA_SUCCESS);
         let mut p = CUDA_MEMSET_NODE_PARAMS::default();

@@ -180,13 +180,7 @@ pub unsafe extern "C" fn cuLaunchKernel_ptsz(
     launch(f, [gx, gy, gz], [bx, by, bz], shared_mem, stream, params, extra, NullStream::PerThread)
 }
 
-unsafe fn launch_ex(
-    config: *const CUlaunchConfig,
-    f: CUfunction,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-    null: NullStream,
-) -> CUresult {
+unsafe fn launch_ex(config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void, null: NullStream) -> CUresult {
     let Some(c) = config.as_ref() else { return CUDA_ERROR_INVALID_VALUE };
     let grid = [c.grid_dim_x, c.grid_dim_y, c.grid_dim_z];
     let block = [c.block_dim_x, c.block_dim_y, c.block_dim_z];
@@ -194,21 +188,11 @@ unsafe fn launch_ex(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuLaunchKernelEx(
-    config: *const CUlaunchConfig,
-    f: CUfunction,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CUresult {
+pub unsafe extern "C" fn cuLaunchKernelEx(config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult {
     launch_ex(config, f, params, extra, NullStream::Legacy)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(
-    config: *const CUlaunchConfig,
-    f: CUfunction,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CUresult {
+pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult {
     launch_ex(config, f, params, extra, NullStream::PerThread)
 }

@@ -28,13 +28,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAllocPitch_v2(
-    dptr: *mut CUdeviceptr,
-    pitch: *mut usize,
-    width: usize,
-    height: usize,
-    element_size: c_uint,
-) -> CUresult {
+pub unsafe extern "C" fn cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, element_size: c_uint) -> CUresult {
     tri!(ctx::require_current());
     if pitch.is_null() || width == 0 || height == 0 || ![4, 8, 16].contains(&element_size) {
         return CUDA_ERROR_INVALID_VALUE;
@@ -200,12 +194,7 @@ pub unsafe extern "C" fn cuPointerGetAttribute(data: *mut c_void, attr: c_uint, 
 
 /// Unlike the singular form, an unknown pointer is not an error: its attributes read 0.
 #[no_mangle]
-pub unsafe extern "C" fn cuPointerGetAttributes(
-    n: c_uint,
-    attrs: *const c_uint,
-    data: *mut *mut c_void,
-    ptr: CUdeviceptr,
-) -> CUresult {
+pub unsafe extern "C" fn cuPointerGetAttributes(n: c_uint, attrs: *const c_uint, data: *mut *mut c_void, ptr: CUdeviceptr) -> CUresult {
     tri!(ctx::require_init());
     if attrs.is_null() || data.is_null() {
         return CUDA_ERROR_INVALID_VALUE;

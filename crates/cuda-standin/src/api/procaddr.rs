@@ -11,6 +11,10 @@ use cuda_abi::*;
 
 fn own_handle() -> *mut c_void {
     static HANDLE: OnceLock<usize> = OnceLock::new();
+    // SAFETY: `Dl_info` is pointers and integers, for which all-zero is valid. `dladdr` gets
+    // the address of a live static and a writable `Dl_info`; on success its non-null
+    // `dli_fname` is the loader's NUL-terminated path of this (loaded) library, and
+    // `dlopen` with `RTLD_NOLOAD` only returns a handle to it, loading nothing.
     *HANDLE.get_or_init(|| unsafe {
         let mut info: libc::Dl_info = std::mem::zeroed();
         // A private item: the address of an exported symbol would bind to an interposer's
@@ -82,6 +86,8 @@ fn lookup(symbol: &str, version: c_int, flags: u64) -> *mut c_void {
     }
     for name in candidates(symbol, version, flags) {
         let Ok(c) = CString::new(name) else { continue };
+        // SAFETY: `dlsym` is glibc's, with this signature; `handle` is the non-null handle
+        // `dlopen` gave for this library, and `c` is a NUL-terminated string alive for the call.
         let p = unsafe { dlsym(handle, c.as_ptr()) };
         if !p.is_null() {
             return p;
@@ -91,13 +97,7 @@ fn lookup(symbol: &str, version: c_int, flags: u64) -> *mut c_void {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress_v2(
-    symbol: *const c_char,
-    pfn: *mut *mut c_void,
-    cuda_version: c_int,
-    flags: u64,
-    status: *mut c_int,
-) -> CUresult {
+pub unsafe extern "C" fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64, status: *mut c_int) -> CUresult {
     if symbol.is_null() || pfn.is_null() {
         return CUDA_ERROR_INVALID_VALUE;
     }

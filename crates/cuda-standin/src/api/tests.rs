@@ -13,6 +13,8 @@ use super::standin::*;
 use super::stream::*;
 
 pub(super) fn setup() {
+    // SAFETY: the only pointer passed is `&mut ctx`, a live out-pointer of the type
+    // `cuDevicePrimaryCtxRetain` writes; the context handed on is the one it returned.
     unsafe {
         assert_eq!(cuInit(0), CUDA_SUCCESS);
         let mut ctx = null_mut();
@@ -29,6 +31,8 @@ pub(super) unsafe fn alloc(n: usize) -> CUdeviceptr {
 
 #[test]
 fn calls_need_a_current_context() {
+    // SAFETY: every pointer passed is `&mut` to a live local of the type the call writes
+    // (`p`, `s`, `c`), and `p` and `c` are the allocation and context these calls returned.
     std::thread::spawn(|| unsafe {
         assert_eq!(cuInit(0), CUDA_SUCCESS);
         let mut p = 0;
@@ -54,6 +58,10 @@ unsafe extern "C" fn sleep_ms(p: *mut c_void) {
 #[test]
 fn async_copy_from_pageable_memory_snapshots_the_source() {
     setup();
+    // SAFETY: `host` and `back` are live 4096-byte buffers, the length copied. Both are
+    // pageable, so the stand-in copies `host` at call time (refilling it later races with
+    // nothing) and the copy into `back` returns only once done. The host function's data is
+    // a millisecond count it never dereferences; `d` and `s` are handles made here.
     unsafe {
         let d = alloc(4096);
         let mut s = null_mut();
@@ -83,6 +91,11 @@ unsafe extern "C" fn add_one(args: *const *mut c_void) {
 #[test]
 fn launch_copies_parameters_at_call_time() {
     setup();
+    // SAFETY: the name is a static C string and `sizes` holds the 2 sizes registered;
+    // `add_one` reads a `u64` and a `u32`, which `params` points to (`ptr`, `inc`), and the
+    // launch copies them at call time, so changing `inc` after is fine. Out-pointers are
+    // `&mut` to live locals of the written type, `out` takes the 4 bytes copied back, and
+    // the host function's data is a millisecond count it never dereferences.
     unsafe {
         let d = alloc(4);
         assert_eq!(cuMemsetD32_v2(d, 10, 1), CUDA_SUCCESS);
@@ -113,6 +126,10 @@ fn launch_copies_parameters_at_call_time() {
 #[test]
 fn pointer_attributes() {
     setup();
+    // SAFETY: each attribute is written through a pointer to a live local of its type
+    // (`mt`: u32 memory type, `start`: u64 address, `base`/`size`, `h`); `attrs` and `data`
+    // both hold the 2 entries `cuPointerGetAttributes` is told of. `h` and `d` are freed
+    // once, by the call that matches their allocation.
     unsafe {
         let d = alloc(3 << 20);
         let mut mt = 0u32;

@@ -10,13 +10,7 @@ use crate::ctx;
 use crate::memory::{count, counter, mem_mut, GRANULARITY};
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAddressReserve(
-    ptr: *mut CUdeviceptr,
-    size: usize,
-    alignment: usize,
-    _addr: CUdeviceptr,
-    flags: c_ulonglong,
-) -> CUresult {
+pub unsafe extern "C" fn cuMemAddressReserve(ptr: *mut CUdeviceptr, size: usize, alignment: usize, _addr: CUdeviceptr, flags: c_ulonglong) -> CUresult {
     tri!(ctx::require_init());
     if ptr.is_null() || flags != 0 {
         return CUDA_ERROR_INVALID_VALUE;
@@ -32,12 +26,7 @@ pub unsafe extern "C" fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUre
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemCreate(
-    handle: *mut CUmemGenericAllocationHandle,
-    size: usize,
-    prop: *const CUmemAllocationProp,
-    flags: c_ulonglong,
-) -> CUresult {
+pub unsafe extern "C" fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: c_ulonglong) -> CUresult {
     tri!(ctx::require_init());
     count(counter::CREATES, 1);
     if handle.is_null() || prop.is_null() || flags != 0 {
@@ -55,13 +44,7 @@ pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> C
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemMap(
-    ptr: CUdeviceptr,
-    size: usize,
-    offset: usize,
-    handle: CUmemGenericAllocationHandle,
-    flags: c_ulonglong,
-) -> CUresult {
+pub unsafe extern "C" fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: c_ulonglong) -> CUresult {
     tri!(ctx::require_init());
     count(counter::MAPS, 1);
     if flags != 0 {
@@ -89,11 +72,7 @@ pub unsafe extern "C" fn cuMemSetAccess(ptr: CUdeviceptr, size: usize, desc: *co
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemGetAllocationGranularity(
-    granularity: *mut usize,
-    prop: *const CUmemAllocationProp,
-    option: u32,
-) -> CUresult {
+pub unsafe extern "C" fn cuMemGetAllocationGranularity(granularity: *mut usize, prop: *const CUmemAllocationProp, option: u32) -> CUresult {
     tri!(ctx::require_init());
     if prop.is_null() || ![CU_MEM_ALLOC_GRANULARITY_MINIMUM, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED].contains(&option) {
         return CUDA_ERROR_INVALID_VALUE;

@@ -121,9 +121,7 @@ impl Op {
 /// Checks memset parameters: 1-, 2- or 4-byte elements, aligned, rows within the pitch.
 pub fn check_memset(p: &CUDA_MEMSET_NODE_PARAMS) -> Result<(), CUresult> {
     let row = p.width.checked_mul(p.element_size as usize);
-    let ok = [1, 2, 4].contains(&p.element_size)
-        && p.dst != 0
-        && p.dst.is_multiple_of(p.element_size as u64)
-        && row.is_some_and(|r| p.height <= 1 || r <= p.pitch);
+    let ok =
+        [1, 2, 4].contains(&p.element_size) && p.dst != 0 && p.dst.is_multiple_of(p.element_size as u64) && row.is_some_and(|r| p.height <= 1 || r <= p.pitch);
     ok.then_some(()).ok_or(CUDA_ERROR_INVALID_VALUE)
 }

@@ -73,7 +73,16 @@ impl Arbiter {
 
     /// The grants of every process, keeping those that changed.
     #[allow(clippy::too_many_arguments)]
-    fn grants(&mut self, live: &[TenantId], caps: &[u64], now_caps: &[Vec<(u64, u64)>], most: &[u64], runs: &HashMap<TenantId, bool>, concurrent: bool, usage: &HashMap<TenantId, ShimReport>) -> Vec<(u64, Grant)> {
+    fn grants(
+        &mut self,
+        live: &[TenantId],
+        caps: &[u64],
+        now_caps: &[Vec<(u64, u64)>],
+        most: &[u64],
+        runs: &HashMap<TenantId, bool>,
+        concurrent: bool,
+        usage: &HashMap<TenantId, ShimReport>,
+    ) -> Vec<(u64, Grant)> {
         let mut out = Vec::new();
         // The tenants holding more than their caps (evicting): at most the first two matter.
         let over: Vec<usize> = (0..live.len()).filter(|&j| usage[&live[j]].held > caps[j]).take(2).collect();
@@ -87,7 +96,12 @@ impl Arbiter {
                 Switch::Whole => (runs[t] && !evicting && now_cap >= caps[i], Fill::Whole),
             };
             if runs[t] && !run && !concurrent && self.running.is_some_and(|r| r.since.is_none() && !r.waited_logged && self.now > r.switched + 10 * r.slice) {
-                let holders: Vec<String> = live.iter().enumerate().filter(|(j, u)| *u != t && usage[*u].held > caps[*j]).map(|(j, u)| format!("{} holds {} > {}", self.tenants.get(*u).name, format_size(usage[u].held), format_size(caps[j]))).collect();
+                let holders: Vec<String> = live
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, u)| *u != t && usage[*u].held > caps[*j])
+                    .map(|(j, u)| format!("{} holds {} > {}", self.tenants.get(*u).name, format_size(usage[u].held), format_size(caps[j])))
+                    .collect();
                 self.events.push(format!("{} waits: {}", self.tenants.get(*t).name, holders.join(", ")));
                 if let Some(r) = self.running.as_mut() {
                     r.waited_logged = true;
@@ -138,7 +152,14 @@ impl Arbiter {
                 let k = self.tenants.get(*t);
                 let u = &usage[t];
                 let ready = u.busy || u.waiting || u.blocked > 0 || self.running.is_some_and(|r| r.tenant == *t);
-                TenantView { id: *t, ready, frozen: k.limits.frozen || !self.responsive(*t), priority: k.priority, weight: k.weight, timeslice: k.limits.timeslice }
+                TenantView {
+                    id: *t,
+                    ready,
+                    frozen: k.limits.frozen || !self.responsive(*t),
+                    priority: k.priority,
+                    weight: k.weight,
+                    timeslice: k.limits.timeslice,
+                }
             })
             .collect();
         if let Some(r) = self.running.as_mut().filter(|r| r.since.is_none()) {
@@ -147,7 +168,13 @@ impl Arbiter {
             if usage.get(&r.tenant).is_some_and(|u| u.finished > r.commands) {
                 r.since = Some(now);
                 let u = &usage[&r.tenant];
-                self.events.push(format!("{} started {:.1} ms after its switch (holds {}, wants {})", self.tenants.get(r.tenant).name, (now - r.switched) as f64 / 1e6, format_size(u.held), format_size(u.want)));
+                self.events.push(format!(
+                    "{} started {:.1} ms after its switch (holds {}, wants {})",
+                    self.tenants.get(r.tenant).name,
+                    (now - r.switched) as f64 / 1e6,
+                    format_size(u.held),
+                    format_size(u.want)
+                ));
             }
         }
         let keep = self.running.filter(|r| now < r.ends() && views.iter().any(|v| v.id == r.tenant && !v.frozen));

@@ -161,7 +161,21 @@ impl Arbiter {
 
     /// A daemon with no tenants and these settings.
     pub fn with(s: &Settings) -> Self {
-        Arbiter { settings: s.clone(), tenants: Tenants::default(), sched: s.policy.build(), procs: BTreeMap::new(), members: BTreeMap::new(), departed: BTreeMap::new(), events: Vec::new(), now: 0, peak_held: 0, past: HashMap::new(), running: None, awaited: BTreeMap::new(), journal: Vec::new() }
+        Arbiter {
+            settings: s.clone(),
+            tenants: Tenants::default(),
+            sched: s.policy.build(),
+            procs: BTreeMap::new(),
+            members: BTreeMap::new(),
+            departed: BTreeMap::new(),
+            events: Vec::new(),
+            now: 0,
+            peak_held: 0,
+            past: HashMap::new(),
+            running: None,
+            awaited: BTreeMap::new(),
+            journal: Vec::new(),
+        }
     }
 
     /// Registers process `pid` of tenant `name` (created on first use) as connection `conn`,
@@ -178,7 +192,21 @@ impl Arbiter {
         self.forget_member(conn);
         self.departed.remove(&conn);
         self.members.entry(id).or_default().insert(conn);
-        self.procs.insert(conn, Proc { pid, start: 0, tenant: id, report: ShimReport::default(), doubted: false, unresponsive: false, stopped: false, sent: None, exposure: 0, first_seq: 1 });
+        self.procs.insert(
+            conn,
+            Proc {
+                pid,
+                start: 0,
+                tenant: id,
+                report: ShimReport::default(),
+                doubted: false,
+                unresponsive: false,
+                stopped: false,
+                sent: None,
+                exposure: 0,
+                first_seq: 1,
+            },
+        );
         id
     }
 

@@ -101,7 +101,13 @@ mod tests {
 
     #[test]
     fn a_knob_kept_out_of_range_is_reset_not_taken() {
-        let r = TenantRecord { name: "a".into(), owner: None, priority: 0, high_set_by_admin: true, limits: Limits { high: Some(1), low: 0, timeslice: 5_000_000, frozen: true } };
+        let r = TenantRecord {
+            name: "a".into(),
+            owner: None,
+            priority: 0,
+            high_set_by_admin: true,
+            limits: Limits { high: Some(1), low: 0, timeslice: 5_000_000, frozen: true },
+        };
         let (l, bad) = r.checked_limits();
         assert_eq!((l.high, l.timeslice, l.frozen), (None, 5_000_000, true));
         assert!(bad.len() == 1 && bad[0].starts_with("gmem.limit.high"), "{bad:?}");

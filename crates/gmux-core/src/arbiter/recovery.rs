@@ -4,8 +4,8 @@
 //! holds) or exited, no process is granted more than it holds, so the budget is never
 //! oversubscribed by memory the new daemon cannot see.
 
-use super::Arbiter;
 use super::record::{Entry, TenantRecord};
+use super::Arbiter;
 use crate::protocol::Resume;
 use crate::size::format_size;
 
@@ -22,7 +22,12 @@ impl Arbiter {
             let (mut limits, bad) = r.checked_limits();
             warnings.extend(bad.into_iter().map(|b| format!("tenant {:?}'s kept {b}; left at its default", r.name)));
             if protected.saturating_add(limits.low) > budget {
-                warnings.push(format!("tenant {:?}'s gmem.limit.low of {} does not fit the budget of {} beside the others'; set to 0", r.name, format_size(limits.low), format_size(budget)));
+                warnings.push(format!(
+                    "tenant {:?}'s gmem.limit.low of {} does not fit the budget of {} beside the others'; set to 0",
+                    r.name,
+                    format_size(limits.low),
+                    format_size(budget)
+                ));
                 limits.low = 0;
             }
             protected = protected.saturating_add(limits.low);
@@ -83,7 +88,14 @@ impl Arbiter {
         p.report.resident = held;
         p.exposure = cap;
         p.first_seq = r.seq.saturating_add(1);
-        self.events.push(format!("pid {pid} registered again{} holding {} under a grant of {} (it said {} under {})", if expected { "" } else { " (not in the journal)" }, format_size(held), format_size(cap), format_size(r.held), format_size(r.cap)));
+        self.events.push(format!(
+            "pid {pid} registered again{} holding {} under a grant of {} (it said {} under {})",
+            if expected { "" } else { " (not in the journal)" },
+            format_size(held),
+            format_size(cap),
+            format_size(r.held),
+            format_size(r.cap)
+        ));
     }
 
     /// Everything a daemon after this one must know, as the journal's lines (its first
@@ -93,7 +105,12 @@ impl Arbiter {
     pub fn snapshot(&self) -> Vec<Entry> {
         let fresh = crate::knobs::Limits { timeslice: self.settings.timeslice, ..Default::default() };
         let kept = |t: &crate::tenant::Tenant| t.limits != fresh || t.high_set_by_admin || self.awaited.values().any(|(_, name)| *name == t.name);
-        let mut out: Vec<Entry> = self.tenants.ids().filter(|t| self.members.contains_key(t) || kept(self.tenants.get(*t))).map(|t| Entry::Tenant(TenantRecord::of(self.tenants.get(t)))).collect();
+        let mut out: Vec<Entry> = self
+            .tenants
+            .ids()
+            .filter(|t| self.members.contains_key(t) || kept(self.tenants.get(*t)))
+            .map(|t| Entry::Tenant(TenantRecord::of(self.tenants.get(t))))
+            .collect();
         let mut seen = std::collections::BTreeSet::new();
         for p in self.procs.values() {
             if seen.insert(p.pid) {
@@ -224,7 +241,13 @@ mod tests {
     fn an_orphan_asking_past_this_daemons_ceilings_is_taken_back_within_them() {
         let mut d = Arbiter::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
         d.settings.max_priority = 0;
-        let kept = TenantRecord { name: "a".into(), owner: Some(1000), priority: 5, high_set_by_admin: true, limits: crate::knobs::Limits { high: Some(2 * G), ..Default::default() } };
+        let kept = TenantRecord {
+            name: "a".into(),
+            owner: Some(1000),
+            priority: 5,
+            high_set_by_admin: true,
+            limits: crate::knobs::Limits { high: Some(2 * G), ..Default::default() },
+        };
         d.restore(&[kept], [(100, 7100, "a".to_string())]);
         let back = Hello { priority: 5, high: Some(4 * G), ..hello("a", Some(Resume { held: G, cap: 2 * G, seq: 3 })) };
         let t = d.admit(1, sender(100), &back).expect("an orphan is taken back");
@@ -241,7 +264,7 @@ mod tests {
         // that a daemon after a second restart still knows whose name it is.
         let plain = TenantRecord { name: "a".into(), owner: Some(1000), priority: 0, high_set_by_admin: false, limits: crate::knobs::Limits::default() };
         let mut d = Arbiter::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
-        d.restore(&[plain.clone()], [(100, 7100, "a".to_string())]);
+        d.restore(std::slice::from_ref(&plain), [(100, 7100, "a".to_string())]);
         assert_eq!(d.snapshot()[0], Entry::Tenant(plain));
         assert!(d.orphan_gone(100, 7100));
         assert!(d.snapshot().is_empty(), "once it is gone, the tenant is not kept");

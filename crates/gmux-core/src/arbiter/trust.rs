@@ -2,9 +2,9 @@
 //! user and asks only for what it may, a knob write keeps the tenants' protected memory
 //! within the budget, and a report is believed only as far as the grants allow.
 
+use super::record::{Entry, TenantRecord};
 use super::{Arbiter, Proc};
 use crate::knobs::Knob;
-use super::record::{Entry, TenantRecord};
 use crate::protocol::{Resume, ShimReport, PROTOCOL};
 use crate::size::format_size;
 use crate::TenantId;
@@ -62,7 +62,10 @@ impl Arbiter {
         let ceiling = if who.admin { MAX_PRIORITY_MAGNITUDE } else { self.settings.max_priority };
         let priority = if resuming { h.priority.clamp(-MAX_PRIORITY_MAGNITUDE, ceiling) } else { h.priority };
         if priority.unsigned_abs() > MAX_PRIORITY_MAGNITUDE.unsigned_abs() || priority > ceiling {
-            return Err(format!("priority {} is out of range: you may ask for -{MAX_PRIORITY_MAGNITUDE} to {ceiling} (the daemon's owner sets the ceiling with --max-priority)", h.priority));
+            return Err(format!(
+                "priority {} is out of range: you may ask for -{MAX_PRIORITY_MAGNITUDE} to {ceiling} (the daemon's owner sets the ceiling with --max-priority)",
+                h.priority
+            ));
         }
         let existing = self.tenants.find(h.tenant).ok();
         if let Some(t) = existing {
@@ -168,14 +171,26 @@ pub fn believable(p: &Proc, mut r: ShimReport, budget: u64) -> (ShimReport, Opti
         r.held = may_hold;
     }
     r.resident = r.resident.min(r.held);
-    for (name, v) in [("want", &mut r.want), ("period", &mut r.period), ("blocked", &mut r.blocked), ("largest", &mut r.largest), ("allocated", &mut r.allocated), ("swapped", &mut r.swapped)] {
+    for (name, v) in [
+        ("want", &mut r.want),
+        ("period", &mut r.period),
+        ("blocked", &mut r.blocked),
+        ("largest", &mut r.largest),
+        ("allocated", &mut r.allocated),
+        ("swapped", &mut r.swapped),
+    ] {
         if *v > budget {
             doubts.push(format!("{name} {} (budget {})", format_size(*v), format_size(budget)));
             *v = budget;
         }
     }
     let last = &p.report;
-    for (name, v, was) in [("commands", &mut r.commands, last.commands), ("finished", &mut r.finished, last.finished), ("bytes_h2d", &mut r.bytes_h2d, last.bytes_h2d), ("bytes_d2h", &mut r.bytes_d2h, last.bytes_d2h)] {
+    for (name, v, was) in [
+        ("commands", &mut r.commands, last.commands),
+        ("finished", &mut r.finished, last.finished),
+        ("bytes_h2d", &mut r.bytes_h2d, last.bytes_h2d),
+        ("bytes_d2h", &mut r.bytes_d2h, last.bytes_d2h),
+    ] {
         if *v < was {
             doubts.push(format!("{name} going back from {was} to {v}"));
             *v = was;

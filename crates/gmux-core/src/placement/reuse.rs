@@ -202,8 +202,7 @@ impl ReusePlacement {
     }
 
     fn compact(&mut self) {
-        let mut marked: Vec<(usize, usize)> =
-            self.hist.iter().enumerate().filter(|(_, h)| h.slot != 0).map(|(i, h)| (h.slot, i)).collect();
+        let mut marked: Vec<(usize, usize)> = self.hist.iter().enumerate().filter(|(_, h)| h.slot != 0).map(|(i, h)| (h.slot, i)).collect();
         marked.sort_unstable();
         self.fenwick = Fenwick::with_len((2 * (marked.len() + 1)).max(1024));
         for (k, &(_, i)) in marked.iter().enumerate() {

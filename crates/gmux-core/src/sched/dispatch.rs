@@ -78,11 +78,7 @@ impl SrptDeficit {
     }
 
     fn choose(&self, ready: &[JobView], present: &BTreeSet<TenantId>) -> Option<usize> {
-        let starved = present
-            .iter()
-            .map(|&c| (c, self.deficit(c)))
-            .filter(|&(_, d)| d > self.threshold)
-            .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
+        let starved = present.iter().map(|&c| (c, self.deficit(c))).filter(|&(_, d)| d > self.threshold).max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
         match starved {
             Some((client, _)) => oldest(ready.iter().enumerate().filter(|(_, j)| j.client == client)),
             None => ready.iter().enumerate().min_by_key(|(_, j)| (j.remaining, j.arrival, j.job)).map(|(i, _)| i),
@@ -244,14 +240,8 @@ mod tests {
     fn estimator_follows_paella_formula() {
         let mut e = RemainingEstimator::default();
         assert_eq!(e.estimate("resnet", &[]), None);
-        e.record(
-            "resnet",
-            &[KernelRecord { kernel: 1, count: 2, time: 20 }, KernelRecord { kernel: 2, count: 1, time: 100 }],
-        );
-        e.record(
-            "resnet",
-            &[KernelRecord { kernel: 1, count: 4, time: 40 }, KernelRecord { kernel: 2, count: 1, time: 300 }],
-        );
+        e.record("resnet", &[KernelRecord { kernel: 1, count: 2, time: 20 }, KernelRecord { kernel: 2, count: 1, time: 100 }]);
+        e.record("resnet", &[KernelRecord { kernel: 1, count: 4, time: 40 }, KernelRecord { kernel: 2, count: 1, time: 300 }]);
         e.record("bert", &[KernelRecord { kernel: 1, count: 1, time: 7 }]);
         // kernel 1: avgCount 3, avgTime 10; kernel 2: avgCount 1, avgTime 200.
         assert_eq!(e.estimate("resnet", &[]), Some(3 * 10 + 200));

@@ -148,7 +148,11 @@ mod tests {
             return;
         }
         let me = std::env::current_exe().unwrap();
-        let out = std::process::Command::new(me).args(["--exact", "agent::connect::tests::a_write_to_a_daemon_that_is_gone_fails_without_sigpipe", "--nocapture"]).env("GMUX_TEST_SIGPIPE_CHILD", "1").output().unwrap();
+        let out = std::process::Command::new(me)
+            .args(["--exact", "agent::connect::tests::a_write_to_a_daemon_that_is_gone_fails_without_sigpipe", "--nocapture"])
+            .env("GMUX_TEST_SIGPIPE_CHILD", "1")
+            .output()
+            .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success() && text.contains("ALIVE"), "the write ended the process: {:?}\n{text}", out.status);
     }

@@ -8,16 +8,23 @@ use crate::vmem::Region;
 use std::ffi::c_void;
 
 /// Writes `attr` of `ptr` in `r` to `data`; `false` for attributes gmux leaves to the driver.
+///
+/// # Safety
+/// `data` is writable for `attr`'s type.
 unsafe fn answer(st: &Shim, r: &Region, attr: u32, data: *mut c_void, ptr: CUdeviceptr) -> bool {
-    match attr {
-        CU_POINTER_ATTRIBUTE_CONTEXT => *(data as *mut CUcontext) = st.ctx(),
-        CU_POINTER_ATTRIBUTE_MEMORY_TYPE => *(data as *mut u32) = CU_MEMORYTYPE_DEVICE,
-        CU_POINTER_ATTRIBUTE_DEVICE_POINTER => *(data as *mut CUdeviceptr) = ptr,
-        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => *(data as *mut i32) = st.ordinal(),
-        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR => *(data as *mut CUdeviceptr) = r.base,
-        CU_POINTER_ATTRIBUTE_RANGE_SIZE => *(data as *mut usize) = r.bytes as usize,
-        CU_POINTER_ATTRIBUTE_BUFFER_ID => *(data as *mut u64) = r.alloc.0 as u64 + 1,
-        _ => return false,
+    // SAFETY: one write of the attribute's value; per this function's contract, `data` is
+    // writable for `attr`'s type, which is the type each arm writes (as `cuda.h` gives it).
+    unsafe {
+        match attr {
+            CU_POINTER_ATTRIBUTE_CONTEXT => *(data as *mut CUcontext) = st.ctx(),
+            CU_POINTER_ATTRIBUTE_MEMORY_TYPE => *(data as *mut u32) = CU_MEMORYTYPE_DEVICE,
+            CU_POINTER_ATTRIBUTE_DEVICE_POINTER => *(data as *mut CUdeviceptr) = ptr,
+            CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => *(data as *mut i32) = st.ordinal(),
+            CU_POINTER_ATTRIBUTE_RANGE_START_ADDR => *(data as *mut CUdeviceptr) = r.base,
+            CU_POINTER_ATTRIBUTE_RANGE_SIZE => *(data as *mut usize) = r.bytes as usize,
+            CU_POINTER_ATTRIBUTE_BUFFER_ID => *(data as *mut u64) = r.alloc.0 as u64 + 1,
+            _ => return false,
+        }
     }
     true
 }
@@ -55,7 +62,8 @@ pub unsafe fn one(real: impl FnOnce() -> CUresult, data: *mut c_void, attr: u32,
         if data.is_null() || attr == CU_POINTER_ATTRIBUTE_HOST_POINTER {
             return CUDA_ERROR_INVALID_VALUE;
         }
-        if answer(st, r, attr, data, ptr) {
+        // SAFETY: `data` is non-null and, per this function's contract, writable for `attr`'s type.
+        if unsafe { answer(st, r, attr, data, ptr) } {
             return CUDA_SUCCESS;
         }
         match resident(st, r) {
@@ -70,22 +78,35 @@ pub unsafe fn one(real: impl FnOnce() -> CUresult, data: *mut c_void, attr: u32,
 /// # Safety
 /// `attrs` and `data` hold `n` entries, each writable for its attribute's type.
 pub unsafe fn many(real: impl FnOnce() -> CUresult, n: u32, attrs: *mut u32, data: *mut *mut c_void, ptr: CUdeviceptr) -> CUresult {
-    on_region(real, ptr, |st, r, real| many_on(st, r, real, n, attrs, data, ptr))
+    // SAFETY: per this function's contract, `attrs` and `data` hold `n` entries, each
+    // writable for its attribute's type, which is `many_on`'s contract.
+    on_region(real, ptr, |st, r, real| unsafe { many_on(st, r, real, n, attrs, data, ptr) })
 }
 
+/// `cuPointerGetAttributes` on gmux memory, in region `r`.
+///
+/// # Safety
+/// As [`many`]: `attrs` and `data`, when not null, hold `n` entries, each writable for its
+/// attribute's type.
 unsafe fn many_on(st: &mut Shim, r: &Region, real: impl FnOnce() -> CUresult, n: u32, attrs: *mut u32, data: *mut *mut c_void, ptr: CUdeviceptr) -> CUresult {
     if attrs.is_null() || data.is_null() {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    let list: Vec<(u32, *mut c_void)> = (0..n as usize).map(|i| (*attrs.add(i), *data.add(i))).collect();
+    // SAFETY: both are non-null and, per this function's contract, hold `n` entries.
+    let list: Vec<(u32, *mut c_void)> = (0..n as usize).map(|i| unsafe { (*attrs.add(i), *data.add(i)) }).collect();
     let mut all_ours = true;
     for &(a, d) in &list {
         if d.is_null() {
             continue;
         }
         if a == CU_POINTER_ATTRIBUTE_HOST_POINTER {
-            *(d as *mut *mut c_void) = std::ptr::null_mut();
-        } else if !answer(st, r, a, d, ptr) {
+            // SAFETY: `d` is non-null and, per this function's contract, writable for the
+            // host pointer attribute's type, a pointer.
+            unsafe { *(d as *mut *mut c_void) = std::ptr::null_mut() };
+            continue;
+        }
+        // SAFETY: `d` is non-null and, per this function's contract, writable for `a`'s type.
+        if !unsafe { answer(st, r, a, d, ptr) } {
             all_ours = false;
         }
     }
@@ -99,7 +120,9 @@ unsafe fn many_on(st: &mut Shim, r: &Region, real: impl FnOnce() -> CUresult, n:
     let code = real();
     for &(a, d) in &list {
         if !d.is_null() {
-            answer(st, r, a, d, ptr);
+            // SAFETY: `d` is non-null and, per this function's contract, writable for `a`'s
+            // type; gmux's answer replaces the driver's, which described only the mapping.
+            unsafe { answer(st, r, a, d, ptr) };
         }
     }
     code

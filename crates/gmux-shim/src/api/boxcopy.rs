@@ -216,7 +216,20 @@ mod tests {
     fn a_2d_copy_is_a_3d_copy_one_slice_deep() {
         // CUDA_MEMCPY2D: 16 words; the memory types sit in the low half of words 2 and 9.
         let mut raw = [0u64; 16];
-        let fields = [(0, 3), (1, 4), (2, CU_MEMORYTYPE_DEVICE as u64), (4, 0x1000_0000), (6, 512), (7, 5), (8, 6), (9, CU_MEMORYTYPE_HOST as u64), (10, 0x7000), (13, 256), (14, 200), (15, 9)];
+        let fields = [
+            (0, 3),
+            (1, 4),
+            (2, CU_MEMORYTYPE_DEVICE as u64),
+            (4, 0x1000_0000),
+            (6, 512),
+            (7, 5),
+            (8, 6),
+            (9, CU_MEMORYTYPE_HOST as u64),
+            (10, 0x7000),
+            (13, 256),
+            (14, 200),
+            (15, 9),
+        ];
         for (i, v) in fields {
             raw[i] = v;
         }

@@ -4,8 +4,8 @@
 
 use super::report;
 use crate::config::config;
-use crate::inflight::StreamKey;
 use crate::cuda::*;
+use crate::inflight::StreamKey;
 use crate::predict::{kernel_name, scan};
 use crate::state::{shim, Shim, ShimError, WorkingSet};
 use gmux_core::AllocId;
@@ -18,7 +18,14 @@ pub(super) const COPY_OR_MEMSET: u64 = 1;
 /// what it runs (a kernel's or graph's handle, or [`COPY_OR_MEMSET`]). A command captured
 /// into a graph runs later, as part of the graph: it passes to the driver, after its
 /// memory is mapped (see [`map_for_capture`]).
-pub(super) fn run(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool, kind: u64, what: impl Fn() -> String, ws: impl FnOnce(&mut Shim) -> WorkingSet) -> CUresult {
+pub(super) fn run(
+    real: impl FnOnce() -> CUresult,
+    stream: CUstream,
+    ptsz: bool,
+    kind: u64,
+    what: impl Fn() -> String,
+    ws: impl FnOnce(&mut Shim) -> WorkingSet,
+) -> CUresult {
     if crate::capture::captured(stream, ptsz) {
         crate::capture::relaxed(|| map_for_capture(ws));
         return real();
@@ -51,7 +58,14 @@ pub(super) fn try_map(ws: impl FnOnce(&mut Shim) -> WorkingSet) -> Result<(), Sh
     st.prepare(&ws, None, 0).map(|_| ())
 }
 
-fn run_now(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool, kind: u64, what: impl Fn() -> String, ws: impl FnOnce(&mut Shim) -> WorkingSet) -> CUresult {
+fn run_now(
+    real: impl FnOnce() -> CUresult,
+    stream: CUstream,
+    ptsz: bool,
+    kind: u64,
+    what: impl Fn() -> String,
+    ws: impl FnOnce(&mut Shim) -> WorkingSet,
+) -> CUresult {
     crate::agent::gate();
     let mut g = match shim() {
         Ok(g) => g,
@@ -108,29 +122,43 @@ fn run_now(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool, kind: 
 ///
 /// # Safety
 /// The arguments follow `cuLaunchKernel`'s contract.
-pub unsafe fn kernel(real: impl FnOnce() -> CUresult, f: CUfunction, stream: CUstream, ptsz: bool, params: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult {
-    run(real, stream, ptsz, f as u64, || format!("kernel {}", kernel_name(f)), |st| {
-        if config().whole_tenant {
-            return WorkingSet::Tenant;
-        }
-        let mut ptrs = Vec::new();
-        let layout = st.layouts.of(f);
-        // SAFETY: the launch arguments are valid per the caller's contract.
-        match unsafe { scan(layout, params, extra, |w| ptrs.push(w)) } {
-            true => {
-                let allocs = st.allocs_of(&ptrs);
-                if allocs.is_empty() && crate::log::level() >= crate::log::Level::Debug {
-                    let name = kernel_name(f);
-                    super::refuse::once(&name, &format!("kernel {name}: no gmux memory found in its parameters"), crate::log::Level::Debug);
+pub unsafe fn kernel(
+    real: impl FnOnce() -> CUresult,
+    f: CUfunction,
+    stream: CUstream,
+    ptsz: bool,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    run(
+        real,
+        stream,
+        ptsz,
+        f as u64,
+        || format!("kernel {}", kernel_name(f)),
+        |st| {
+            if config().whole_tenant {
+                return WorkingSet::Tenant;
+            }
+            let mut ptrs = Vec::new();
+            let layout = st.layouts.of(f);
+            // SAFETY: the launch arguments are valid per the caller's contract.
+            match unsafe { scan(layout, params, extra, |w| ptrs.push(w)) } {
+                true => {
+                    let allocs = st.allocs_of(&ptrs);
+                    if allocs.is_empty() && crate::log::level() >= crate::log::Level::Debug {
+                        let name = kernel_name(f);
+                        super::refuse::once(&name, &format!("kernel {name}: no gmux memory found in its parameters"), crate::log::Level::Debug);
+                    }
+                    WorkingSet::Allocs(allocs)
                 }
-                WorkingSet::Allocs(allocs)
+                false => {
+                    crate::log!(Warn, "kernel {}: no parameter layout (cuFuncGetParamInfo failed); treating it as touching all memory", kernel_name(f));
+                    WorkingSet::Tenant
+                }
             }
-            false => {
-                crate::log!(Warn, "kernel {}: no parameter layout (cuFuncGetParamInfo failed); treating it as touching all memory", kernel_name(f));
-                WorkingSet::Tenant
-            }
-        }
-    })
+        },
+    )
 }
 
 /// An asynchronous copy, memset or memory operation on `stream` touching `ptrs`.
@@ -225,7 +253,11 @@ fn plan_graph(exec: CUgraphExec) -> GraphLaunch {
     match parts {
         Ok((parts, done)) => GraphLaunch::Parts(parts, done),
         Err(why) => {
-            super::refuse::once(&format!("split {why}"), &format!("cuGraphLaunch: the graph does not fit the limit and cannot run in parts: {why}"), crate::log::Level::Warn);
+            super::refuse::once(
+                &format!("split {why}"),
+                &format!("cuGraphLaunch: the graph does not fit the limit and cannot run in parts: {why}"),
+                crate::log::Level::Warn,
+            );
             GraphLaunch::Whole(ws)
         }
     }

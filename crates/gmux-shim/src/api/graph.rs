@@ -76,7 +76,13 @@ pub fn changed(real: impl FnOnce() -> CUresult, exec: CUgraphExec) -> CUresult {
 /// A set-params call on one node of an executable graph: on success, `touches` says what
 /// the node touches now, and `carry` applies the same change to the copy kept for running
 /// the graph in parts (which is dropped where it cannot).
-fn set_node(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, touches: impl FnOnce(&mut crate::state::Shim) -> Touches, carry: impl FnOnce(&mut Splittable) -> Result<(), CudaError>) -> CUresult {
+fn set_node(
+    real: impl FnOnce() -> CUresult,
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    touches: impl FnOnce(&mut crate::state::Shim) -> Touches,
+    carry: impl FnOnce(&mut Splittable) -> Result<(), CudaError>,
+) -> CUresult {
     let r = real();
     if r != CUDA_SUCCESS {
         return r;
@@ -116,15 +122,21 @@ pub unsafe fn set_kernel(real: impl FnOnce() -> CUresult, exec: CUgraphExec, nod
 /// # Safety
 /// `p` is a valid `CUDA_KERNEL_NODE_PARAMS` (or null, which the driver refuses).
 pub unsafe fn set_kernel_v1(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, p: *const c_void) -> CUresult {
-    set_node(real, exec, node, |st| {
-        // SAFETY: a plain C struct, all zeros is a valid value.
-        let mut v2: CUDA_KERNEL_NODE_PARAMS_v2 = unsafe { std::mem::zeroed() };
-        // SAFETY: version 1 is version 2 without its last two fields (`kern`, `ctx`),
-        // which stay null here; the driver accepted `p`, so it is readable.
-        unsafe { std::ptr::copy_nonoverlapping(p as *const u8, &mut v2 as *mut _ as *mut u8, KERNEL_NODE_PARAMS_V1_BYTES) };
-        // SAFETY: as the caller's parameters.
-        unsafe { graph::kernel_params(&v2, &mut st.layouts) }
-    }, cannot)
+    set_node(
+        real,
+        exec,
+        node,
+        |st| {
+            // SAFETY: a plain C struct, all zeros is a valid value.
+            let mut v2: CUDA_KERNEL_NODE_PARAMS_v2 = unsafe { std::mem::zeroed() };
+            // SAFETY: version 1 is version 2 without its last two fields (`kern`, `ctx`),
+            // which stay null here; the driver accepted `p`, so it is readable.
+            unsafe { std::ptr::copy_nonoverlapping(p as *const u8, &mut v2 as *mut _ as *mut u8, KERNEL_NODE_PARAMS_V1_BYTES) };
+            // SAFETY: as the caller's parameters.
+            unsafe { graph::kernel_params(&v2, &mut st.layouts) }
+        },
+        cannot,
+    )
 }
 
 /// Size of `CUDA_KERNEL_NODE_PARAMS` (version 1).
@@ -158,13 +170,19 @@ pub unsafe fn set_memcpy(real: impl FnOnce() -> CUresult, exec: CUgraphExec, nod
 
 /// `cuGraphExecChildGraphNodeSetParams`: the child's nodes are read anew.
 pub fn set_child(real: impl FnOnce() -> CUresult, exec: CUgraphExec, node: CUgraphNode, child: CUgraph) -> CUresult {
-    set_node(real, exec, node, |st| match crate::capture::relaxed(|| graph::read(child, &mut st.layouts)) {
-        Ok(c) => match c.touches() {
-            Ok(a) => Touches::Addresses(a.to_vec()),
-            Err(why) => Touches::Anything(why.to_string()),
+    set_node(
+        real,
+        exec,
+        node,
+        |st| match crate::capture::relaxed(|| graph::read(child, &mut st.layouts)) {
+            Ok(c) => match c.touches() {
+                Ok(a) => Touches::Addresses(a.to_vec()),
+                Err(why) => Touches::Anything(why.to_string()),
+            },
+            Err(e) => Touches::Anything(format!("a child graph gmux could not read ({e})")),
         },
-        Err(e) => Touches::Anything(format!("a child graph gmux could not read ({e})")),
-    }, cannot)
+        cannot,
+    )
 }
 
 /// `cuGraphExecNodeSetParams` (any node type): the node may touch anything from now on.

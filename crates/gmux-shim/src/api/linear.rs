@@ -8,8 +8,8 @@
 use super::command::{run, COPY_OR_MEMSET};
 use crate::cuda::*;
 use crate::state::{shim, WorkingSet};
-use std::ffi::c_void;
 use gmux_core::CHUNK_BYTES;
+use std::ffi::c_void;
 
 /// Largest piece: small enough for one piece's copy to overlap the next one's migration.
 const MAX_PIECE: u64 = 64 << 20;
@@ -97,7 +97,8 @@ pub unsafe fn upload(real: impl FnOnce() -> CUresult, dst: CUdeviceptr, host: *c
     // SAFETY: the piece lies within the caller's buffers.
     let issue = |off: u64, len: u64, s: CUstream| crate::real!(cuMemcpyHtoDAsync_v2(dst + off, (h + off as usize) as *const c_void, len as usize, s));
     if !host.is_null() && (8..=SCAN_UPLOAD_BYTES).contains(&n) {
-        let bytes = std::slice::from_raw_parts(host as *const u8, n);
+        // SAFETY: `host` is non-null and, per this function's contract, readable for `n` bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(host as *const u8, n) };
         let mut found: Vec<CUdeviceptr> = bytes.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes"))).collect();
         if crate::tensormap::any() {
             let mut k = 0;

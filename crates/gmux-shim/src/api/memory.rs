@@ -18,7 +18,8 @@ pub unsafe fn alloc(d: *mut CUdeviceptr, bytes: u64) -> CUresult {
     };
     match crate::capture::relaxed(|| g.as_mut().expect("created").alloc(bytes)) {
         Ok(p) => {
-            *d = p;
+            // SAFETY: `d` is non-null and, per this function's contract, writable.
+            unsafe { *d = p };
             crate::record::alloc(g.as_ref(), p);
             CUDA_SUCCESS
         }
@@ -38,9 +39,11 @@ pub unsafe fn alloc_pitch(d: *mut CUdeviceptr, pitch: *mut usize, width: usize, 
         return CUDA_ERROR_INVALID_VALUE;
     }
     let p = width.div_ceil(PITCH_ALIGN) * PITCH_ALIGN;
-    let r = alloc(d, (p * height) as u64);
+    // SAFETY: `d` is writable or null, per this function's contract and `alloc`'s.
+    let r = unsafe { alloc(d, (p * height) as u64) };
     if r == CUDA_SUCCESS {
-        *pitch = p;
+        // SAFETY: `pitch` is non-null and, per this function's contract, writable.
+        unsafe { *pitch = p };
     }
     r
 }
@@ -113,8 +116,11 @@ pub unsafe fn info(real: impl FnOnce() -> CUresult, free: *mut usize, total: *mu
         return CUDA_ERROR_INVALID_VALUE;
     }
     let size = if crate::config::config().meminfo_limit { st.limit() } else { st.device_total() };
-    *total = size as usize;
-    *free = size.saturating_sub(st.managed_bytes()).saturating_sub(st.allocated()) as usize;
+    // SAFETY: both are non-null and, per this function's contract, writable.
+    unsafe {
+        *total = size as usize;
+        *free = size.saturating_sub(st.managed_bytes()).saturating_sub(st.allocated()) as usize;
+    }
     CUDA_SUCCESS
 }
 
@@ -132,10 +138,12 @@ pub unsafe fn range(real: impl FnOnce() -> CUresult, base: *mut CUdeviceptr, siz
         return CUDA_ERROR_NOT_FOUND;
     }
     if !base.is_null() {
-        *base = r.base;
+        // SAFETY: `base` is non-null and, per this function's contract, writable.
+        unsafe { *base = r.base };
     }
     if !size.is_null() {
-        *size = r.bytes as usize;
+        // SAFETY: `size` is non-null and, per this function's contract, writable.
+        unsafe { *size = r.bytes as usize };
     }
     CUDA_SUCCESS
 }
@@ -153,7 +161,9 @@ pub fn passthrough(real: impl FnOnce() -> CUresult, name: &str) -> CUresult {
 pub unsafe fn tensor_map(real: impl FnOnce() -> CUresult, map: *mut std::ffi::c_void, addr: *mut std::ffi::c_void) -> CUresult {
     let r = real();
     if r == CUDA_SUCCESS && !map.is_null() {
-        crate::tensormap::record(map as *const u8, addr as u64);
+        // SAFETY: `map` is non-null and, per this function's contract, the caller's 128-byte
+        // `CUtensorMap`, which the driver has just written.
+        unsafe { crate::tensormap::record(map as *const u8, addr as u64) };
     }
     r
 }
@@ -166,7 +176,8 @@ pub unsafe fn alloc_async(d: *mut CUdeviceptr, bytes: u64, stream: CUstream, pts
     if crate::capture::captured(stream, ptsz) {
         return in_capture("cuMemAllocAsync");
     }
-    alloc(d, bytes)
+    // SAFETY: `d` is writable or null, per this function's contract and `alloc`'s.
+    unsafe { alloc(d, bytes) }
 }
 
 /// `cuMemFreeAsync`: as `cuMemFree`, except inside stream capture.

@@ -4,8 +4,8 @@ pub mod attr;
 pub mod boxcopy;
 pub mod command;
 pub mod graph;
-pub mod linear;
 pub mod guard;
+pub mod linear;
 pub mod memory;
 pub mod refuse;
 pub mod vmm;
@@ -44,7 +44,10 @@ fn oversize(what: &str, need: u64, limit: u64) -> CUresult {
         crate::log!(Error, "{cause}");
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    crate::log::emit(crate::log::Level::Error, &format!("{cause}; ending the process with status {OVERSIZE_EXIT} (GMUX_OVERSIZE=error returns CUDA_ERROR_OUT_OF_MEMORY to the program instead)"));
+    crate::log::emit(
+        crate::log::Level::Error,
+        &format!("{cause}; ending the process with status {OVERSIZE_EXIT} (GMUX_OVERSIZE=error returns CUDA_ERROR_OUT_OF_MEMORY to the program instead)"),
+    );
     // SAFETY: fflush(NULL) flushes every C stdio stream; `_exit` ends the process at once,
     // without exit handlers that could call back into gmux while this thread holds its
     // state.

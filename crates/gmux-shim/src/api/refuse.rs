@@ -15,7 +15,11 @@ pub fn once(key: &str, msg: &str, level: crate::log::Level) {
 
 /// A call gmux does not support: `CUDA_ERROR_NOT_SUPPORTED`, logged once with the reason.
 pub fn call(name: &str, why: &str) -> CUresult {
-    once(name, &format!("{name} is not supported under gmux: {why}; it returns CUDA_ERROR_NOT_SUPPORTED (see docs/compatibility.md)"), crate::log::Level::Error);
+    once(
+        name,
+        &format!("{name} is not supported under gmux: {why}; it returns CUDA_ERROR_NOT_SUPPORTED (see docs/compatibility.md)"),
+        crate::log::Level::Error,
+    );
     CUDA_ERROR_NOT_SUPPORTED
 }
 

@@ -110,7 +110,13 @@ impl CallTimes {
 
     fn take(&mut self) -> String {
         let names = ["map", "access", "unmap", "copy", "settle"];
-        let s = names.iter().zip(self.t).filter(|(_, (n, _))| *n > 0).map(|(name, (n, secs))| format!("{name} {n}× {:.1} ms", secs * 1e3)).collect::<Vec<_>>().join(", ");
+        let s = names
+            .iter()
+            .zip(self.t)
+            .filter(|(_, (n, _))| *n > 0)
+            .map(|(name, (n, secs))| format!("{name} {n}× {:.1} ms", secs * 1e3))
+            .collect::<Vec<_>>()
+            .join(", ");
         self.t = Default::default();
         s
     }
@@ -365,10 +371,8 @@ impl CudaDevice {
     /// Grants this device access to the mapped ranges `runs`, one call per contiguous run.
     fn grant(&mut self, mut runs: Vec<(CUdeviceptr, usize)>) -> Result<(), CudaError> {
         runs.sort_unstable();
-        let desc = CUmemAccessDesc {
-            location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: self.ordinal },
-            flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-        };
+        let desc =
+            CUmemAccessDesc { location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: self.ordinal }, flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
         for (va, len) in merge(runs) {
             check(self.times.time(Call::Access, || crate::real!(cuMemSetAccess(va, len, &desc, 1))), "cuMemSetAccess")?;
         }

@@ -33,20 +33,25 @@ impl Graph<'_> {
     /// Captures what `body` enqueues on the capture stream into a graph.
     fn capture(&self, body: impl FnOnce()) -> CUgraph {
         let cu = &self.app.cu;
+        // SAFETY: only values: a stream this program created, and a capture mode.
         check(unsafe { (cu.stream_begin_capture)(self.s, CU_STREAM_CAPTURE_MODE_GLOBAL) }, "cuStreamBeginCapture");
         body();
         let mut g = null_mut();
+        // SAFETY: the driver writes the captured graph to `g`, a live local.
         check(unsafe { (cu.stream_end_capture)(self.s, &mut g) }, "cuStreamEndCapture");
         g
     }
 
     fn instantiate(&self, g: CUgraph) -> CUgraphExec {
         let mut e = null_mut();
+        // SAFETY: the driver writes the executable graph to `e`, a live local.
         check(unsafe { (self.app.cu.graph_instantiate)(&mut e, g, 0) }, "cuGraphInstantiateWithFlags");
         e
     }
 
     fn launch(&self, e: CUgraphExec) {
+        // SAFETY: only handles, by value, that this program created (or null, the default
+        // stream); no host memory.
         check(unsafe { (self.app.cu.graph_launch)(e, self.s) }, "cuGraphLaunch");
     }
 
@@ -55,10 +60,12 @@ impl Graph<'_> {
     }
 
     fn memset(&self, p: u64, v: u32) {
+        // SAFETY: only values: a device range, which the driver checks, and a stream.
         check(unsafe { (self.app.cu.memset_d32_async)(p, v, self.n as usize, self.s) }, "cuMemsetD32Async");
     }
 
     fn copy(&self, dst: u64, src: u64) {
+        // SAFETY: only values: two device ranges, which the driver checks, and a stream.
         check(unsafe { (self.app.cu.memcpy_dtod_async)(dst, src, self.bytes, self.s) }, "cuMemcpyDtoDAsync");
     }
 
@@ -66,11 +73,15 @@ impl Graph<'_> {
     fn kernel_node(&self, g: CUgraph) -> CUgraphNode {
         let cu = &self.app.cu;
         let mut count = 0;
+        // SAFETY: with a null node array the driver only writes the count, to `count`, a live
+        // local.
         check(unsafe { (cu.graph_get_nodes)(g, null_mut(), &mut count) }, "cuGraphGetNodes");
         let mut nodes = vec![null_mut(); count];
+        // SAFETY: `nodes` has room for `count` nodes, as many as the driver writes.
         check(unsafe { (cu.graph_get_nodes)(g, nodes.as_mut_ptr(), &mut count) }, "cuGraphGetNodes");
         let kernel = nodes.into_iter().find(|&node| {
             let mut t = u32::MAX;
+            // SAFETY: the driver writes the node's type to `t`, a live local.
             check(unsafe { (cu.graph_node_get_type)(node, &mut t) }, "cuGraphNodeGetType");
             t == CU_GRAPH_NODE_TYPE_KERNEL
         });
@@ -124,11 +135,16 @@ pub fn rounds(app: &App, o: &Opts) -> bool {
 
     // The add node of B now adds 4 to b4, a buffer B never touched.
     let node = g.kernel_node(gb);
+    // SAFETY: a plain C struct of integers and pointers, for which all zeros is a valid value.
     let mut p = unsafe { std::mem::zeroed::<CUDA_KERNEL_NODE_PARAMS_v2>() };
+    // SAFETY: the driver writes the node's parameters to `p`, a live local.
     check(unsafe { (app.cu.graph_kernel_node_get_params)(node, &mut p) }, "cuGraphKernelNodeGetParams");
     let (mut ptr4, mut n4, mut v4) = (b[4], n, 4u32);
     let mut args = [ptr(&mut ptr4), ptr(&mut n4), ptr(&mut v4)];
     p.kernel_params = args.as_mut_ptr();
+    // SAFETY: `p` holds the node's parameters as the driver gave them, and its `kernel_params`
+    // points to `args`: a pointer to a live value for each of `add`'s parameters (8, 8 and 4
+    // bytes).
     check(unsafe { (app.cu.graph_exec_kernel_node_set_params)(eb, node, &p) }, "cuGraphExecKernelNodeSetParams");
     g.launch(ea);
     g.launch(eb);
@@ -141,7 +157,9 @@ pub fn rounds(app: &App, o: &Opts) -> bool {
         g.add(b[5], 6);
         g.memset(b[3], 7);
     });
+    // SAFETY: a plain C struct of integers and pointers, for which all zeros is a valid value.
     let mut info = unsafe { std::mem::zeroed::<CUgraphExecUpdateResultInfo>() };
+    // SAFETY: the driver writes the update's result to `info`, a live local.
     check(unsafe { (app.cu.graph_exec_update)(eb, gb2, &mut info) }, "cuGraphExecUpdate");
     g.launch(ea);
     g.launch(eb);
@@ -151,8 +169,11 @@ pub fn rounds(app: &App, o: &Opts) -> bool {
 
     // A as the child of another graph.
     let mut gc = null_mut();
+    // SAFETY: the driver writes the new graph to `gc`, a live local.
     check(unsafe { (app.cu.graph_create)(&mut gc, 0) }, "cuGraphCreate");
     let mut child = null_mut();
+    // SAFETY: no dependencies (null, 0); the driver writes the new node to `child`, a live
+    // local.
     check(unsafe { (app.cu.graph_add_child_graph_node)(&mut child, gc, std::ptr::null(), 0, ga) }, "cuGraphAddChildGraphNode");
     let ec = g.instantiate(gc);
     g.launch(eb);
@@ -193,6 +214,8 @@ pub fn split(app: &App, o: &Opts) -> bool {
         }
     });
     let e = g.instantiate(all);
+    // SAFETY: only handles, by value, that this program created (or null, the default stream);
+    // no host memory.
     let r = unsafe { (app.cu.graph_launch)(e, g.s) };
     println!("graph-split: launch result: {r}");
     if r != CUDA_SUCCESS {
@@ -223,11 +246,14 @@ pub fn temporary(app: &App, o: &Opts) -> bool {
     app.htod(b, &model);
     let graph = g.capture(|| {
         let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: the driver swaps the thread's mode with `mode`, a live local.
         check(unsafe { (app.cu.thread_exchange_stream_capture_mode)(&mut mode) }, "cuThreadExchangeStreamCaptureMode");
         let t = app.alloc(bytes);
+        // SAFETY: the driver swaps the thread's mode with `mode`, a live local.
         check(unsafe { (app.cu.thread_exchange_stream_capture_mode)(&mut mode) }, "cuThreadExchangeStreamCaptureMode");
         // Ending a capture on a stream that is not capturing fails and ends none.
         let (idle, mut none) = (app.stream(CU_STREAM_NON_BLOCKING), null_mut());
+        // SAFETY: the driver may write a graph to `none`, a live local.
         if unsafe { (app.cu.stream_end_capture)(idle, &mut none) } == CUDA_SUCCESS {
             fail("cuStreamEndCapture on a stream that is not capturing succeeded");
         }
@@ -262,6 +288,7 @@ pub fn nodes(app: &App, o: &Opts) -> bool {
     let model: Vec<u32> = (0..(bytes / 4) as u32).map(|j| j.wrapping_mul(11)).collect();
     app.htod(src, &model);
     let mut g = null_mut();
+    // SAFETY: the driver writes the new graph to `g`, a live local.
     check(unsafe { (cu.graph_create)(&mut g, 0) }, "cuGraphCreate");
     let copy = CUDA_MEMCPY3D {
         src_x_in_bytes: off,
@@ -278,14 +305,21 @@ pub fn nodes(app: &App, o: &Opts) -> bool {
         ..Default::default()
     };
     let mut first = null_mut();
+    // SAFETY: no dependencies (null, 0); `copy` is a complete `CUDA_MEMCPY3D` that lives
+    // through the call; the driver writes the new node to `first`, a live local.
     check(unsafe { (cu.graph_add_memcpy_node)(&mut first, g, null_mut(), 0, &copy, null_mut()) }, "cuGraphAddMemcpyNode");
     let set = CUDA_MEMSET_NODE_PARAMS { dst: dst + (off + c) as u64, pitch: c, value: 7, element_size: 4, width: c / 4, height: 1 };
     let mut second = null_mut();
+    // SAFETY: one dependency, `first`; `set` lives through the call; the driver writes the new
+    // node to `second`, a live local.
     check(unsafe { (cu.graph_add_memset_node)(&mut second, g, &first, 1, &set, null_mut()) }, "cuGraphAddMemsetNode");
     println!("graph-nodes: nodes added");
     let s = app.stream(CU_STREAM_NON_BLOCKING);
     let mut e = null_mut();
+    // SAFETY: the driver writes the executable graph to `e`, a live local.
     check(unsafe { (cu.graph_instantiate)(&mut e, g, 0) }, "cuGraphInstantiateWithFlags");
+    // SAFETY: only handles, by value, that this program created (or null, the default stream);
+    // no host memory.
     check(unsafe { (cu.graph_launch)(e, s) }, "cuGraphLaunch");
     app.sync(s);
     let got = app.dtoh(dst + off as u64, 2 * c / 4);

@@ -45,6 +45,10 @@ const RTLD_NOW: c_int = 2;
 const RTLD_GLOBAL: c_int = 0x100;
 const RTLD_DEFAULT: *mut c_void = null_mut();
 
+// Like a C program's error checks, any failed step ends the run with status 1, from
+// wherever it is found (kernels, closures, the threads of `procaddr-ptsz`): the tests read
+// that status and the message, and there is no error path back to `main` to return along.
+#[allow(clippy::exit)]
 fn fail(msg: impl std::fmt::Display) -> ! {
     eprintln!("standin_app: {msg}");
     std::process::exit(1)
@@ -168,8 +172,14 @@ fn cstr(s: &str) -> CString {
     CString::new(s).unwrap()
 }
 
+/// The address of `name` in `handle`; exits 1 if there is none.
+///
+/// # Safety
+/// `handle` is a live handle from `dlopen`, or `RTLD_DEFAULT`.
 unsafe fn sym(handle: *mut c_void, name: &str) -> *mut c_void {
-    let p = dlsym(handle, cstr(name).as_ptr());
+    // SAFETY: `handle` per this function's contract, and a NUL-terminated name that lives
+    // through the call.
+    let p = unsafe { dlsym(handle, cstr(name).as_ptr()) };
     if p.is_null() {
         fail(format!("dlsym({name}) found nothing"));
     }
@@ -190,17 +200,28 @@ fn hash(seed: u32, i: u64) -> u32 {
     (x ^ (x >> 31)) as u32
 }
 
+/// Parameter `i` of a kernel, read from where the stand-in's argument array points.
+///
+/// # Safety
+/// `args` holds at least `i + 1` pointers, the `i`th to a value of `T` (the stand-in calls
+/// a kernel with a pointer to each parameter, of the size it was registered with).
 unsafe fn arg<T: Copy>(args: *const *mut c_void, i: usize) -> T {
-    (*args.add(i) as *const T).read_unaligned()
+    // SAFETY: per this function's contract; the read is unaligned, as the stand-in packs
+    // parameters at the offsets their sizes give.
+    unsafe { (*args.add(i) as *const T).read_unaligned() }
 }
 
 fn dev_read(p: u64, out: &mut [u32]) {
     let s = STANDIN.get().unwrap();
+    // SAFETY: the stand-in writes `out.len() * 4` bytes into `out`, which holds that many; it
+    // checks the device range itself.
     unsafe { (s.read)(p, out.as_mut_ptr() as *mut u8, out.len() * 4) }
 }
 
 fn dev_write(p: u64, data: &[u32]) {
     let s = STANDIN.get().unwrap();
+    // SAFETY: the stand-in reads `data.len() * 4` bytes from `data`, which holds that many; it
+    // checks the device range itself.
     unsafe { (s.write)(p, data.as_ptr() as *const u8, data.len() * 4) }
 }
 
@@ -221,14 +242,18 @@ fn blocks(p: u64, n: u64, read: bool, mut f: impl FnMut(u64, &mut [u32])) {
 
 /// `fill(u32* p, u64 n, u32 seed)`: p[i] = hash(seed, i).
 unsafe extern "C" fn k_fill(args: *const *mut c_void) {
-    let (p, n, seed) = (arg::<u64>(args, 0), arg::<u64>(args, 1), arg::<u32>(args, 2));
+    // SAFETY: the stand-in calls a kernel with a pointer to each of its parameters, of the
+    // sizes registered in `App::kernels` (8, 8, 4), which these types have.
+    let (p, n, seed) = unsafe { (arg::<u64>(args, 0), arg::<u64>(args, 1), arg::<u32>(args, 2)) };
     blocks(p, n, false, |start, b| b.iter_mut().enumerate().for_each(|(j, w)| *w = hash(seed, start + j as u64)));
     KERNELS_DONE.fetch_add(1, Ordering::SeqCst);
 }
 
 /// `add(u32* p, u64 n, u32 v)`: p[i] += v.
 unsafe extern "C" fn k_add(args: *const *mut c_void) {
-    let (p, n, v) = (arg::<u64>(args, 0), arg::<u64>(args, 1), arg::<u32>(args, 2));
+    // SAFETY: the stand-in calls a kernel with a pointer to each of its parameters, of the
+    // sizes registered in `App::kernels` (8, 8, 4), which these types have.
+    let (p, n, v) = unsafe { (arg::<u64>(args, 0), arg::<u64>(args, 1), arg::<u32>(args, 2)) };
     blocks(p, n, true, |_, b| b.iter_mut().for_each(|w| *w = w.wrapping_add(v)));
     KERNELS_DONE.fetch_add(1, Ordering::SeqCst);
 }
@@ -237,9 +262,13 @@ unsafe extern "C" fn k_add(args: *const *mut c_void) {
 /// `count` buffers whose addresses `table` holds: pointers the kernel finds in memory, not
 /// in its parameters.
 unsafe extern "C" fn k_gather(args: *const *mut c_void) {
-    let (table, count, v) = (arg::<u64>(args, 0), arg::<u64>(args, 1), arg::<u32>(args, 2));
+    // SAFETY: the stand-in calls a kernel with a pointer to each of its parameters, of the
+    // sizes registered in `App::kernels` (8, 8, 4), which these types have.
+    let (table, count, v) = unsafe { (arg::<u64>(args, 0), arg::<u64>(args, 1), arg::<u32>(args, 2)) };
     let mut ptrs = vec![0u64; count as usize];
-    dev_read(table, std::slice::from_raw_parts_mut(ptrs.as_mut_ptr() as *mut u32, count as usize * 2));
+    // SAFETY: the `count` `u64`s of `ptrs` are `2 * count` `u32`s of the same bytes, and a
+    // `u64`'s alignment suffices for a `u32`.
+    dev_read(table, unsafe { std::slice::from_raw_parts_mut(ptrs.as_mut_ptr() as *mut u32, count as usize * 2) });
     for p in ptrs {
         blocks(p, 1024, true, |_, b| b.iter_mut().for_each(|w| *w = w.wrapping_add(v)));
     }
@@ -248,7 +277,9 @@ unsafe extern "C" fn k_gather(args: *const *mut c_void) {
 
 /// `copy(u32* dst, u32* src, u64 n)`.
 unsafe extern "C" fn k_copy(args: *const *mut c_void) {
-    let (dst, src, n) = (arg::<u64>(args, 0), arg::<u64>(args, 1), arg::<u64>(args, 2));
+    // SAFETY: the stand-in calls a kernel with a pointer to each of its parameters, of the
+    // sizes registered in `App::kernels` (8, 8, 8), which these types have.
+    let (dst, src, n) = unsafe { (arg::<u64>(args, 0), arg::<u64>(args, 1), arg::<u64>(args, 2)) };
     blocks(dst, n, false, |start, b| dev_read(src + start * 4, b));
     KERNELS_DONE.fetch_add(1, Ordering::SeqCst);
 }
@@ -264,7 +295,9 @@ struct MixArgs {
 
 /// `mix(MixArgs s, u32 salt)`: a[i] ^= b[i] + salt.
 unsafe extern "C" fn k_mix(args: *const *mut c_void) {
-    let (s, salt) = (arg::<MixArgs>(args, 0), arg::<u32>(args, 1));
+    // SAFETY: the stand-in calls a kernel with a pointer to each of its parameters, of the
+    // sizes registered in `App::kernels` (`size_of::<MixArgs>()`, 4), which these types have.
+    let (s, salt) = unsafe { (arg::<MixArgs>(args, 0), arg::<u32>(args, 1)) };
     let mut other = vec![0u32; BLOCK_WORDS.min(s.n) as usize];
     blocks(s.a_ptr, s.n, true, |start, b| {
         let o = &mut other[..b.len()];
@@ -276,7 +309,9 @@ unsafe extern "C" fn k_mix(args: *const *mut c_void) {
 
 /// `slow(u32* p, u32 ms)`: sleeps, then p[0] = 1.
 unsafe extern "C" fn k_slow(args: *const *mut c_void) {
-    let (p, ms) = (arg::<u64>(args, 0), arg::<u32>(args, 1));
+    // SAFETY: the stand-in calls a kernel with a pointer to each of its parameters, of the
+    // sizes registered in `App::kernels` (8, 4), which these types have.
+    let (p, ms) = unsafe { (arg::<u64>(args, 0), arg::<u32>(args, 1)) };
     std::thread::sleep(Duration::from_millis(ms as u64));
     dev_write(p, &[1]);
     KERNELS_DONE.fetch_add(1, Ordering::SeqCst);
@@ -311,41 +346,54 @@ fn ptr<T>(v: &mut T) -> *mut c_void {
 
 impl App {
     fn start(direct: bool) -> App {
-        unsafe {
-            let handle = dlopen(c"libcuda.so.1".as_ptr(), RTLD_NOW | RTLD_GLOBAL);
-            if handle.is_null() {
-                fail(format!("dlopen(libcuda.so.1): {}", std::ffi::CStr::from_ptr(dlerror()).to_string_lossy()));
-            }
-            let get_proc: GetProcAddress = std::mem::transmute(sym(handle, "cuGetProcAddress_v2"));
-            let cu = if direct {
-                Cuda::load(&|_, link| sym(RTLD_DEFAULT, link))
-            } else {
-                Cuda::load(&|name, _| {
-                    let (mut p, mut status) = (null_mut(), 0);
-                    check(get_proc(cstr(name).as_ptr(), &mut p, 13000, 0, &mut status), &format!("cuGetProcAddress({name})"));
-                    if p.is_null() || status != CU_GET_PROC_ADDRESS_SUCCESS {
-                        fail(format!("cuGetProcAddress({name}): status {status}"));
-                    }
-                    p
-                })
-            };
-            let _ = STANDIN.set(Standin {
+        // SAFETY: a NUL-terminated name.
+        let handle = unsafe { dlopen(c"libcuda.so.1".as_ptr(), RTLD_NOW | RTLD_GLOBAL) };
+        if handle.is_null() {
+            // SAFETY: after a failed `dlopen`, `dlerror` returns a NUL-terminated message.
+            fail(format!("dlopen(libcuda.so.1): {}", unsafe { std::ffi::CStr::from_ptr(dlerror()) }.to_string_lossy()));
+        }
+        // SAFETY: `handle` is live, and `cuGetProcAddress_v2` has this C signature in cuda.h.
+        let get_proc: GetProcAddress = unsafe { std::mem::transmute(sym(handle, "cuGetProcAddress_v2")) };
+        let cu = if direct {
+            // SAFETY: `RTLD_DEFAULT` searches the program's global symbols.
+            Cuda::load(&|_, link| unsafe { sym(RTLD_DEFAULT, link) })
+        } else {
+            Cuda::load(&|name, _| {
+                let (mut p, mut status) = (null_mut(), 0);
+                // SAFETY: the name is NUL-terminated and lives through the call; the driver
+                // writes to `p` and `status`, live locals.
+                check(unsafe { get_proc(cstr(name).as_ptr(), &mut p, 13000, 0, &mut status) }, &format!("cuGetProcAddress({name})"));
+                if p.is_null() || status != CU_GET_PROC_ADDRESS_SUCCESS {
+                    fail(format!("cuGetProcAddress({name}): status {status}"));
+                }
+                p
+            })
+        };
+        // SAFETY: `handle` is live, and each symbol is the stand-in's export with the C
+        // signature of the type it becomes (`cuda-standin`'s `api/standin.rs`).
+        let standin = unsafe {
+            Standin {
                 register: std::mem::transmute::<*mut c_void, RegisterFn>(sym(handle, "gmuxStandinRegisterKernel")),
                 read: std::mem::transmute::<*mut c_void, ReadFn>(sym(handle, "gmuxStandinRead")),
                 write: std::mem::transmute::<*mut c_void, WriteFn>(sym(handle, "gmuxStandinWrite")),
                 counters: std::mem::transmute::<*mut c_void, CountersFn>(sym(handle, "gmuxStandinCounters")),
-            });
-            check((cu.init)(0), "cuInit");
-            let (mut dev, mut ctx) = (0, null_mut());
-            check((cu.device_get)(&mut dev, 0), "cuDeviceGet");
-            check((cu.primary_ctx_retain)(&mut ctx, dev), "cuDevicePrimaryCtxRetain");
-            check((cu.ctx_set_current)(ctx), "cuCtxSetCurrent");
-            let k = Self::kernels(&cu);
-            App { cu, ctx, k, get_proc }
-        }
+            }
+        };
+        let _ = STANDIN.set(standin);
+        // SAFETY: only a flags value.
+        check(unsafe { (cu.init)(0) }, "cuInit");
+        let (mut dev, mut ctx) = (0, null_mut());
+        // SAFETY: the driver writes the device to `dev`, a live local.
+        check(unsafe { (cu.device_get)(&mut dev, 0) }, "cuDeviceGet");
+        // SAFETY: the driver writes the context to `ctx`, a live local.
+        check(unsafe { (cu.primary_ctx_retain)(&mut ctx, dev) }, "cuDevicePrimaryCtxRetain");
+        // SAFETY: only the context this program retained, by value.
+        check(unsafe { (cu.ctx_set_current)(ctx) }, "cuCtxSetCurrent");
+        let k = Self::kernels(&cu);
+        App { cu, ctx, k, get_proc }
     }
 
-    unsafe fn kernels(cu: &Cuda) -> Kernels {
+    fn kernels(cu: &Cuda) -> Kernels {
         let s = STANDIN.get().unwrap();
         let table: [(&str, StandinKernel, &[usize], i32); 6] = [
             ("fill", k_fill, &[8, 8, 4], 0),
@@ -356,57 +404,73 @@ impl App {
             ("mix", k_mix, &[std::mem::size_of::<MixArgs>(), 4], 1),
         ];
         for (name, f, sizes, as_kernel) in table {
-            if (s.register)(cstr(name).as_ptr(), f, sizes.len() as u32, sizes.as_ptr(), as_kernel).is_null() {
+            // SAFETY: a NUL-terminated name and `sizes.len()` sizes, both live through the
+            // call, and a kernel that reads its parameters at those sizes.
+            if unsafe { (s.register)(cstr(name).as_ptr(), f, sizes.len() as u32, sizes.as_ptr(), as_kernel) }.is_null() {
                 fail(format!("gmuxStandinRegisterKernel({name}) failed"));
             }
         }
         let func = |name: &str| {
             let mut f = null_mut();
-            check((cu.module_get_function)(&mut f, null_mut(), cstr(name).as_ptr()), "cuModuleGetFunction");
+            // SAFETY: a NUL-terminated name that lives through the call; the driver writes
+            // the function to `f`, a live local.
+            check(unsafe { (cu.module_get_function)(&mut f, null_mut(), cstr(name).as_ptr()) }, "cuModuleGetFunction");
             f
         };
         let mut mix = null_mut();
-        check((cu.library_get_kernel)(&mut mix, null_mut(), c"mix".as_ptr()), "cuLibraryGetKernel");
+        // SAFETY: a NUL-terminated name; the driver writes the kernel to `mix`, a live local.
+        check(unsafe { (cu.library_get_kernel)(&mut mix, null_mut(), c"mix".as_ptr()) }, "cuLibraryGetKernel");
         Kernels { fill: func("fill"), add: func("add"), copy: func("copy"), slow: func("slow"), gather: func("gather"), mix }
     }
 
     fn alloc(&self, bytes: usize) -> u64 {
         let mut p = 0;
+        // SAFETY: the driver writes the new address to `p`, a live local.
         check(unsafe { (self.cu.mem_alloc)(&mut p, bytes) }, "cuMemAlloc");
         p
     }
 
     fn free(&self, p: u64) {
+        // SAFETY: only values: a device address, which the driver checks.
         check(unsafe { (self.cu.mem_free)(p) }, "cuMemFree");
     }
 
     fn stream(&self, flags: u32) -> CUstream {
         let mut s = null_mut();
+        // SAFETY: the driver writes the new stream to `s`, a live local.
         check(unsafe { (self.cu.stream_create)(&mut s, flags) }, "cuStreamCreate");
         s
     }
 
     fn event(&self) -> CUevent {
         let mut e = null_mut();
+        // SAFETY: the driver writes the new event to `e`, a live local.
         check(unsafe { (self.cu.event_create)(&mut e, 0) }, "cuEventCreate");
         e
     }
 
     fn sync(&self, s: CUstream) {
+        // SAFETY: only handles, by value, that this program created (or null, the default
+        // stream); no host memory.
         check(unsafe { (self.cu.stream_synchronize)(s) }, "cuStreamSynchronize");
     }
 
     fn htod(&self, p: u64, data: &[u32]) {
+        // SAFETY: the driver reads `data.len() * 4` bytes from `data`, which holds that many,
+        // before it returns.
         check(unsafe { (self.cu.memcpy_htod)(p, data.as_ptr() as *const c_void, data.len() * 4) }, "cuMemcpyHtoD");
     }
 
     fn dtoh(&self, p: u64, words: usize) -> Vec<u32> {
         let mut v = vec![0u32; words];
+        // SAFETY: the driver writes `words * 4` bytes into `v`, which holds `words` words.
         check(unsafe { (self.cu.memcpy_dtoh)(v.as_mut_ptr() as *mut c_void, p, words * 4) }, "cuMemcpyDtoH");
         v
     }
 
     fn launch(&self, f: CUfunction, s: CUstream, params: &mut [*mut c_void]) {
+        // SAFETY: every caller passes in `params` a pointer to a live value for each of `f`'s
+        // parameters, of the size it was registered with; the launch copies them. No `extra`.
         let r = unsafe { (self.cu.launch_kernel)(f, 1, 1, 1, 128, 1, 1, 0, s, params.as_mut_ptr(), null_mut()) };
         check(r, "cuLaunchKernel");
     }
@@ -434,6 +498,7 @@ impl App {
 
     fn counters(&self) -> [u64; 9] {
         let mut c = [0u64; 9];
+        // SAFETY: the stand-in writes at most `c.len()` counters into `c`.
         unsafe { (STANDIN.get().unwrap().counters)(c.as_mut_ptr(), c.len()) };
         c
     }
@@ -558,7 +623,11 @@ impl Sched<'_> {
                 let e = self.events[self.next_event % self.events.len()];
                 self.next_event += 1;
                 let cu = &self.app.cu;
+                // SAFETY: only handles, by value, that this program created (or null, the
+                // default stream); no host memory.
                 check(unsafe { (cu.event_record)(e, self.streams[last]) }, "cuEventRecord");
+                // SAFETY: only handles, by value, that this program created (or null, the
+                // default stream); no host memory.
                 check(unsafe { (cu.stream_wait_event)(self.streams[s], e, 0) }, "cuStreamWaitEvent");
             }
             bufs[i].last = Some(s);
@@ -665,6 +734,8 @@ fn oversub(app: &App, o: &Opts) -> bool {
                 if rng.below(2) == 0 {
                     app.copy(stream, bufs[i].ptr, bufs[j].ptr, words as u64);
                 } else {
+                    // SAFETY: only values: two device ranges, which the driver checks, and a
+                    // stream.
                     let r = unsafe { (cu.memcpy_dtod_async)(bufs[i].ptr, bufs[j].ptr, words * 4, stream) };
                     check(r, "cuMemcpyDtoDAsync");
                 }
@@ -685,6 +756,8 @@ fn oversub(app: &App, o: &Opts) -> bool {
                 let count = 1 + rng.below((len - off).min(256 << 10));
                 let v = rng.u32();
                 sched.order(&mut bufs, &[i], s);
+                // SAFETY: only values: a device range, which the driver checks, the word to
+                // set, and a stream.
                 let r = unsafe { (cu.memset_d32_async)(bufs[i].ptr + off as u64 * 4, v, count, stream) };
                 check(r, "cuMemsetD32Async");
                 bufs[i].model[off..off + count].fill(v);
@@ -698,12 +771,21 @@ fn oversub(app: &App, o: &Opts) -> bool {
                 let dst = bufs[i].ptr + off as u64 * 4;
                 if rng.below(2) == 0 {
                     let mut h = null_mut();
+                    // SAFETY: the driver writes the new pinned allocation's address to `h`, a
+                    // live local.
                     check(unsafe { (cu.mem_alloc_host)(&mut h, count * 4) }, "cuMemAllocHost");
+                    // SAFETY: `h` is a new pinned allocation of `count * 4` bytes
+                    // (page-aligned, so aligned for `u32`), apart from `data`, which holds
+                    // `count` words.
                     unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), h as *mut u32, count) };
+                    // SAFETY: `h` holds `count * 4` bytes and is freed only at the end, after
+                    // `cuCtxSynchronize` (it is kept in `pinned_in_flight`).
                     check(unsafe { (cu.memcpy_htod_async)(dst, h, count * 4, stream) }, "cuMemcpyHtoDAsync");
                     pinned_in_flight.push(h);
                 } else {
                     let mut pageable = data.clone();
+                    // SAFETY: the driver takes a pageable source's `count * 4` bytes, all in
+                    // `pageable`, before it returns.
                     let r = unsafe { (cu.memcpy_htod_async)(dst, pageable.as_ptr() as *const c_void, count * 4, stream) };
                     check(r, "cuMemcpyHtoDAsync");
                     // The copy took its source at call time: reusing the buffer is allowed.
@@ -717,18 +799,30 @@ fn oversub(app: &App, o: &Opts) -> bool {
                 let got = if rng.below(2) == 0 {
                     if readback.1 < words * 4 {
                         if !readback.0.is_null() {
+                            // SAFETY: `readback.0` is a pinned allocation of this program's,
+                            // with no copy into it in flight: each is waited for right after it
+                            // is issued.
                             check(unsafe { (cu.mem_free_host)(readback.0) }, "cuMemFreeHost");
                         }
                         let mut h = null_mut();
+                        // SAFETY: the driver writes the new pinned allocation's address to `h`,
+                        // a live local.
                         check(unsafe { (cu.mem_alloc_host)(&mut h, words * 4) }, "cuMemAllocHost");
                         readback = (h, words * 4);
                     }
+                    // SAFETY: `readback.0` holds at least `words * 4` bytes (made so above) and
+                    // lives until after the `sync` below.
                     check(unsafe { (cu.memcpy_dtoh_async)(readback.0, bufs[i].ptr, words * 4, stream) }, "cuMemcpyDtoHAsync");
                     app.sync(stream);
+                    // SAFETY: the copy into `readback.0` wrote its `words` words and has
+                    // completed (`sync` above); pinned memory is page-aligned, so aligned for
+                    // `u32`.
                     unsafe { std::slice::from_raw_parts(readback.0 as *const u32, words) }.to_vec()
                 } else {
                     // Pageable destination: the call returns once the copy is done.
                     let mut v = vec![0u32; words];
+                    // SAFETY: `v` holds the `words * 4` bytes the driver writes, and with a
+                    // pageable destination the call returns once the copy is done.
                     let r = unsafe { (cu.memcpy_dtoh_async)(v.as_mut_ptr() as *mut c_void, bufs[i].ptr, words * 4, stream) };
                     check(r, "cuMemcpyDtoHAsync");
                     v
@@ -753,6 +847,7 @@ fn oversub(app: &App, o: &Opts) -> bool {
         }
     }
 
+    // SAFETY: no arguments.
     check(unsafe { (cu.ctx_synchronize)() }, "cuCtxSynchronize");
     // Before the final read-backs and frees: what the run itself cost in VMM calls.
     if o.get("counters").is_some() {
@@ -769,12 +864,16 @@ fn oversub(app: &App, o: &Opts) -> bool {
         app.free(b.ptr);
     }
     for h in pinned_in_flight.into_iter().chain((!readback.0.is_null()).then_some(readback.0)) {
+        // SAFETY: each is a pinned allocation of this program's, freed once, after
+        // `cuCtxSynchronize` waited for every copy from it.
         check(unsafe { (cu.mem_free_host)(h) }, "cuMemFreeHost");
     }
     for &e in &sched.events {
+        // SAFETY: only a handle this program created, by value; no host memory.
         check(unsafe { (cu.event_destroy)(e) }, "cuEventDestroy");
     }
     for &s in &sched.streams[1..] {
+        // SAFETY: only a handle this program created, by value; no host memory.
         check(unsafe { (cu.stream_destroy)(s) }, "cuStreamDestroy");
     }
     let c = app.counters();
@@ -812,8 +911,12 @@ fn shared_read(app: &App, o: &Opts) -> bool {
             app.fill(a, p, words, round as u32 * 31 + k as u32);
         }
         app.fill(a, out, words, 0);
+        // SAFETY: only handles, by value, that this program created (or null, the default
+        // stream); no host memory.
         check(unsafe { (cu.event_record)(filled, a) }, "cuEventRecord");
         app.copy(a, scratch[0], weights, words);
+        // SAFETY: only handles, by value, that this program created (or null, the default
+        // stream); no host memory.
         check(unsafe { (cu.stream_wait_event)(b, filled, 0) }, "cuStreamWaitEvent");
         app.copy(b, out, weights, words);
         app.sync(b);
@@ -870,7 +973,8 @@ unsafe extern "C" fn log_host_func(tag: *mut c_void) {
 
 unsafe extern "C" fn log_callback(_s: CUstream, status: CUresult, tag: *mut c_void) {
     if status == CUDA_SUCCESS {
-        log_host_func(tag);
+        // SAFETY: `log_host_func` uses its argument as a tag, never as a pointer.
+        unsafe { log_host_func(tag) };
     }
 }
 
@@ -886,90 +990,144 @@ fn sync_checks(app: &App) -> bool {
     let cu = &app.cu;
     let p = app.alloc(4096);
     let word = |p: u64| app.dtoh(p, 1)[0];
+    // SAFETY: only values: a device address, which the driver checks, and the word to set.
     let zero = |p: u64| check(unsafe { (cu.memset_d32)(p, 0, 1) }, "cuMemsetD32");
     let (s, s1, s2) = (app.stream(0), app.stream(0), app.stream(CU_STREAM_NON_BLOCKING));
     let e = app.event();
     type Check<'a> = (&'a str, Box<dyn Fn() -> Result<(), String> + 'a>);
     let checks: Vec<Check> = vec![
-        ("stream query", Box::new(|| {
-            zero(p);
-            app.slow(s, p, 200);
-            expect(unsafe { (cu.stream_query)(s) } == CUDA_ERROR_NOT_READY, "cuStreamQuery during a 200 ms kernel is not NOT_READY")?;
-            app.sync(s);
-            expect(unsafe { (cu.stream_query)(s) } == CUDA_SUCCESS, "cuStreamQuery after cuStreamSynchronize is not SUCCESS")?;
-            expect(word(p) == 1, "the kernel's write is missing after cuStreamSynchronize")
-        })),
-        ("event query", Box::new(|| {
-            zero(p);
-            app.slow(s, p, 200);
-            check(unsafe { (cu.event_record)(e, s) }, "cuEventRecord");
-            expect(unsafe { (cu.event_query)(e) } == CUDA_ERROR_NOT_READY, "cuEventQuery during a 200 ms kernel is not NOT_READY")?;
-            check(unsafe { (cu.event_synchronize)(e) }, "cuEventSynchronize");
-            expect(unsafe { (cu.event_query)(e) } == CUDA_SUCCESS, "cuEventQuery after cuEventSynchronize is not SUCCESS")?;
-            expect(word(p) == 1, "the kernel's write is missing after cuEventSynchronize")
-        })),
-        ("stream wait event", Box::new(|| {
-            zero(p);
-            app.slow(s1, p, 150);
-            check(unsafe { (cu.event_record)(e, s1) }, "cuEventRecord");
-            check(unsafe { (cu.stream_wait_event)(s2, e, 0) }, "cuStreamWaitEvent");
-            app.add(s2, p, 1, 5);
-            app.sync(s2);
-            expect(word(p) == 6, "add on s2 did not see slow's write on s1 (cuStreamWaitEvent)")
-        })),
-        ("legacy stream", Box::new(|| {
-            zero(p);
-            app.slow(s1, p, 150);
-            expect(word(p) == 1, "a legacy-stream cuMemcpyDtoH did not wait for the blocking stream")
-        })),
-        ("context synchronize", Box::new(|| {
-            let ps: Vec<u64> = (0..3).map(|k| p + 4 * (k + 1)).collect();
-            ps.iter().for_each(|&q| zero(q));
-            for (k, st) in [s, s1, s2].into_iter().enumerate() {
-                app.slow(st, ps[k], 100 + 20 * k as u32);
-            }
-            check(unsafe { (cu.ctx_synchronize)() }, "cuCtxSynchronize");
-            for st in [s, s1, s2] {
-                expect(unsafe { (cu.stream_query)(st) } == CUDA_SUCCESS, "a stream is busy after cuCtxSynchronize")?;
-            }
-            expect(ps.iter().all(|&q| word(q) == 1), "a kernel's write is missing after cuCtxSynchronize")
-        })),
-        ("host functions in order", Box::new(|| {
-            zero(p);
-            HOST_LOG.lock().unwrap().clear();
-            let base = KERNELS_DONE.load(Ordering::SeqCst);
-            app.slow(s, p, 100);
-            check(unsafe { (cu.launch_host_func)(s, Some(log_host_func), std::ptr::without_provenance_mut(1)) }, "cuLaunchHostFunc");
-            app.add(s, p, 1, 1);
-            check(unsafe { (cu.stream_add_callback)(s, Some(log_callback), std::ptr::without_provenance_mut(2), 0) }, "cuStreamAddCallback");
-            app.sync(s);
-            let log = HOST_LOG.lock().unwrap().clone();
-            expect(log == [(1, base + 1), (2, base + 2)], &format!("host functions ran as {log:?}, kernels done before: {base}"))?;
-            expect(word(p) == 2, "slow then add did not leave 2")
-        })),
-        ("elapsed time", Box::new(|| {
-            let e2 = app.event();
-            check(unsafe { (cu.event_record)(e, s) }, "cuEventRecord");
-            app.slow(s, p, 100);
-            check(unsafe { (cu.event_record)(e2, s) }, "cuEventRecord");
-            check(unsafe { (cu.event_synchronize)(e2) }, "cuEventSynchronize");
-            let mut ms = 0f32;
-            check(unsafe { (cu.event_elapsed_time)(&mut ms, e, e2) }, "cuEventElapsedTime");
-            check(unsafe { (cu.event_destroy)(e2) }, "cuEventDestroy");
-            expect(ms >= 90.0, &format!("elapsed time around a 100 ms kernel is {ms} ms"))
-        })),
-        ("synchronize a stream with no work", Box::new(|| {
-            let idle = app.stream(CU_STREAM_NON_BLOCKING);
-            expect(unsafe { (cu.stream_synchronize)(idle) } == CUDA_SUCCESS, "cuStreamSynchronize of a stream that never ran anything failed")
-        })),
-        ("pageable async read-back", Box::new(|| {
-            zero(p);
-            app.slow(s, p, 150);
-            let mut v = 0u32;
-            let r = unsafe { (cu.memcpy_dtoh_async)(ptr(&mut v), p, 4, s) };
-            check(r, "cuMemcpyDtoHAsync");
-            expect(v == 1, "cuMemcpyDtoHAsync to pageable memory returned before the copy")
-        })),
+        (
+            "stream query",
+            Box::new(|| {
+                zero(p);
+                app.slow(s, p, 200);
+                // SAFETY: only a handle this program created, by value; no host memory.
+                expect(unsafe { (cu.stream_query)(s) } == CUDA_ERROR_NOT_READY, "cuStreamQuery during a 200 ms kernel is not NOT_READY")?;
+                app.sync(s);
+                // SAFETY: only a handle this program created, by value; no host memory.
+                expect(unsafe { (cu.stream_query)(s) } == CUDA_SUCCESS, "cuStreamQuery after cuStreamSynchronize is not SUCCESS")?;
+                expect(word(p) == 1, "the kernel's write is missing after cuStreamSynchronize")
+            }),
+        ),
+        (
+            "event query",
+            Box::new(|| {
+                zero(p);
+                app.slow(s, p, 200);
+                // SAFETY: only handles, by value, that this program created (or null, the default
+                // stream); no host memory.
+                check(unsafe { (cu.event_record)(e, s) }, "cuEventRecord");
+                // SAFETY: only a handle this program created, by value; no host memory.
+                expect(unsafe { (cu.event_query)(e) } == CUDA_ERROR_NOT_READY, "cuEventQuery during a 200 ms kernel is not NOT_READY")?;
+                // SAFETY: only a handle this program created, by value; no host memory.
+                check(unsafe { (cu.event_synchronize)(e) }, "cuEventSynchronize");
+                // SAFETY: only a handle this program created, by value; no host memory.
+                expect(unsafe { (cu.event_query)(e) } == CUDA_SUCCESS, "cuEventQuery after cuEventSynchronize is not SUCCESS")?;
+                expect(word(p) == 1, "the kernel's write is missing after cuEventSynchronize")
+            }),
+        ),
+        (
+            "stream wait event",
+            Box::new(|| {
+                zero(p);
+                app.slow(s1, p, 150);
+                // SAFETY: only handles, by value, that this program created (or null, the default
+                // stream); no host memory.
+                check(unsafe { (cu.event_record)(e, s1) }, "cuEventRecord");
+                // SAFETY: only handles, by value, that this program created (or null, the default
+                // stream); no host memory.
+                check(unsafe { (cu.stream_wait_event)(s2, e, 0) }, "cuStreamWaitEvent");
+                app.add(s2, p, 1, 5);
+                app.sync(s2);
+                expect(word(p) == 6, "add on s2 did not see slow's write on s1 (cuStreamWaitEvent)")
+            }),
+        ),
+        (
+            "legacy stream",
+            Box::new(|| {
+                zero(p);
+                app.slow(s1, p, 150);
+                expect(word(p) == 1, "a legacy-stream cuMemcpyDtoH did not wait for the blocking stream")
+            }),
+        ),
+        (
+            "context synchronize",
+            Box::new(|| {
+                let ps: Vec<u64> = (0..3).map(|k| p + 4 * (k + 1)).collect();
+                ps.iter().for_each(|&q| zero(q));
+                for (k, st) in [s, s1, s2].into_iter().enumerate() {
+                    app.slow(st, ps[k], 100 + 20 * k as u32);
+                }
+                // SAFETY: no arguments.
+                check(unsafe { (cu.ctx_synchronize)() }, "cuCtxSynchronize");
+                for st in [s, s1, s2] {
+                    // SAFETY: only a handle this program created, by value; no host memory.
+                    expect(unsafe { (cu.stream_query)(st) } == CUDA_SUCCESS, "a stream is busy after cuCtxSynchronize")?;
+                }
+                expect(ps.iter().all(|&q| word(q) == 1), "a kernel's write is missing after cuCtxSynchronize")
+            }),
+        ),
+        (
+            "host functions in order",
+            Box::new(|| {
+                zero(p);
+                HOST_LOG.lock().unwrap().clear();
+                let base = KERNELS_DONE.load(Ordering::SeqCst);
+                app.slow(s, p, 100);
+                // SAFETY: `log_host_func` uses its argument as a tag, never as a pointer.
+                check(unsafe { (cu.launch_host_func)(s, Some(log_host_func), std::ptr::without_provenance_mut(1)) }, "cuLaunchHostFunc");
+                app.add(s, p, 1, 1);
+                // SAFETY: `log_callback` uses its last argument as a tag, never as a pointer.
+                check(unsafe { (cu.stream_add_callback)(s, Some(log_callback), std::ptr::without_provenance_mut(2), 0) }, "cuStreamAddCallback");
+                app.sync(s);
+                let log = HOST_LOG.lock().unwrap().clone();
+                expect(log == [(1, base + 1), (2, base + 2)], &format!("host functions ran as {log:?}, kernels done before: {base}"))?;
+                expect(word(p) == 2, "slow then add did not leave 2")
+            }),
+        ),
+        (
+            "elapsed time",
+            Box::new(|| {
+                let e2 = app.event();
+                // SAFETY: only handles, by value, that this program created (or null, the default
+                // stream); no host memory.
+                check(unsafe { (cu.event_record)(e, s) }, "cuEventRecord");
+                app.slow(s, p, 100);
+                // SAFETY: only handles, by value, that this program created (or null, the default
+                // stream); no host memory.
+                check(unsafe { (cu.event_record)(e2, s) }, "cuEventRecord");
+                // SAFETY: only a handle this program created, by value; no host memory.
+                check(unsafe { (cu.event_synchronize)(e2) }, "cuEventSynchronize");
+                let mut ms = 0f32;
+                // SAFETY: the driver writes the time to `ms`, a live local.
+                check(unsafe { (cu.event_elapsed_time)(&mut ms, e, e2) }, "cuEventElapsedTime");
+                // SAFETY: only a handle this program created, by value; no host memory.
+                check(unsafe { (cu.event_destroy)(e2) }, "cuEventDestroy");
+                expect(ms >= 90.0, &format!("elapsed time around a 100 ms kernel is {ms} ms"))
+            }),
+        ),
+        (
+            "synchronize a stream with no work",
+            Box::new(|| {
+                let idle = app.stream(CU_STREAM_NON_BLOCKING);
+                // SAFETY: only handles, by value, that this program created (or null, the default
+                // stream); no host memory.
+                expect(unsafe { (cu.stream_synchronize)(idle) } == CUDA_SUCCESS, "cuStreamSynchronize of a stream that never ran anything failed")
+            }),
+        ),
+        (
+            "pageable async read-back",
+            Box::new(|| {
+                zero(p);
+                app.slow(s, p, 150);
+                let mut v = 0u32;
+                // SAFETY: `v` holds the 4 bytes the driver writes, and with a pageable destination
+                // the call returns once the copy is done.
+                let r = unsafe { (cu.memcpy_dtoh_async)(ptr(&mut v), p, 4, s) };
+                check(r, "cuMemcpyDtoHAsync");
+                expect(v == 1, "cuMemcpyDtoHAsync to pageable memory returned before the copy")
+            }),
+        ),
     ];
     let n = checks.len();
     for (name, f) in checks {
@@ -990,12 +1148,16 @@ fn info(app: &App, o: &Opts) -> bool {
     let bytes = (5 << 20) + 100;
     let p = app.alloc(bytes);
     let (mut free, mut total) = (0, 0);
+    // SAFETY: the driver writes to `free` and `total`, live locals.
     check(unsafe { (cu.mem_get_info)(&mut free, &mut total) }, "cuMemGetInfo");
     let (mut base, mut size) = (0, 0);
+    // SAFETY: the driver writes to `base` and `size`, live locals.
     check(unsafe { (cu.mem_get_address_range)(&mut base, &mut size, p + 12345) }, "cuMemGetAddressRange");
     let (mut mem_type, mut start) = (0u32, 0u64);
+    // SAFETY: the memory type is a `u32` (`CUmemorytype`), written to `mem_type`, a live `u32`.
     let r = unsafe { (cu.pointer_get_attribute)(ptr(&mut mem_type), CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p + 12345) };
     check(r, "cuPointerGetAttribute(MEMORY_TYPE)");
+    // SAFETY: the range start is a `CUdeviceptr`, written to `start`, a live `u64`.
     let r = unsafe { (cu.pointer_get_attribute)(ptr(&mut start), CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p + 12345) };
     check(r, "cuPointerGetAttribute(RANGE_START_ADDR)");
     println!("info: free {free} total {total} base {base:#x} size {size} memory_type {mem_type} range_start {start:#x}");
@@ -1040,19 +1202,8 @@ fn dlsym_direct(app: &App) -> bool {
     mismatches == 0
 }
 
-type LaunchFn = unsafe extern "C" fn(
-    CUfunction,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    CUstream,
-    *mut *mut c_void,
-    *mut *mut c_void,
-) -> CUresult;
+type LaunchFn =
+    unsafe extern "C" fn(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void) -> CUresult;
 type HtoDAsyncFn = unsafe extern "C" fn(CUdeviceptr, *const c_void, usize, CUstream) -> CUresult;
 type SyncFn = unsafe extern "C" fn(CUstream) -> CUresult;
 
@@ -1060,6 +1211,8 @@ fn procaddr_ptsz(app: &App) -> bool {
     let resolve = |name: &str| {
         let (mut p, mut status) = (null_mut(), 0);
         let flags = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+        // SAFETY: the name is NUL-terminated and lives through the call; the driver writes to
+        // `p` and `status`, live locals.
         check(unsafe { (app.get_proc)(cstr(name).as_ptr(), &mut p, 13000, flags, &mut status) }, "cuGetProcAddress");
         p as usize
     };
@@ -1070,19 +1223,32 @@ fn procaddr_ptsz(app: &App) -> bool {
     std::thread::scope(|scope| {
         for t in 0..2u32 {
             let mismatches = &mismatches;
-            scope.spawn(move || unsafe {
-                let launch: LaunchFn = std::mem::transmute(launch);
-                let htod: HtoDAsyncFn = std::mem::transmute(htod);
-                let sync: SyncFn = std::mem::transmute(sync);
-                check((app.cu.ctx_set_current)(app.ctx), "cuCtxSetCurrent");
+            scope.spawn(move || {
+                // SAFETY: each address is the driver's entry point of that name, which has
+                // the C signature of the type it becomes in cuda.h (the `_ptsz` variants
+                // share their ABI with the plain ones).
+                let (launch, htod, sync) = unsafe {
+                    (
+                        std::mem::transmute::<usize, LaunchFn>(launch),
+                        std::mem::transmute::<usize, HtoDAsyncFn>(htod),
+                        std::mem::transmute::<usize, SyncFn>(sync),
+                    )
+                };
+                // SAFETY: only the context this program retained, by value.
+                check(unsafe { (app.cu.ctx_set_current)(app.ctx) }, "cuCtxSetCurrent");
                 let p = app.alloc(WORDS * 4);
                 for round in 0..ROUNDS {
                     let data: Vec<u32> = (0..WORDS as u64).map(|i| hash(t * 1000 + round, i)).collect();
-                    check(htod(p, data.as_ptr() as *const c_void, WORDS * 4, null_mut()), "cuMemcpyHtoDAsync_ptsz");
+                    // SAFETY: the driver reads `WORDS * 4` bytes from `data`, which holds
+                    // that many; a pageable source is taken before the call returns.
+                    check(unsafe { htod(p, data.as_ptr() as *const c_void, WORDS * 4, null_mut()) }, "cuMemcpyHtoDAsync_ptsz");
                     let (mut q, mut n, mut v) = (p, WORDS as u64, round + t);
                     let mut params = [ptr(&mut q), ptr(&mut n), ptr(&mut v)];
-                    check(launch(app.k.add, 1, 1, 1, 1, 1, 1, 0, null_mut(), params.as_mut_ptr(), null_mut()), "cuLaunchKernel_ptsz");
-                    check(sync(null_mut()), "cuStreamSynchronize_ptsz");
+                    // SAFETY: `params` holds a pointer to a live value for each of `add`'s
+                    // parameters (8, 8 and 4 bytes), which the launch copies. No `extra`.
+                    check(unsafe { launch(app.k.add, 1, 1, 1, 1, 1, 1, 0, null_mut(), params.as_mut_ptr(), null_mut()) }, "cuLaunchKernel_ptsz");
+                    // SAFETY: only a value: null, the (per-thread) default stream.
+                    check(unsafe { sync(null_mut()) }, "cuStreamSynchronize_ptsz");
                     let want: Vec<u32> = data.iter().map(|w| w.wrapping_add(round + t)).collect();
                     if mismatch(&format!("thread {t} round {round}"), &app.dtoh(p, WORDS), &want) {
                         mismatches.fetch_add(1, Ordering::SeqCst);
@@ -1126,6 +1292,7 @@ fn extra_params(app: &App, o: &Opts) -> bool {
     // The parameter buffer is laid out at the offsets the driver reports.
     let info = |i: usize| {
         let (mut off, mut size) = (0, 0);
+        // SAFETY: the driver writes to `off` and `size`, live locals.
         check(unsafe { (cu.func_get_param_info)(app.k.add, i, &mut off, &mut size) }, "cuFuncGetParamInfo");
         (off, size)
     };
@@ -1146,6 +1313,9 @@ fn extra_params(app: &App, o: &Opts) -> bool {
     app.slow(s, p + words as u64 * 4 - 4, 50);
     expected[words - 1] = 1;
     churn(1);
+    // SAFETY: `extra` is a well-formed array ending with `CU_LAUNCH_PARAM_END`: `buf`, laid out
+    // at the offsets the driver reported, and its size in `buf_size`, both live through the
+    // call, which copies them.
     let r = unsafe { (cu.launch_kernel)(app.k.add, 1, 1, 1, 1, 1, 1, 0, s, null_mut(), extra.as_mut_ptr()) };
     check(r, "cuLaunchKernel(extra)");
     // The driver copied the buffer at launch: changing it now must not matter.
@@ -1167,17 +1337,22 @@ fn extra_params(app: &App, o: &Opts) -> bool {
     let (mut q, mut n, mut v) = (p, words as u64, 11u32);
     let mut params = [ptr(&mut q), ptr(&mut n), ptr(&mut v)];
     churn(2);
+    // SAFETY: `config` lives through the call; `params` holds a pointer to a live value for
+    // each of `add`'s parameters (8, 8 and 4 bytes), which the launch copies.
     check(unsafe { (cu.launch_kernel_ex)(&config, app.k.add, params.as_mut_ptr(), null_mut()) }, "cuLaunchKernelEx");
     verify(&mut expected, &mut problems, "cuLaunchKernelEx with kernelParams", 11);
 
     put(&mut buf, 2, &5u32.to_le_bytes());
     churn(3);
+    // SAFETY: `config` lives through the call; `extra` is as for the `cuLaunchKernel` above,
+    // with `buf` and `buf_size` still live.
     check(unsafe { (cu.launch_kernel_ex)(&config, app.k.add, null_mut(), extra.as_mut_ptr()) }, "cuLaunchKernelEx(extra)");
     verify(&mut expected, &mut problems, "cuLaunchKernelEx with extra", 5);
 
     // mix, a CUkernel with a struct parameter, through extra at cuKernelGetParamInfo's offsets.
     let kinfo = |i: usize| {
         let (mut off, mut size) = (0, 0);
+        // SAFETY: the driver writes to `off` and `size`, live locals.
         check(unsafe { (cu.kernel_get_param_info)(app.k.mix, i, &mut off, &mut size) }, "cuKernelGetParamInfo");
         (off, size)
     };
@@ -1202,6 +1377,9 @@ fn extra_params(app: &App, o: &Opts) -> bool {
         CU_LAUNCH_PARAM_END as *mut c_void,
     ];
     churn(4);
+    // SAFETY: `mextra` is a well-formed array ending with `CU_LAUNCH_PARAM_END`: `mbuf`, laid
+    // out at the offsets the driver reported, and its size in `msize`, both live through the
+    // call, which copies them.
     let r = unsafe { (cu.launch_kernel)(app.k.mix as CUfunction, 1, 1, 1, 1, 1, 1, 0, s, null_mut(), mextra.as_mut_ptr()) };
     check(r, "cuLaunchKernel(mix, extra)");
     app.sync(s);
@@ -1229,7 +1407,10 @@ fn too_big(app: &App, o: &Opts) -> bool {
     let p = app.alloc(bytes as usize);
     let (mut q, mut n, mut v) = (p, bytes / 4, 1u32);
     let mut params = [ptr(&mut q), ptr(&mut n), ptr(&mut v)];
+    // SAFETY: `params` holds a pointer to a live value for each of `add`'s parameters (8, 8 and
+    // 4 bytes), which the launch copies. No `extra`.
     let r = unsafe { (app.cu.launch_kernel)(app.k.add, 1, 1, 1, 128, 1, 1, 0, null_mut(), params.as_mut_ptr(), null_mut()) };
+    // SAFETY: no arguments.
     check(unsafe { (app.cu.ctx_synchronize)() }, "cuCtxSynchronize");
     app.free(p);
     println!("too-big: {bytes} bytes, launch result: {r}");
@@ -1242,6 +1423,7 @@ fn fault_unmapped(app: &App, o: &Opts) -> bool {
     let s = app.stream(0);
     let reserve = |size: usize| {
         let mut va = 0;
+        // SAFETY: the driver writes the reserved address to `va`, a live local.
         check(unsafe { (cu.mem_address_reserve)(&mut va, size, 0, 0, 0) }, "cuMemAddressReserve");
         va
     };
@@ -1250,7 +1432,11 @@ fn fault_unmapped(app: &App, o: &Opts) -> bool {
         "noaccess" => {
             let va = reserve(2 << 20);
             let mut h = 0;
+            // SAFETY: `prop` is a temporary that lives through the call; the driver writes the
+            // new handle to `h`, a live local.
             check(unsafe { (cu.mem_create)(&mut h, 2 << 20, &CUmemAllocationProp::device(0), 0) }, "cuMemCreate");
+            // SAFETY: only values, no host memory: handles this program created, and device
+            // addresses, which the driver checks.
             check(unsafe { (cu.mem_map)(va, 2 << 20, 0, h, 0) }, "cuMemMap");
             app.add(s, va, 1024, 1);
         }

@@ -40,13 +40,20 @@ pub fn app_vmm(app: &App, o: &Opts) -> bool {
     let words = bytes / 4;
     let s = app.stream(0);
     let mut va = 0;
+    // SAFETY: the driver writes the reserved address to `va`, a live local.
     check(unsafe { (cu.mem_address_reserve)(&mut va, handles * bytes, 2 << 20, 0, 0) }, "cuMemAddressReserve");
     let mut hs = Vec::new();
     for i in 0..handles {
         let mut h = 0;
+        // SAFETY: `prop` is a temporary that lives through the call; the driver writes the new
+        // handle to `h`, a live local.
         check(unsafe { (cu.mem_create)(&mut h, bytes, &CUmemAllocationProp::device(0), 0) }, "cuMemCreate");
         let at = va + (i * bytes) as u64;
+        // SAFETY: only values, no host memory: handles this program created, and device
+        // addresses, which the driver checks.
         check(unsafe { (cu.mem_map)(at, bytes, 0, h, 0) }, "cuMemMap");
+        // SAFETY: one access descriptor, a temporary that lives through the call; the range is
+        // a value the driver checks.
         check(unsafe { (cu.mem_set_access)(at, bytes, &access(0), 1) }, "cuMemSetAccess");
         hs.push(h);
         let data: Vec<u32> = (0..words as u32).map(|j| (i as u32) << 24 | j).collect();
@@ -62,18 +69,34 @@ pub fn app_vmm(app: &App, o: &Opts) -> bool {
         }
     }
     for (i, h) in hs.iter().enumerate() {
+        // SAFETY: only values, no host memory: handles this program created, and device
+        // addresses, which the driver checks.
         check(unsafe { (cu.mem_unmap)(va + (i * bytes) as u64, bytes) }, "cuMemUnmap");
+        // SAFETY: only values, no host memory: handles this program created, and device
+        // addresses, which the driver checks.
         check(unsafe { (cu.mem_release)(*h) }, "cuMemRelease");
     }
     // The addresses are free again: a new handle maps at the first one.
     let mut h = 0;
+    // SAFETY: `prop` is a temporary that lives through the call; the driver writes the new
+    // handle to `h`, a live local.
     check(unsafe { (cu.mem_create)(&mut h, bytes, &CUmemAllocationProp::device(0), 0) }, "cuMemCreate");
+    // SAFETY: only values, no host memory: handles this program created, and device addresses,
+    // which the driver checks.
     check(unsafe { (cu.mem_map)(va, bytes, 0, h, 0) }, "cuMemMap");
+    // SAFETY: one access descriptor, a temporary that lives through the call; the range is a
+    // value the driver checks.
     check(unsafe { (cu.mem_set_access)(va, bytes, &access(0), 1) }, "cuMemSetAccess");
     app.htod(va, &[7, 8, 9]);
     let again = app.dtoh(va, 3);
+    // SAFETY: only values, no host memory: handles this program created, and device addresses,
+    // which the driver checks.
     check(unsafe { (cu.mem_unmap)(va, bytes) }, "cuMemUnmap");
+    // SAFETY: only values, no host memory: handles this program created, and device addresses,
+    // which the driver checks.
     check(unsafe { (cu.mem_release)(h) }, "cuMemRelease");
+    // SAFETY: only values, no host memory: handles this program created, and device addresses,
+    // which the driver checks.
     check(unsafe { (cu.mem_address_free)(va, handles * bytes) }, "cuMemAddressFree");
     if again != [7, 8, 9] {
         eprintln!("standin_app: app-vmm: a remapped range read back {again:?}");
@@ -93,28 +116,41 @@ pub fn app_alias(app: &App, o: &Opts) -> bool {
     let total = handles * bytes;
     // The second mapping leaves a gap after the first, so that the two are not one run.
     let mut va = 0;
+    // SAFETY: the driver writes the reserved address to `va`, a live local.
     check(unsafe { (cu.mem_address_reserve)(&mut va, 2 * total + bytes, 2 << 20, 0, 0) }, "cuMemAddressReserve");
     let second = va + (total + bytes) as u64;
     let at = |base: u64, i: usize| base + (i * bytes) as u64;
     let mut hs = Vec::new();
     for i in 0..handles {
         let mut h = 0;
+        // SAFETY: `prop` is a temporary that lives through the call; the driver writes the new
+        // handle to `h`, a live local.
         check(unsafe { (cu.mem_create)(&mut h, bytes, &CUmemAllocationProp::device(0), 0) }, "cuMemCreate");
+        // SAFETY: only values, no host memory: handles this program created, and device
+        // addresses, which the driver checks.
         check(unsafe { (cu.mem_map)(at(va, i), bytes, 0, h, 0) }, "cuMemMap");
+        // SAFETY: one access descriptor, a temporary that lives through the call; the range is
+        // a value the driver checks.
         check(unsafe { (cu.mem_set_access)(at(va, i), bytes, &access(0), 1) }, "cuMemSetAccess");
         app.htod(at(va, i), &(0..words as u32).map(|j| (i as u32) << 24 | j).collect::<Vec<_>>());
         hs.push(h);
     }
     // A second mapping at an address nobody reserved fails and leaves the first intact.
     let nowhere = 0x7000_0000_0000u64;
+    // SAFETY: only values, no host memory: handles this program created, and device addresses,
+    // which the driver checks.
     if unsafe { (cu.mem_map)(nowhere, bytes, 0, hs[0], 0) } == CUDA_SUCCESS {
         eprintln!("standin_app: app-alias: a mapping at an unreserved address succeeded");
         return false;
     }
     // Piece i of the second mapping is handle `handles - 1 - i`.
     for i in 0..handles {
+        // SAFETY: only values, no host memory: handles this program created, and device
+        // addresses, which the driver checks.
         check(unsafe { (cu.mem_map)(at(second, i), bytes, 0, hs[handles - 1 - i], 0) }, "cuMemMap");
     }
+    // SAFETY: one access descriptor, a temporary that lives through the call; the range is a
+    // value the driver checks.
     check(unsafe { (cu.mem_set_access)(second, total, &access(0), 1) }, "cuMemSetAccess");
     let ballast = app.alloc(ballast_bytes);
     let push_out = || app.add(s, ballast, (ballast_bytes / 4) as u64, 1);
@@ -128,7 +164,9 @@ pub fn app_alias(app: &App, o: &Opts) -> bool {
     let mismatch = |what: &str, base: u64, piece_is_handle: &dyn Fn(usize) -> usize, extra: u32| {
         (0..handles).find_map(|i| {
             let (k, got) = (piece_is_handle(i), app.dtoh(at(base, i), words));
-            (0..words).find(|&j| got[j] != want(k, j, extra)).map(|j| format!("{what}: piece {i} word {j} is {:#x} where {:#x} was expected", got[j], want(k, j, extra)))
+            (0..words)
+                .find(|&j| got[j] != want(k, j, extra))
+                .map(|j| format!("{what}: piece {i} word {j} is {:#x} where {:#x} was expected", got[j], want(k, j, extra)))
         })
     };
     if let Some(m) = mismatch("first mapping", va, &|i| i, 0) {
@@ -136,16 +174,25 @@ pub fn app_alias(app: &App, o: &Opts) -> bool {
         return false;
     }
     let drop_second = o.get("drop") == Some("second");
-    let (gone, kept, piece_is_handle): (u64, u64, &dyn Fn(usize) -> usize) = if drop_second { (second, va, &|i| i) } else { (va, second, &|i| handles - 1 - i) };
+    let (gone, kept, piece_is_handle): (u64, u64, &dyn Fn(usize) -> usize) =
+        if drop_second { (second, va, &|i| i) } else { (va, second, &|i| handles - 1 - i) };
+    // SAFETY: only values, no host memory: handles this program created, and device addresses,
+    // which the driver checks.
     check(unsafe { (cu.mem_unmap)(gone, total) }, "cuMemUnmap");
     for h in &hs {
+        // SAFETY: only values, no host memory: handles this program created, and device
+        // addresses, which the driver checks.
         check(unsafe { (cu.mem_release)(*h) }, "cuMemRelease");
     }
     push_out();
     (0..handles).for_each(|i| app.add(s, at(kept, i), words as u64, 100));
     app.sync(s);
     let found = mismatch("the mapping kept", kept, piece_is_handle, 100);
+    // SAFETY: only values, no host memory: handles this program created, and device addresses,
+    // which the driver checks.
     check(unsafe { (cu.mem_unmap)(kept, total) }, "cuMemUnmap");
+    // SAFETY: only values, no host memory: handles this program created, and device addresses,
+    // which the driver checks.
     check(unsafe { (cu.mem_address_free)(va, 2 * total + bytes) }, "cuMemAddressFree");
     app.free(ballast);
     if let Some(m) = found {
@@ -164,8 +211,10 @@ pub fn big_copy(app: &App, o: &Opts) -> bool {
     let mut model: Vec<u32> = (0..words as u32).map(|j| j.wrapping_mul(2_654_435_761)).collect();
     app.htod(a, &model);
     let half = words / 2;
+    // SAFETY: only values: a device range, which the driver checks, and the word to set.
     check(unsafe { (cu.memset_d32)(a + (half * 4) as u64, 0x5a5a_5a5a, words - half) }, "cuMemsetD32");
     model[half..].iter_mut().for_each(|w| *w = 0x5a5a_5a5a);
+    // SAFETY: only values: two device ranges, which the driver checks.
     check(unsafe { (cu.memcpy_dtod)(b, a, bytes) }, "cuMemcpyDtoD");
     let got = app.dtoh(b, words);
     app.free(a);
@@ -191,6 +240,7 @@ pub fn big_box(app: &App, o: &Opts) -> bool {
     let (a, b) = (app.alloc(bytes), app.alloc(bytes));
     let model: Vec<u32> = (0..words as u32).map(|j| j.wrapping_mul(2_654_435_761) | 1).collect();
     app.htod(a, &model);
+    // SAFETY: only values: a device range, which the driver checks, and the word to set.
     check(unsafe { (app.cu.memset_d32)(b, 0, words) }, "cuMemsetD32");
     let c = CUDA_MEMCPY3D {
         src_memory_type: CU_MEMORYTYPE_DEVICE,
@@ -206,6 +256,8 @@ pub fn big_box(app: &App, o: &Opts) -> bool {
         depth: bytes / (PITCH * ROWS),
         ..Default::default()
     };
+    // SAFETY: `c` is a complete `CUDA_MEMCPY3D` that lives through the call; both sides are
+    // device memory, which the driver checks.
     check(unsafe { (app.cu.memcpy_3d)(&c) }, "cuMemcpy3D");
     let got = app.dtoh(b, words);
     app.free(a);
@@ -236,6 +288,8 @@ pub fn global_refs(app: &App, o: &Opts) -> bool {
     }
     let ballast = [app.alloc(ballast_bytes), app.alloc(ballast_bytes)];
     let (mut table, mut size) = (0, 0);
+    // SAFETY: the name is NUL-terminated; the driver writes the global's address and size to
+    // `table` and `size`, live locals.
     check(unsafe { (cu.module_get_global)(&mut table, &mut size, null_mut(), c"gmux_table".as_ptr()) }, "cuModuleGetGlobal");
     let ptrs: Vec<u32> = b.iter().flat_map(|p| [*p as u32, (*p >> 32) as u32]).collect();
     app.htod(table, &ptrs);

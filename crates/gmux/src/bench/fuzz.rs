@@ -4,9 +4,9 @@
 //! still run, hold no more threads than before and no more descriptors (but the pidfd
 //! watching the clients' process), and have grown its memory by at most 10 MiB. On the CPU; no GPU or shim is involved.
 
-use gmuxd::ctl::{request, Request};
 use crate::Failure;
 use gmux_core::protocol::PROTOCOL;
+use gmuxd::ctl::{request, Request};
 use serde::Serialize;
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -155,8 +155,20 @@ fn status(pid: u32, key: &str) -> u64 {
 
 /// The names of the process's threads and the targets of its descriptors, for a report.
 fn inventory(pid: u32) -> String {
-    let names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten().filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok()).map(|n| n.trim().to_string()).collect();
-    let links: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten().filter_map(|f| std::fs::read_link(f.path()).ok()).map(|p| p.display().to_string()).collect();
+    let names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .collect();
+    let links: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|f| std::fs::read_link(f.path()).ok())
+        .map(|p| p.display().to_string())
+        .collect();
     format!("threads {names:?}, descriptors {links:?}")
 }
 
@@ -171,7 +183,13 @@ pub fn run(a: &FuzzArgs) -> Result<(), Failure> {
     let socket = dir.join("fuzz.sock");
     let exe = std::env::current_exe().map_err(|e| Failure::Runtime(format!("cannot locate gmux: {e}")))?;
     let log = std::fs::File::create(dir.join("daemon.log")).map_err(|e| Failure::Runtime(e.to_string()))?;
-    let mut daemon = std::process::Command::new(exe).args(["daemon", "--hbm", "1G", "--socket"]).arg(&socket).stdout(std::process::Stdio::null()).stderr(log).spawn().map_err(|e| Failure::Runtime(format!("cannot start gmuxd: {e}")))?;
+    let mut daemon = std::process::Command::new(exe)
+        .args(["daemon", "--hbm", "1G", "--socket"])
+        .arg(&socket)
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| Failure::Runtime(format!("cannot start gmuxd: {e}")))?;
     let pid = daemon.id();
     let t0 = Instant::now();
     while request(&socket, &Request::Ps).is_err() {
@@ -247,11 +265,15 @@ pub fn run(a: &FuzzArgs) -> Result<(), Failure> {
     println!("slowest gmux ps between batches: {:.1} ms; daemon alive at the end: {}", r.ps_max_ms, r.daemon_alive);
     println!("(after: a pidfd watches this process, the clients' pid, until it exits)");
     if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&r).expect("serializable")).map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", p.display())))?;
+        std::fs::write(p, serde_json::to_string_pretty(&r).expect("serializable"))
+            .map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", p.display())))?;
     }
     let grew = r.rss_after_kib.saturating_sub(r.rss_before_kib);
     if !r.daemon_alive || r.ps_max_ms > 1000.0 || grew > 10 << 10 || r.fds_after > fds_allowed || r.threads_after > threads_allowed {
-        return Err(Failure::Runtime(format!("gmuxd did not hold up: alive {}, slowest ps {:.0} ms, RSS +{grew} KiB, descriptors {} -> {}, threads {} -> {}; at the end: {left_over}", r.daemon_alive, r.ps_max_ms, r.fds_before, r.fds_after, r.threads_before, r.threads_after)));
+        return Err(Failure::Runtime(format!(
+            "gmuxd did not hold up: alive {}, slowest ps {:.0} ms, RSS +{grew} KiB, descriptors {} -> {}, threads {} -> {}; at the end: {left_over}",
+            r.daemon_alive, r.ps_max_ms, r.fds_before, r.fds_after, r.threads_before, r.threads_after
+        )));
     }
     Ok(())
 }

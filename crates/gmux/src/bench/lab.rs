@@ -1,8 +1,8 @@
 //! What the benchmarks share: where things are, starting a daemon and tenant processes,
 //! reading their reports and the daemon's counters.
 
-use gmuxd::ctl::{self, Request};
 use crate::Failure;
+use gmuxd::ctl::{self, Request};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -117,7 +117,16 @@ impl Lab {
     /// `socket` (recording its trace to `record` if given) in priority class `priority`,
     /// or natively without one.
     #[allow(clippy::too_many_arguments)]
-    pub fn tenant(&self, name: &str, run: &str, socket: Option<&Path>, record: Option<&Path>, priority: i32, script: &str, args: &[String]) -> Result<Child, Failure> {
+    pub fn tenant(
+        &self,
+        name: &str,
+        run: &str,
+        socket: Option<&Path>,
+        record: Option<&Path>,
+        priority: i32,
+        script: &str,
+        args: &[String],
+    ) -> Result<Child, Failure> {
         let mut cmd = match socket {
             Some(s) => {
                 let mut c = Command::new(&self.gmux);

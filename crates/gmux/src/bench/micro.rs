@@ -88,7 +88,8 @@ pub fn run(a: &MicroArgs) -> Result<(), Failure> {
     println!("{}", table(&rows));
     let out = lab.file("msched-micro.json");
     let json = serde_json::json!({ "benchmark": "msched-micro", "budget": a.budget, "timeslice": a.timeslice, "duration_s": a.lab.duration, "rows": rows });
-    std::fs::write(&out, serde_json::to_string_pretty(&json).expect("serializable")).map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", out.display())))?;
+    std::fs::write(&out, serde_json::to_string_pretty(&json).expect("serializable"))
+        .map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", out.display())))?;
     println!("results: {}", out.display());
     Ok(())
 }
@@ -96,7 +97,20 @@ pub fn run(a: &MicroArgs) -> Result<(), Failure> {
 fn one_run(lab: &Lab, a: &MicroArgs, level: u32, gib: f64, system: &str) -> Result<Row, Failure> {
     let daemon = match system {
         "in-hbm" => None,
-        s => Some(lab.daemon(&format!("L{level}-{s}"), &["--hbm".into(), a.budget.clone(), "--policy".into(), "rr".into(), "--timeslice".into(), a.timeslice.clone(), "--switch".into(), if s == "gmux" { "msched".into() } else { "whole".into() }, "--verbose".into()])?),
+        s => Some(lab.daemon(
+            &format!("L{level}-{s}"),
+            &[
+                "--hbm".into(),
+                a.budget.clone(),
+                "--policy".into(),
+                "rr".into(),
+                "--timeslice".into(),
+                a.timeslice.clone(),
+                "--switch".into(),
+                if s == "gmux" { "msched".into() } else { "whole".into() },
+                "--verbose".into(),
+            ],
+        )?),
     };
     // The window opens at the warm-up's end, or 1 s after the last tenant finished its
     // setup if later (setups under memory pressure take long).
@@ -131,7 +145,10 @@ fn one_run(lab: &Lab, a: &MicroArgs, level: u32, gib: f64, system: &str) -> Resu
             "--out".into(),
             report.display().to_string(),
         ];
-        children.push((name.to_string(), lab.tenant(name, &format!("L{level}-{system}"), daemon.as_ref().map(|d| d.socket.as_path()), record, 0, "tenant.py", &args)?));
+        children.push((
+            name.to_string(),
+            lab.tenant(name, &format!("L{level}-{system}"), daemon.as_ref().map(|d| d.socket.as_path()), record, 0, "tenant.py", &args)?,
+        ));
         if let Some(d) = &daemon {
             // Tenants join in the order listed, so round robin runs them in the order the
             // replay in the simulator does (the order changes what a switch must move).
@@ -140,7 +157,9 @@ fn one_run(lab: &Lab, a: &MicroArgs, level: u32, gib: f64, system: &str) -> Resu
             }
         }
     }
-    let bytes = |d: &Option<lab::Daemon>| d.as_ref().map_or((0, 0), |d| TENANTS.iter().map(|(n, _)| lab::stat(&d.socket, n)).fold((0, 0), |s, b| (s.0 + b.0, s.1 + b.1)));
+    let bytes = |d: &Option<lab::Daemon>| {
+        d.as_ref().map_or((0, 0), |d| TENANTS.iter().map(|(n, _)| lab::stat(&d.socket, n)).fold((0, 0), |s, b| (s.0 + b.0, s.1 + b.1)))
+    };
     let start = match lab::ready_at(&ready, TENANTS.len(), Duration::from_secs(300)) {
         Some(last) => start.max(last + lab::READY_MARGIN),
         None => {
@@ -182,23 +201,35 @@ fn one_run(lab: &Lab, a: &MicroArgs, level: u32, gib: f64, system: &str) -> Resu
 /// The simulator on the traces recorded at `level`: (ideal, gmux-exact) throughput,
 /// each normalized to the simulated in-HBM run of the same traces.
 fn ideal(lab: &Lab, a: &MicroArgs, level: u32) -> Result<(f64, f64), Failure> {
-    let mut toml = format!("description = \"msched-micro traces at {level}%\"\nduration = \"10s\"\ngpu = \"{}\"\nsystems = [\"in-hbm\", \"gmux-exact\", \"ideal\"]\n", a.budget);
+    let mut toml = format!(
+        "description = \"msched-micro traces at {level}%\"\nduration = \"10s\"\ngpu = \"{}\"\nsystems = [\"in-hbm\", \"gmux-exact\", \"ideal\"]\n",
+        a.budget
+    );
     for (name, _) in TENANTS {
         let trace = lab.file(&format!("L{level}.{name}.trace.jsonl"));
         let path = trace.canonicalize().map_err(|e| Failure::Runtime(format!("no trace {} ({e})", trace.display())))?;
-        toml += &format!("\n[[tenant]]\nname = \"{name}\"\ntimeslice = \"{}\"\nworkload = {{ kind = \"trace\", path = \"{}\", tenant = \"{name}\", repeat = true }}\n", a.timeslice, path.display());
+        toml += &format!(
+            "\n[[tenant]]\nname = \"{name}\"\ntimeslice = \"{}\"\nworkload = {{ kind = \"trace\", path = \"{}\", tenant = \"{name}\", repeat = true }}\n",
+            a.timeslice,
+            path.display()
+        );
     }
     let file = lab.file(&format!("L{level}.replay.toml"));
     std::fs::write(&file, toml).map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", file.display())))?;
     let scenario = gmux_sim::load_scenario(&file).map_err(|e| Failure::Runtime(e.to_string()))?;
     let report = gmux_sim::run(&scenario, &mut |_| {}).map_err(|e| Failure::Runtime(e.to_string()))?;
-    let get = |s: &str| report.results.iter().find(|r| r.system == s).and_then(|r| r.throughput_norm).ok_or_else(|| Failure::Runtime(format!("replay has no {s} row")));
+    let get = |s: &str| {
+        report.results.iter().find(|r| r.system == s).and_then(|r| r.throughput_norm).ok_or_else(|| Failure::Runtime(format!("replay has no {s} row")))
+    };
     Ok((get("ideal")?, get("gmux-exact")?))
 }
 
 fn table(rows: &[Row]) -> String {
     let f = |v: Option<f64>, d: usize| v.map_or("-".to_string(), |x| format!("{x:.d$}"));
-    let mut s = format!("{:<6} {:<7} {:>10} {:>12} {:>8} {:>10} {:>10} {:>9}  {}\n", "level", "system", "throughput", "GiB/task", "ideal", "vs ideal", "sim gmux", "sim err", "failed");
+    let mut s = format!(
+        "{:<6} {:<7} {:>10} {:>12} {:>8} {:>10} {:>10} {:>9}  {}\n",
+        "level", "system", "throughput", "GiB/task", "ideal", "vs ideal", "sim gmux", "sim err", "failed"
+    );
     for r in rows {
         let vs_ideal = r.throughput_norm.zip(r.ideal_norm).map(|(t, i)| t / i);
         let err = r.throughput_norm.zip(r.sim_gmux_norm).map(|(t, p)| (p - t).abs() / t * 100.0);

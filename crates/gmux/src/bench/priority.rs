@@ -67,7 +67,8 @@ pub fn run(a: &PriorityArgs) -> Result<(), Failure> {
     println!("{s}latencies in ms from each request's due time to its completion; budget {}, {} requests/s", a.budget, a.rate);
     let out = lab.file("priority.json");
     let json = serde_json::json!({ "benchmark": "priority", "budget": a.budget, "rate": a.rate, "rt_batch": a.rt_batch, "be_batch": a.be_batch, "be_extra_gib": a.be_extra_gib, "rows": rows });
-    std::fs::write(&out, serde_json::to_string_pretty(&json).expect("serializable")).map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", out.display())))?;
+    std::fs::write(&out, serde_json::to_string_pretty(&json).expect("serializable"))
+        .map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", out.display())))?;
     println!("results: {}", out.display());
     Ok(())
 }
@@ -75,7 +76,8 @@ pub fn run(a: &PriorityArgs) -> Result<(), Failure> {
 fn one_run(lab: &Lab, a: &PriorityArgs, run: &str, policy: &str, with_be: bool) -> Result<Row, Failure> {
     let daemon = lab.daemon(&format!("prio-{run}"), &["--hbm".into(), a.budget.clone(), "--policy".into(), policy.into()])?;
     let start = lab::unix_now() + a.lab.warmup;
-    let window = |out: &str| vec!["--start-at".to_string(), format!("{start:.3}"), "--duration".into(), a.lab.duration.to_string(), "--out".into(), out.to_string()];
+    let window =
+        |out: &str| vec!["--start-at".to_string(), format!("{start:.3}"), "--duration".into(), a.lab.duration.to_string(), "--out".into(), out.to_string()];
     let rt_out = lab.file(&format!("prio-{run}.rt.json"));
     let be_out = lab.file(&format!("prio-{run}.be.json"));
     let _ = (std::fs::remove_file(&rt_out), std::fs::remove_file(&be_out));
@@ -93,5 +95,12 @@ fn one_run(lab: &Lab, a: &PriorityArgs, run: &str, policy: &str, with_be: bool) 
     drop(daemon);
     let r = lab::report(&rt_out)?;
     let be = if with_be { Some(lab::num(&lab::report(&be_out)?, "iters_per_s")) } else { None };
-    Ok(Row { run: run.into(), p50_ms: lab::num(&r, "p50_ms"), p99_ms: lab::num(&r, "p99_ms"), rt_requests: lab::num(&r, "requests"), be_iters_per_s: be, failed })
+    Ok(Row {
+        run: run.into(),
+        p50_ms: lab::num(&r, "p50_ms"),
+        p99_ms: lab::num(&r, "p99_ms"),
+        rt_requests: lab::num(&r, "requests"),
+        be_iters_per_s: be,
+        failed,
+    })
 }

@@ -2,12 +2,12 @@
 //! a decision after each report, `gmux ps` and leaves, timed with N tenants of one
 //! process each, all busy and together over the budget (so that they take turns).
 
-use gmuxd::ctl::{self, Request};
-use gmuxd::server::Peer;
-use gmux_core::arbiter::{Arbiter, Hello, Sender, Switch};
 use crate::Failure;
+use gmux_core::arbiter::{Arbiter, Hello, Sender, Switch};
 use gmux_core::protocol::{ShimReport, PROTOCOL};
 use gmux_core::sched::Policy;
+use gmuxd::ctl::{self, Request};
+use gmuxd::server::Peer;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -113,7 +113,8 @@ pub fn run(a: &ScaleArgs) -> Result<(), Failure> {
         println!("{what:<34} {v:>10.3}");
     }
     if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&r).expect("serializable")).map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", p.display())))?;
+        std::fs::write(p, serde_json::to_string_pretty(&r).expect("serializable"))
+            .map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", p.display())))?;
     }
     Ok(())
 }

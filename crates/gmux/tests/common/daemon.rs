@@ -29,7 +29,8 @@ impl Daemon {
     pub fn start(name: &str, flags: &[&str]) -> Daemon {
         let sb = Sandbox::new(name, 1 << 30);
         let log = std::fs::File::create(sb.dir.path().join("daemon.log")).unwrap();
-        let child = Command::new(gmux_bin()).arg("daemon").args(flags).arg("--socket").arg(sb.socket()).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
+        let child =
+            Command::new(gmux_bin()).arg("daemon").args(flags).arg("--socket").arg(sb.socket()).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
         wait_for_daemon(&sb.socket());
         Daemon { sb, child }
     }
@@ -43,7 +44,15 @@ impl Daemon {
     /// Starts a daemon again on the same socket, logging to `daemon.N.log`.
     pub fn restart(&mut self, flags: &[&str], n: u32) {
         let log = std::fs::File::create(self.sb.dir.path().join(format!("daemon.{n}.log"))).unwrap();
-        self.child = Command::new(gmux_bin()).arg("daemon").args(flags).arg("--socket").arg(self.sb.socket()).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
+        self.child = Command::new(gmux_bin())
+            .arg("daemon")
+            .args(flags)
+            .arg("--socket")
+            .arg(self.sb.socket())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
         wait_for_daemon(&self.sb.socket());
     }
 
@@ -144,4 +153,3 @@ pub fn finish(c: Child, what: &str) -> String {
     assert!(out.status.success(), "{what} failed:\n{text}");
     text
 }
-

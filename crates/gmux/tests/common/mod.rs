@@ -185,12 +185,7 @@ impl Ran {
 pub fn run(cmd: &mut Command) -> Ran {
     let command = format!("{cmd:?}");
     let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {command}: {e}"));
-    Ran {
-        status: out.status,
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        command,
-    }
+    Ran { status: out.status, stdout: String::from_utf8_lossy(&out.stdout).into_owned(), stderr: String::from_utf8_lossy(&out.stderr).into_owned(), command }
 }
 
 /// Runs `cmd` to completion, killing it (and failing the test with its output so far)
@@ -199,12 +194,7 @@ pub fn run_within(cmd: &mut Command, limit: std::time::Duration) -> Ran {
     use std::io::Read;
     use std::process::Stdio;
     let command = format!("{cmd:?}");
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {command}: {e}"));
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap_or_else(|e| panic!("cannot run {command}: {e}"));
     let drain = |mut r: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
             let mut v = Vec::new();

@@ -49,10 +49,7 @@ pub fn summary(r: &Ran) -> Summary {
 
 /// No line of the shim's that reports a refusal or an error.
 pub fn assert_no_shim_complaints(r: &Ran) {
-    let bad: Vec<&str> = r
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("gmux: ") && !l.starts_with("gmux: limit ") && !l.starts_with("gmux: virtualizing device memory"))
-        .collect();
+    let bad: Vec<&str> =
+        r.stderr.lines().filter(|l| l.starts_with("gmux: ") && !l.starts_with("gmux: limit ") && !l.starts_with("gmux: virtualizing device memory")).collect();
     assert!(bad.is_empty(), "unexpected gmux messages {bad:?}:\n{}", r.describe());
 }
