@@ -30,7 +30,7 @@ const FIRST_LINE: Duration = Duration::from_secs(5);
 const PATIENCE: Duration = Duration::from_millis(500);
 
 /// A tenant's process silent this long (it reports every 20 ms while it runs) is looked
-/// at: if it is stopped, it loses its turns until it reports again.
+/// at in `/proc`: if it is stopped, it loses its turns until it reports again.
 const QUIET: Duration = Duration::from_millis(100);
 
 /// Accepts connections for ever. Running out of descriptors (or another failure to
@@ -209,18 +209,21 @@ async fn serve_tenant(s: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, wri
     let mut line = String::new();
     let mut bad = 0u64;
     let mut stopped = false;
+    // Looked at after 100 ms of quiet, then less and less often, down to once a second.
+    let mut quiet = QUIET;
     loop {
         // Waiting for data is cancel-safe (a line's read is not): a quiet spell ends here.
-        match tokio::time::timeout(QUIET, reader.fill_buf()).await {
+        match tokio::time::timeout(quiet, reader.fill_buf()).await {
             Err(_) => {
                 if !stopped && super::procfs::is_stopped(who.pid) {
                     stopped = true;
                     silent(s, conn, who.pid, true);
                 }
+                quiet = (quiet * 2).min(Duration::from_secs(1));
                 continue;
             }
             Ok(Err(_)) | Ok(Ok([])) => break,
-            Ok(Ok(_)) => {}
+            Ok(Ok(_)) => quiet = QUIET,
         }
         if std::mem::take(&mut stopped) {
             silent(s, conn, who.pid, false);
