@@ -101,13 +101,17 @@ impl Agent {
         }
         l.lost = true;
         self.set_open(&mut l, true);
-        self.changed.notify_all();
     }
+}
+
+/// The debug line of every grant taken (`scripts/gpu-tenants.sh restart` adds up the caps).
+fn note(g: &Grant) {
+    crate::log!(Debug, "agent {:.6}: grant {} cap {} run {}", stamp(), g.seq, g.cap, g.run);
 }
 
 /// Takes grant `g` at once: a pause closes the gate before the next launch.
 fn apply(a: &Agent, g: Grant) {
-    crate::log!(Debug, "agent {:.6}: grant {} cap {} run {}", stamp(), g.seq, g.cap, g.run);
+    note(&g);
     let mut l = a.lock();
     l.grant = g;
     l.generation += 1;
@@ -152,7 +156,7 @@ pub fn attach() -> Option<Grant> {
         })
         .expect("thread");
     crate::log!(Debug, "registered with gmuxd as tenant {:?}: grant {}", config().tenant, format_size(grant.cap));
-    crate::log!(Debug, "agent {:.6}: grant {} cap {} run {}", stamp(), grant.seq, grant.cap, grant.run);
+    note(&grant);
     Some(grant)
 }
 

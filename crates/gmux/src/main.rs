@@ -44,38 +44,8 @@ enum Command {
     Bench(bench::BenchCommand),
 }
 
-/// Why a command failed; decides the exit status.
-#[derive(Debug, PartialEq)]
-pub enum Failure {
-    /// Bad arguments or input (exit status 2).
-    Usage(String),
-    /// The work itself failed (exit status 1).
-    Runtime(String),
-}
-
-impl From<gmuxd::Failure> for Failure {
-    fn from(f: gmuxd::Failure) -> Failure {
-        match f {
-            gmuxd::Failure::Usage(m) => Failure::Usage(m),
-            gmuxd::Failure::Runtime(m) => Failure::Runtime(m),
-        }
-    }
-}
-
-impl Failure {
-    fn status(&self) -> u8 {
-        match self {
-            Failure::Usage(_) => 2,
-            Failure::Runtime(_) => 1,
-        }
-    }
-
-    fn message(&self) -> &str {
-        match self {
-            Failure::Usage(m) | Failure::Runtime(m) => m,
-        }
-    }
-}
+/// Why a command failed; decides the exit status (one type for the CLI and the daemon).
+pub use gmuxd::Failure;
 
 /// Sends a control request to the daemon and prints its answer.
 fn control(req: gmuxd::ctl::Request) -> Result<(), Failure> {
@@ -103,7 +73,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(&args),
         Command::Record(args) => record::record(&args),
         Command::Sim(args) => sim::sim(&args),
-        Command::Daemon(args) => gmuxd::daemon(&args).map_err(Failure::from),
+        Command::Daemon(args) => gmuxd::daemon(&args),
         Command::Ps => control(gmuxd::ctl::Request::Ps),
         Command::Get { tenant, knob } => control(gmuxd::ctl::Request::Get { tenant, knob }),
         Command::Set { tenant, knob, value } => control(gmuxd::ctl::Request::Set { tenant, knob, value }),

@@ -22,13 +22,32 @@ use gmux_core::sched::Policy;
 use gmux_core::size::parse_size;
 use std::path::PathBuf;
 
-/// Why the daemon or a control request failed, by whose fault.
+/// Why a gmux command (the daemon, a control request, any subcommand of the CLI) failed,
+/// by whose fault; it decides the exit status.
 #[derive(Debug, PartialEq)]
 pub enum Failure {
-    /// Bad arguments or input: the caller's to fix.
+    /// Bad arguments or input: the caller's to fix (exit status 2).
     Usage(String),
-    /// The work itself failed (the daemon is not there, a file is not ours, ...).
+    /// The work itself failed: the daemon is not there, a file is not ours, ... (exit
+    /// status 1).
     Runtime(String),
+}
+
+impl Failure {
+    /// The process's exit status for it.
+    pub fn status(&self) -> u8 {
+        match self {
+            Failure::Usage(_) => 2,
+            Failure::Runtime(_) => 1,
+        }
+    }
+
+    /// The one-line message: the cause and the fix.
+    pub fn message(&self) -> &str {
+        match self {
+            Failure::Usage(m) | Failure::Runtime(m) => m,
+        }
+    }
 }
 
 /// Arguments of `gmux daemon`.

@@ -117,9 +117,8 @@ impl Shared {
     }
 
     /// Appends the state's new journal entries, or rewrites the journal whole once it has
-    /// grown past several times what it describes. A journal that cannot be written is
-    /// given up with one log line: the daemon serves on, but one after it would not know
-    /// these processes.
+    /// grown past several times what it describes. A write that fails is logged once; the
+    /// daemon serves on and writes the journal whole at the next change.
     fn keep(&self, d: &mut Arbiter) {
         if d.journal.is_empty() {
             return;
@@ -144,9 +143,7 @@ impl Shared {
     }
 
     fn rewrite(&self, d: &Arbiter) -> Result<Journal, String> {
-        let mut entries = vec![self.started.clone()];
-        entries.extend(d.snapshot());
-        Journal::create(&self.journal_path, &entries)
+        Journal::create(&self.journal_path, &whole(&self.started, d))
     }
 
     /// Ends the daemon, saying why: its socket goes at once, so that nobody connects to a
@@ -205,9 +202,7 @@ pub fn serve(path: &Path, mut settings: Settings, opts: &Options) -> Result<(), 
         say(&w);
     }
     let started = Entry::Start { boot, settings: settings.clone() };
-    let mut entries = vec![started.clone()];
-    entries.extend(d.snapshot());
-    let journal = Journal::create(&jpath, &entries).map_err(Failure::Runtime)?;
+    let journal = Journal::create(&jpath, &whole(&started, &d)).map_err(Failure::Runtime)?;
     let listener = std::os::unix::net::UnixListener::bind(path).map_err(|e| Failure::Runtime(format!("cannot listen on {}: {e}", path.display())))?;
     if let Some(gid) = opts.group {
         rundir::share(path, gid, 0o660).map_err(Failure::Runtime)?;
@@ -273,6 +268,11 @@ pub fn serve(path: &Path, mut settings: Settings, opts: &Options) -> Result<(), 
     served
 }
 
+/// The whole journal of `d`: its first line, then everything a daemon after it must know.
+fn whole(started: &Entry, d: &Arbiter) -> Vec<Entry> {
+    std::iter::once(started.clone()).chain(d.snapshot()).collect()
+}
+
 /// Sends grants whenever something changed, and at slice ends; says every few seconds
 /// which processes of a previous daemon it still waits for.
 async fn schedule(s: Arc<Shared>) {
@@ -281,18 +281,22 @@ async fn schedule(s: Arc<Shared>) {
         let wait = {
             let mut d = s.lock();
             s.decide(&mut d);
-            if !d.recovering() {
-                said = None;
-            } else if said.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
+            if d.recovering() && said.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
                 // Deaths the watchers could not see (no pidfd to be had) are seen here.
                 let gone: Vec<(u32, u64)> =
                     d.awaited().filter(|(pid, start, _)| !super::procfs::runs(*pid, *start)).map(|(pid, start, _)| (pid, start)).collect();
-                for (pid, start) in gone {
-                    d.orphan_gone(pid, start);
+                if !gone.is_empty() {
+                    gone.into_iter().for_each(|(pid, start)| _ = d.orphan_gone(pid, start));
+                    s.decide(&mut d);
                 }
                 let who: Vec<String> = d.awaited().map(|(pid, _, t)| format!("pid {pid} (tenant {t:?})")).collect();
-                say(&format!("waiting for {} to register again before anyone grows: it may hold memory under the previous daemon's grants (a stopped process continues with `kill -CONT`; one that is stuck can be ended)", who.join(", ")));
+                if !who.is_empty() {
+                    say(&format!("waiting for {} to register again before anyone grows: it may hold memory under the previous daemon's grants (a stopped process continues with `kill -CONT`; one that is stuck can be ended)", who.join(", ")));
+                }
                 said = Some(Instant::now());
+            }
+            if !d.recovering() {
+                said = None;
             }
             d.slice_end().map_or(Duration::from_millis(50), |end| Duration::from_nanos(end.saturating_sub(s.now()).max(100_000)))
         };

@@ -28,7 +28,7 @@ pub(crate) fn watch_pid(s: &Arc<Shared>, pid: u32, start: u64, conn: Option<u64>
     }
     let unwatched = |why: String| {
         lock(&s.watched).remove(&key);
-        say(&format!("{why}; its death is noticed when its socket closes"));
+        say(&format!("{why}; its death is noticed when its socket closes (or, for a process of the previous daemon, within 5 s)"));
     };
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, libc::O_NONBLOCK) } as i32;

@@ -105,7 +105,6 @@ fn register_again(a: &Agent) -> BufReader<UnixStream> {
     let mut refused: Option<String> = None;
     loop {
         std::thread::sleep(wait);
-        wait = (wait * 2).min(Duration::from_secs(1));
         let held = crate::state::existing().as_ref().map_or(0, |st| st.held());
         let g = a.lock().grant;
         match register(path, Some(Resume { held, cap: g.cap, seq: g.seq })) {
@@ -121,10 +120,10 @@ fn register_again(a: &Agent) -> BufReader<UnixStream> {
                     crate::log!(Warn, "gmuxd at {} refused this process ({why}); running on within the last grant, asking again every 5 s", path.display());
                 }
                 refused = Some(why);
-                wait = Duration::from_secs(5);
             }
             Err(Failed::Unreachable(_)) => {}
         }
+        wait = if refused.is_some() { Duration::from_secs(5) } else { (wait * 2).min(Duration::from_secs(1)) };
     }
 }
 
