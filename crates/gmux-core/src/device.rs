@@ -15,10 +15,6 @@ pub struct PhysChunk(pub u64);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Event(pub u64);
 
-/// An application command held in a software queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CommandId(pub u64);
-
 /// The mover's two copy streams, so that eviction and population run full-duplex.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CopyStream {
@@ -28,10 +24,15 @@ pub enum CopyStream {
     Populate,
 }
 
-/// Operations gmux needs from a device. Every call is asynchronous where the device allows.
+/// Operations gmux needs from a device. Every call is asynchronous where the device allows:
+/// calls queue work, and [`Device::flush`] issues what is queued.
 pub trait Device {
     /// Error type; its message must name the failing call.
     type Error: std::fmt::Display;
+    /// An application stream, as far as ordering goes: work on one stream runs in order.
+    type Stream: Copy + Eq + std::fmt::Debug;
+    /// A mark after application work (a CUDA event recorded after a released command).
+    type Fence: Copy;
 
     /// Creates physical memory for `chunks` consecutive chunks.
     fn create_chunk(&mut self, chunks: u32) -> Result<PhysChunk, Self::Error>;
@@ -49,6 +50,21 @@ pub trait Device {
     fn record(&mut self, stream: CopyStream) -> Result<Event, Self::Error>;
     /// Makes later work on `stream` wait for `event`.
     fn wait(&mut self, stream: CopyStream, event: Event) -> Result<(), Self::Error>;
-    /// Releases an application command to the device once `after` have completed.
-    fn release_command(&mut self, cmd: CommandId, after: &[Event]) -> Result<(), Self::Error>;
+    /// Records only `keep` of the populate-stream events recorded since the last flush
+    /// (nothing waits for the others); applies at the next flush.
+    fn keep_events(&mut self, keep: &[Event]);
+    /// Makes the next flush's eviction copies wait for application work `after`.
+    fn evict_after(&mut self, after: &[Self::Fence]);
+    /// Issues the calls queued since the last flush.
+    fn flush(&mut self) -> Result<(), Self::Error>;
+    /// Whether `event` has completed (an event that was never recorded has).
+    fn is_done(&mut self, event: Event) -> bool;
+    /// Forgets `event`; work already waiting for it is unaffected.
+    fn drop_event(&mut self, event: Event);
+    /// Completes, without waiting, what finished copies allow (unmaps after evictions).
+    fn reclaim(&mut self) -> Result<(), Self::Error>;
+    /// Waits for every copy issued so far, then completes what waited for them.
+    fn synchronize(&mut self) -> Result<(), Self::Error>;
+    /// Forgets a freed chunk, which is no longer mapped: its host copy goes.
+    fn forget(&mut self, chunk: ChunkId);
 }

@@ -197,6 +197,8 @@ mod tests {
 
     impl Device for Log {
         type Error = String;
+        type Stream = u32;
+        type Fence = ();
         fn create_chunk(&mut self, n: u32) -> Result<PhysChunk, String> {
             self.next += 1;
             self.calls.push(format!("create p{} x{n}", self.next));
@@ -225,9 +227,22 @@ mod tests {
         fn wait(&mut self, _: CopyStream, _: Event) -> Result<(), String> {
             Ok(())
         }
-        fn release_command(&mut self, _: crate::device::CommandId, _: &[Event]) -> Result<(), String> {
+        fn keep_events(&mut self, _: &[Event]) {}
+        fn evict_after(&mut self, _: &[()]) {}
+        fn flush(&mut self) -> Result<(), String> {
             Ok(())
         }
+        fn is_done(&mut self, _: Event) -> bool {
+            true
+        }
+        fn drop_event(&mut self, _: Event) {}
+        fn reclaim(&mut self) -> Result<(), String> {
+            Ok(())
+        }
+        fn synchronize(&mut self) -> Result<(), String> {
+            Ok(())
+        }
+        fn forget(&mut self, _: ChunkId) {}
     }
 
     impl Log {

@@ -2,7 +2,7 @@
 //! extents are resident whole or not at all, the mover's physical memory never exceeds
 //! the GPU budget, and its mappings are consistent (checked by a strict device).
 
-use gmux_core::device::{CommandId, CopyStream, Device, Event, PhysChunk};
+use gmux_core::device::{CopyStream, Device, Event, PhysChunk};
 use gmux_core::evict::{Eviction, Evictor, Forecast};
 use gmux_core::memory::{Capacities, Tier};
 use gmux_core::mover::Mover;
@@ -28,6 +28,8 @@ struct Strict {
 
 impl Device for Strict {
     type Error = String;
+    type Stream = u32;
+    type Fence = ();
     fn create_chunk(&mut self, n: u32) -> Result<PhysChunk, String> {
         self.next += 1;
         self.sizes.insert(self.next, n);
@@ -78,9 +80,22 @@ impl Device for Strict {
     fn wait(&mut self, _: CopyStream, _: Event) -> Result<(), String> {
         Ok(())
     }
-    fn release_command(&mut self, _: CommandId, _: &[Event]) -> Result<(), String> {
+    fn keep_events(&mut self, _: &[Event]) {}
+    fn evict_after(&mut self, _: &[()]) {}
+    fn flush(&mut self) -> Result<(), String> {
         Ok(())
     }
+    fn is_done(&mut self, _: Event) -> bool {
+        true
+    }
+    fn drop_event(&mut self, _: Event) {}
+    fn reclaim(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+    fn synchronize(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+    fn forget(&mut self, _: ChunkId) {}
 }
 
 fn trace() -> impl Strategy<Value = (u32, Vec<u32>, Vec<Vec<usize>>)> {

@@ -9,8 +9,11 @@
 //! process.
 
 mod connect;
+mod gate;
+mod switch;
 
 use crate::config::config;
+use crate::driver::{CudaError, OwnedEvent};
 use crate::log::stamp;
 use crate::state::ShimError;
 use gmux_core::protocol::{Fill, FromShim, Grant};
@@ -20,6 +23,9 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
+use switch::{Action, Edge, Switch, View};
+
+pub use gate::{gate, wait_grant};
 
 /// How often the worker reports when nothing else wakes it.
 const REPORT_EVERY: Duration = Duration::from_millis(20);
@@ -160,18 +166,14 @@ pub fn attach() -> Option<Grant> {
     Some(grant)
 }
 
+type StateGuard = MutexGuard<'static, Option<crate::state::Shim>>;
+
 /// The worker: shrink to the grant, fill after a switch-in, report.
 fn work() {
     let a = agent().expect("attached");
     let mut seen = u64::MAX;
-    let mut running = false;
-    let mut filled_gen = u64::MAX;
-    let mut commands_at_switch = 0;
+    let mut switch: Switch<OwnedEvent> = Switch::default();
     let mut ctx_set = false;
-    // The event after the newest shrink step's copies, while they may be in flight.
-    let mut evicting: Option<crate::cuda::CUevent> = None;
-    // The same for the newest fill step of a paused tenant.
-    let mut filling: Option<crate::cuda::CUevent> = None;
     let mut prepin_ok = true;
     loop {
         let (g, generation, blocked) = {
@@ -189,108 +191,23 @@ fn work() {
             crate::real!(cuCtxSetCurrent(st.ctx()));
             ctx_set = true;
         }
-        if g.run != running {
-            running = g.run;
-            if running {
-                commands_at_switch = st.stats.commands;
-            } else if st.stats.commands > commands_at_switch {
-                // A slot in which nothing was released says nothing about slices.
-                st.stats.slices.rotate_right(1);
-                st.stats.slices[0] = st.stats.commands - commands_at_switch;
+        if let Some(edge) = switch.observe(g.run, st.memory.stats.commands) {
+            crate::log!(Debug, "agent {:.3}: {} with {} resident", stamp(), if g.run { "switched in" } else { "paused" }, format_size(st.resident()));
+            // A slot in which nothing was released says nothing about slices.
+            if let Edge::Out { released: released @ 1.. } = edge {
+                let slices = &mut st.memory.stats.slices;
+                slices.rotate_right(1);
+                slices[0] = released;
             }
-            crate::log!(Debug, "agent {:.3}: {} with {} resident", stamp(), if running { "switched in" } else { "paused" }, format_size(st.resident()));
         }
-        if g.cap > st.limit() && st.resident() <= g.cap {
-            st.set_limit(g.cap);
+        let mut view = View { cap: g.cap, fill: g.fill, generation, limit: st.limit(), resident: st.resident(), held: st.held() };
+        if let Some(limit) = switch.raise(&view) {
+            st.set_limit(limit);
+            view.limit = limit;
         }
-        let shrink = st.limit() > g.cap || st.resident() > g.cap || st.held() > g.cap.max(st.resident());
-        let step = if shrink {
-            let (t0, before) = (stamp(), st.resident());
-            match st.shrink_to(g.cap) {
-                Ok((more, done)) => {
-                    crate::log!(
-                        Debug,
-                        "agent {t0:.3}: shrink step to {}: {} issued in {:.2} ms",
-                        format_size(g.cap),
-                        format_size(before - st.resident()),
-                        (stamp() - t0) * 1e3
-                    );
-                    // One step's copies stay in flight while the next is issued, so the
-                    // link never idles between steps: wait (without the lock) for the
-                    // previous step's copies, or for this one's at the last step, then
-                    // free what they evicted.
-                    let wait = if more { evicting.replace(done) } else { Some(done) };
-                    match wait {
-                        Some(ev) => {
-                            let t1 = stamp();
-                            guard = wait_unlocked(guard, ev);
-                            crate::log!(Debug, "agent {t1:.3}: waited {:.2} ms for a shrink step's copies", (stamp() - t1) * 1e3);
-                            if let Some(e) = evicting.take().filter(|_| !more) {
-                                // An earlier step's event: its copies are done too (one stream).
-                                crate::real!(cuEventDestroy_v2(e));
-                            }
-                            let st = guard.as_mut().expect("created");
-                            st.released_memory().map(|()| more || st.limit() != g.cap)
-                        }
-                        None => Ok(true),
-                    }
-                }
-                Err(e) => Err(e),
-            }
-        } else if let Some(ev) = evicting.take() {
-            // The grant grew back while a step was in flight.
-            guard = wait_unlocked(guard, ev);
-            guard.as_mut().expect("created").released_memory().map(|()| true)
-        } else if (running || g.fill == Fill::Forecast) && g.fill != Fill::None && filled_gen != generation {
-            // A paused tenant brings in its next slice ahead of its turn as far as its
-            // grant allows (the daemon grants in the order of the timeline).
-            let (t0, before) = (stamp(), st.resident());
-            let more = match st.fill(g.fill == Fill::Whole) {
-                Ok((more, Some(done))) => {
-                    crate::log!(
-                        Debug,
-                        "agent {t0:.3}: fill step within {}: {} issued in {:.2} ms",
-                        format_size(g.cap),
-                        format_size(st.resident() - before),
-                        (stamp() - t0) * 1e3
-                    );
-                    // A paused tenant keeps one step's copies in flight while it issues
-                    // the next, and no more, so that they never queue far ahead of the
-                    // running tenant's.
-                    let prev = if running {
-                        crate::real!(cuEventDestroy_v2(done));
-                        filling.take()
-                    } else {
-                        filling.replace(done)
-                    };
-                    match prev {
-                        Some(ev) if !running => guard = wait_unlocked(guard, ev),
-                        Some(ev) => {
-                            crate::real!(cuEventDestroy_v2(ev));
-                        }
-                        None => {}
-                    }
-                    Ok(more)
-                }
-                Ok((more, None)) => Ok(more),
-                Err(e) => Err(e),
-            };
-            if !matches!(more, Ok(true)) {
-                if let Some(ev) = filling.take() {
-                    crate::real!(cuEventDestroy_v2(ev));
-                }
-                filled_gen = generation;
-                if g.fill == Fill::Whole {
-                    let mut l = a.lock();
-                    let open = l.grant.run;
-                    a.set_open(&mut l, open);
-                    a.changed.notify_all();
-                }
-            }
-            more
-        } else {
-            Ok(false)
-        };
+        let action = switch.next(&view);
+        let step;
+        (guard, step) = act(a, guard, &mut switch, action, &view);
         let st = guard.as_mut().expect("created");
         let mut report = st.report(blocked.0);
         report.waiting = blocked.1;
@@ -303,7 +220,7 @@ fn work() {
             match crate::hostpool::pin_block(bytes) {
                 Ok(base) => {
                     if let Some(st) = crate::state::existing().as_mut() {
-                        st.dev.add_host_block(base);
+                        st.memory.dev.add_host_block(base);
                     }
                     a.lock().poke = true;
                 }
@@ -328,47 +245,69 @@ fn work() {
     }
 }
 
+/// Carries out `action` for the grant seen in `v`. Returns the state lock (copies are
+/// waited for without it) and whether another step follows at once.
+fn act(a: &Agent, guard: StateGuard, switch: &mut Switch<OwnedEvent>, action: Action<OwnedEvent>, v: &View) -> (StateGuard, Result<bool, CudaError>) {
+    let mut guard = guard;
+    let st = guard.as_mut().expect("created");
+    let (t0, before) = (stamp(), st.resident());
+    let step = match action {
+        Action::Rest => Ok(false),
+        Action::Shrink { cap } => match st.shrink_to(cap) {
+            Ok((more, done)) => {
+                let freed = format_size(before.saturating_sub(st.resident()));
+                crate::log!(Debug, "agent {t0:.3}: shrink step to {}: {freed} issued in {:.2} ms", format_size(cap), (stamp() - t0) * 1e3);
+                match switch.shrunk(more, done) {
+                    Some(ev) => {
+                        guard = wait_unlocked(guard, ev, "a shrink step's copies");
+                        let st = guard.as_mut().expect("created");
+                        st.released_memory().map(|()| more || st.limit() != cap)
+                    }
+                    None => Ok(true),
+                }
+            }
+            Err(e) => Err(e),
+        },
+        Action::Drain(ev) => {
+            guard = wait_unlocked(guard, ev, "a shrink step's copies");
+            guard.as_mut().expect("created").released_memory().map(|()| true)
+        }
+        Action::Fill { whole } => {
+            let (more, done) = match st.fill(whole) {
+                Ok((more, done)) => (Ok(more), done),
+                Err(e) => (Err(e), None),
+            };
+            if done.is_some() {
+                let brought = format_size(st.resident().saturating_sub(before));
+                crate::log!(Debug, "agent {t0:.3}: fill step within {}: {brought} issued in {:.2} ms", format_size(v.cap), (stamp() - t0) * 1e3);
+            }
+            let (wait, complete) = switch.filled(matches!(more, Ok(true)), done, v.generation);
+            if let Some(ev) = wait {
+                guard = wait_unlocked(guard, ev, "a fill step's copies");
+            }
+            if complete && whole {
+                let mut l = a.lock();
+                let open = l.grant.run;
+                a.set_open(&mut l, open);
+                a.changed.notify_all();
+            }
+            more
+        }
+    };
+    (guard, step)
+}
+
 /// Waits for `ev` without the state lock (the application keeps launching meanwhile),
-/// destroys it and takes the lock back.
-fn wait_unlocked(guard: MutexGuard<'static, Option<crate::state::Shim>>, ev: crate::cuda::CUevent) -> MutexGuard<'static, Option<crate::state::Shim>> {
+/// then takes the lock back; `what` names the copies for the debug log.
+fn wait_unlocked(guard: StateGuard, ev: OwnedEvent, what: &str) -> StateGuard {
     drop(guard);
-    crate::real!(cuEventSynchronize(ev));
-    crate::real!(cuEventDestroy_v2(ev));
+    let t0 = stamp();
+    if let Err(e) = ev.synchronize() {
+        crate::log!(Warn, "waiting for {what} failed ({e})");
+    }
+    crate::log!(Debug, "agent {t0:.3}: waited {:.2} ms for {what}", (stamp() - t0) * 1e3);
     crate::state::existing()
 }
-
-/// Waits while the daemon has paused this process (no-op when not registered).
-pub fn gate() {
-    let Some(a) = agent() else { return };
-    if a.open.load(Ordering::Acquire) {
-        return;
-    }
-    let mut l = a.lock();
-    if !l.open {
-        l.poke = true;
-        a.changed.notify_all();
-    }
-    l.waiting += 1;
-    let t0 = std::time::Instant::now();
-    let mut told = Duration::ZERO;
-    while !l.open {
-        l = a.changed.wait_timeout(l, SAY_WAIT).unwrap_or_else(|p| p.into_inner()).0;
-        if !l.open && t0.elapsed() >= told + SAY_WAIT {
-            told = t0.elapsed();
-            crate::log!(
-                Warn,
-                "waiting {:.0} s for a turn from gmuxd: tenant {:?} is frozen, or others run now; `gmux ps` shows who",
-                told.as_secs_f64(),
-                config().tenant
-            );
-        }
-    }
-    l.waiting -= 1;
-}
-
-/// How long a wait for the daemon goes before the process says what it waits for (and
-/// again after each as long).
-const SAY_WAIT: Duration = Duration::from_secs(5);
 
 /// The error for a working set of `need` bytes over the limit `limit`: wait for the
 /// grant when a daemon may still grant it (this one, or the next after it is lost), else
@@ -381,47 +320,6 @@ pub fn over_grant(need: u64, limit: u64) -> ShimError {
     } else {
         ShimError::TooBig { need, limit: most.max(limit) }
     }
-}
-
-/// Blocks until the grant covers `need` bytes, telling the daemon what is waiting (a lost
-/// daemon's next one: growing without one could oversubscribe the budget).
-pub fn wait_grant(need: u64) {
-    let Some(a) = agent() else { return };
-    let t0 = stamp();
-    let mut l = a.lock();
-    l.blocked = need;
-    l.poke = true;
-    a.changed.notify_all();
-    let since = std::time::Instant::now();
-    let mut told = Duration::ZERO;
-    while l.grant.cap < need {
-        l = a.changed.wait_timeout(l, SAY_WAIT).unwrap_or_else(|p| p.into_inner()).0;
-        if l.grant.cap < need && since.elapsed() >= told + SAY_WAIT {
-            told = since.elapsed();
-            if l.lost {
-                crate::log!(
-                    Warn,
-                    "waiting {:.0} s for gmuxd to come back: a command needs {}, more than the last grant of {}; start it with `gmux daemon` (or any `gmux run`) at {}",
-                    told.as_secs_f64(),
-                    format_size(need),
-                    format_size(l.grant.cap),
-                    config().daemon.as_ref().map_or(String::new(), |p| p.display().to_string())
-                );
-                continue;
-            }
-            crate::log!(
-                Warn,
-                "waiting {:.0} s for gmuxd to grant a command's {}: tenant {:?} has {} (at most {}); the others hold or protect (gmem.limit.low) the rest; `gmux ps` shows who",
-                told.as_secs_f64(),
-                format_size(need),
-                config().tenant,
-                format_size(l.grant.cap),
-                format_size(l.grant.most)
-            );
-        }
-    }
-    l.blocked = 0;
-    crate::log!(Debug, "agent {t0:.3}: a launch waited {:.2} ms for a grant of {}", (stamp() - t0) * 1e3, format_size(need));
 }
 
 /// The current grant in bytes, when registered with a daemon (the last one's while it is

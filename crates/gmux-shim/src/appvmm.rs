@@ -17,6 +17,7 @@ use crate::cuda::*;
 use crate::driver::check;
 use crate::state::{Shim, ShimError};
 use crate::vmem::Region;
+use gmux_core::device::Device;
 use gmux_core::CHUNK_BYTES;
 use std::collections::HashMap;
 
@@ -214,10 +215,10 @@ impl Shim {
     /// Maps the allocation whose mapping starts at `of` at `ptr` too.
     fn alias(&mut self, ptr: CUdeviceptr, of: CUdeviceptr) -> Result<(), ShimError> {
         let r = *self.vmem.find(of).filter(|r| r.base == of).ok_or(ShimError::Invalid(CUDA_ERROR_INVALID_VALUE))?;
-        let a = self.mem.alloc(r.alloc).map_err(|_| ShimError::Invalid(CUDA_ERROR_INVALID_VALUE))?;
+        let a = self.memory.alloc(r.alloc).ok_or(ShimError::Invalid(CUDA_ERROR_INVALID_VALUE))?;
         let span = Span { first: a.first, count: a.count };
-        self.dev.flush()?;
-        self.dev.alias(span, ptr)?;
+        self.memory.dev.flush()?;
+        self.memory.dev.alias(span, ptr)?;
         self.vmem.insert(Region { base: ptr, alias: true, ..r });
         Ok(())
     }
@@ -229,15 +230,15 @@ impl Shim {
         if let Some(ev) = self.inflight.busy(r.alloc) {
             check(crate::real!(cuEventSynchronize(ev)), "cuEventSynchronize")?;
         }
-        self.dev.flush()?;
-        self.dev.synchronize()?;
-        let a = self.mem.alloc(r.alloc).expect("region has an allocation");
+        self.memory.dev.flush()?;
+        self.memory.dev.synchronize()?;
+        let a = self.memory.alloc(r.alloc).expect("region has an allocation");
         let span = Span { first: a.first, count: a.count };
         if !r.alias {
-            self.dev.rehome(span, other);
+            self.memory.dev.rehome(span, other);
             self.vmem.promote(other);
         }
-        self.dev.unalias(span, base)?;
+        self.memory.dev.unalias(span, base)?;
         self.vmem.remove(base);
         Ok(())
     }

@@ -172,6 +172,28 @@ impl std::fmt::Display for CudaError {
     }
 }
 
+/// A CUDA event of gmux's own, destroyed when dropped.
+#[derive(Debug)]
+pub struct OwnedEvent(CUevent);
+
+impl OwnedEvent {
+    /// Takes `ev`, which gmux created and nothing else destroys.
+    pub fn new(ev: CUevent) -> Self {
+        OwnedEvent(ev)
+    }
+
+    /// Waits on the host until the work before it is done.
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        check(real!(cuEventSynchronize(self.0)), "cuEventSynchronize")
+    }
+}
+
+impl Drop for OwnedEvent {
+    fn drop(&mut self) {
+        real!(cuEventDestroy_v2(self.0));
+    }
+}
+
 /// `Ok` on `CUDA_SUCCESS`, else the call's name and code.
 pub fn check(code: CUresult, call: &'static str) -> Result<(), CudaError> {
     if code == CUDA_SUCCESS {

@@ -37,6 +37,7 @@ macro_rules! exports {
                     forwarded.set(Some(r));
                     r
                 };
+                ENTRY.with(|e| e.set(stringify!($name)));
                 // No panic may unwind into the caller's C frames: it is caught here.
                 let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     #[allow(unused_unsafe)]
@@ -64,6 +65,16 @@ macro_rules! exports {
             })
         }
     };
+}
+
+thread_local! {
+    /// The entry point the thread called last.
+    static ENTRY: std::cell::Cell<&'static str> = const { std::cell::Cell::new("") };
+}
+
+/// The entry point the calling thread is in (the last one it called), by name.
+pub fn entry() -> &'static str {
+    ENTRY.with(std::cell::Cell::get)
 }
 
 type P = *mut c_void;

@@ -4,14 +4,13 @@
 //! the shim saw them; the tenant is `GMUX_TENANT` (default `app`).
 //!
 //! A command's `dur_us` is its time on the device: two timing events recorded on its
-//! stream around the real call, read with `cuEventElapsedTime` once the second has
+//! stream before and after the real call ([`start`], [`end`]), read with `cuEventElapsedTime` once the second has
 //! completed. Lines wait in a queue, in release order, until the durations before them
 //! are known; the queue is polled when it holds [`POLL`] timed commands, drained at
 //! [`MAX_PENDING`] and at exit ([`finish`], registered with `atexit` when recording
 //! starts, so that it runs before the driver's own exit handlers). Its working set is the predicted one, whole
 //! allocations. A command's kind and, for copies and memsets, its name are those of the
-//! entry point the application called, taken from the type name of its `real` closure
-//! (defined in that entry point's function in [`crate::exports`]); a kernel's name is the
+//! entry point the application called ([`crate::exports::entry`]); a kernel's name is the
 //! driver's, asked once per handle.
 //!
 //! Without `GMUX_RECORD` every hook is one check of an empty `Option`.
@@ -120,23 +119,39 @@ fn lock(m: &Mutex<Recorder>) -> MutexGuard<'_, Recorder> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Runs `real` (a command's driver call on `stream`) between two timing events when
-/// recording. Returns its result and, on success, the timing for [`command`].
-pub fn timed(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool) -> (CUresult, Option<Timing>) {
-    let Some(rec) = recorder() else { return (real(), None) };
-    let entry = entry_name(std::any::type_name_of_val(&real));
-    let record = |ev: CUevent| if ptsz { crate::real!(cuEventRecord_ptsz(ev, stream)) } else { crate::real!(cuEventRecord(ev, stream)) };
+/// A command about to be issued whose start event was recorded (or could not be).
+pub struct Started {
+    events: Option<(CUevent, CUevent)>,
+    started: bool,
+}
+
+/// Before a command's driver call on `stream`: records its start event when recording
+/// (`None` otherwise).
+pub fn start(stream: CUstream, ptsz: bool) -> Option<Started> {
+    let rec = recorder()?;
     let events = lock(rec).events();
-    let started = events.is_some_and(|(start, _)| record(start) == CUDA_SUCCESS);
-    let r = real();
-    let ended = started && r == CUDA_SUCCESS && events.is_some_and(|(_, end)| record(end) == CUDA_SUCCESS);
+    let started = events.is_some_and(|(start, _)| record_on(start, stream, ptsz) == CUDA_SUCCESS);
+    Some(Started { events, started })
+}
+
+/// After the driver call that [`start`] preceded, which returned `r`: records its end
+/// event. Returns, on success, the timing for [`command`].
+pub fn end(started: Option<Started>, r: CUresult, stream: CUstream, ptsz: bool) -> Option<Timing> {
+    let Started { events, started } = started?;
+    let rec = recorder()?;
+    let ended = started && r == CUDA_SUCCESS && events.is_some_and(|(_, end)| record_on(end, stream, ptsz) == CUDA_SUCCESS);
     if let Some((start, end)) = events.filter(|_| !ended) {
         lock(rec).pool.extend([start, end]);
     }
-    if r != CUDA_SUCCESS {
-        return (r, None);
+    (r == CUDA_SUCCESS).then(|| Timing { events: events.filter(|_| ended), stream: StreamKey::of(stream, ptsz), entry: crate::exports::entry() })
+}
+
+fn record_on(ev: CUevent, stream: CUstream, ptsz: bool) -> CUresult {
+    if ptsz {
+        crate::real!(cuEventRecord_ptsz(ev, stream))
+    } else {
+        crate::real!(cuEventRecord(ev, stream))
     }
-    (r, Some(Timing { events: events.filter(|_| ended), stream: StreamKey::of(stream, ptsz), entry }))
 }
 
 /// Records a released command: `kind` is a kernel's handle for kernels, `ws` its working set.
@@ -196,12 +211,6 @@ pub fn finish() {
     if untimed > 0 {
         crate::log!(Warn, "{untimed} of {} commands recorded in {} have no measured duration (dur_us 0): their timing events failed", r.commands, r.path);
     }
-}
-
-/// The entry point whose `real` closure has type name `closure` (`…::cuMemcpyAsync::{{closure}}`).
-fn entry_name(closure: &'static str) -> &'static str {
-    let path = closure.strip_suffix("::{{closure}}").unwrap_or(closure);
-    path.rsplit("::").next().filter(|n| n.starts_with("cu")).unwrap_or("")
 }
 
 /// The trace kind of a command made through entry point `entry`.
@@ -404,18 +413,6 @@ fn elapsed_ms(start: CUevent, end: CUevent) -> Option<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn entry_points_are_named_by_their_closure() {
-        #[allow(non_snake_case)]
-        fn cuLaunchKernel() -> &'static str {
-            let real = || 0;
-            std::any::type_name_of_val(&real)
-        }
-        assert_eq!(entry_name(cuLaunchKernel()), "cuLaunchKernel");
-        assert_eq!(entry_name("gmux::exports::cuMemcpyDtoH_v2::{{closure}}"), "cuMemcpyDtoH_v2");
-        assert_eq!(entry_name("something::else"), "");
-    }
 
     #[test]
     fn kinds_follow_the_entry_point() {

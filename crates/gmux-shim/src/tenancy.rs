@@ -1,227 +1,75 @@
-//! What a tenant's process does for the daemon: keep within its grant (evicting its own
-//! chunks, OPT order over its forecast), bring in its next slice's working set when it
-//! is switched in, and report its state and forecast.
+//! What the process does for the daemon, over the CUDA device: the runtime's shrink and
+//! fill steps (see [`gmux_runtime`]), each with an event after its copies that the
+//! daemon agent waits for without the state lock, and the report it sends.
 
-use crate::cuda::CUevent;
-use crate::driver::CudaError;
+use crate::cuda::CUDA_ERROR_UNKNOWN;
+use crate::driver::{CudaError, OwnedEvent};
 use crate::state::Shim;
-use gmux_core::planner::{Plan, Request};
 use gmux_core::protocol::ShimReport;
-use gmux_core::{AllocId, ChunkId, Tier, CHUNK_BYTES};
 
-/// Most bytes one step of a shrink or a fill moves, so that the application's launches
-/// (which need the same lock) and the daemon's reports interleave with it.
-pub const STEP_BYTES: u64 = 512 << 20;
+/// The CUDA error behind a runtime error of a shrink or a fill (which never lack room).
+fn cuda(e: gmux_runtime::Error<CudaError>) -> CudaError {
+    match e {
+        gmux_runtime::Error::Device(e) => e,
+        gmux_runtime::Error::NoRoom { .. } | gmux_runtime::Error::Unknown(_) | gmux_runtime::Error::ZeroBytes => {
+            CudaError { call: "gmux's planning of a shrink or fill step", code: CUDA_ERROR_UNKNOWN }
+        }
+    }
+}
 
 impl Shim {
     /// Sets the memory limit to `cap` and issues the eviction of at most one step of own
     /// chunks towards it. Returns whether more must go, and an event after the step's
     /// copies: the caller waits for it without the state lock (the application keeps
     /// launching meanwhile), then calls [`Shim::released_memory`].
-    pub fn shrink_to(&mut self, cap: u64) -> Result<(bool, CUevent), CudaError> {
-        let cap = cap / CHUNK_BYTES * CHUNK_BYTES;
-        self.set_limit(cap);
-        let resident = self.mem.usage(self.tenant).chunks[0];
-        let most = (cap / CHUNK_BYTES).max(resident.saturating_sub(STEP_BYTES / CHUNK_BYTES));
-        if resident > most {
-            self.sync_ticks();
-            let (forecast, _) = self.forecast(None, &[]);
-            let plan = self.planner.shrink(&self.mem, &self.tenants, self.tenant, most, &[], &forecast);
-            self.run_plan(&plan)?;
-        } else {
-            // Spare physical memory over the new cap goes too.
-            self.run_plan(&Plan::default())?;
+    pub fn shrink_to(&mut self, cap: u64) -> Result<(bool, OwnedEvent), CudaError> {
+        let Shim { memory, inflight, .. } = self;
+        let more = memory.shrink_step(cap, || inflight.newest()).map_err(cuda)?;
+        self.log_plan();
+        Ok((more, OwnedEvent::new(self.memory.dev.evictions_done()?)))
+    }
+
+    /// Brings in one step of the allocations the next slice uses (`whole`: all of them);
+    /// see [`gmux_runtime::TenantMemory::fill_step`]. Returns whether anything is left
+    /// that fits, and an event after the step's copies (a paused tenant waits for it
+    /// before the step after next, so that its copies never queue far ahead of the
+    /// running tenant's).
+    pub fn fill(&mut self, whole: bool) -> Result<(bool, Option<OwnedEvent>), CudaError> {
+        let Shim { memory, inflight, .. } = self;
+        match memory.fill_step(whole, || inflight.newest()).map_err(cuda)? {
+            None => Ok((false, None)),
+            Some(more) => {
+                self.log_plan();
+                Ok((more, Some(OwnedEvent::new(self.memory.dev.populations_done()?))))
+            }
         }
-        self.set_limit(cap);
-        if self.mover.held() * CHUNK_BYTES > cap.max(self.resident()) {
-            // The step's victims left spare physical memory; release it within the cap.
-            self.run_plan(&Plan::default())?;
-        }
-        let done = self.dev.evictions_done()?;
-        Ok((self.mem.usage(self.tenant).chunks[0] > cap / CHUNK_BYTES, done))
+    }
+
+    /// After a shrink step's copies: unmaps what they evicted, which frees its memory.
+    pub fn released_memory(&mut self) -> Result<(), CudaError> {
+        self.memory.dev.reap(false)
+    }
+
+    /// Sets the memory limit to `cap`; see [`gmux_runtime::TenantMemory::set_limit`].
+    pub fn set_limit(&mut self, cap: u64) {
+        self.memory.set_limit(cap);
+    }
+
+    /// Physical GPU memory held, mapped or spare.
+    pub fn held(&self) -> u64 {
+        self.memory.held()
     }
 
     /// The size of host block to pin next, while less host memory is pinned than the
     /// process has allocated on the GPU (all of it may have to be evicted).
     pub fn host_short(&self) -> Option<u64> {
-        (self.dev.pinned_bytes() < self.allocated()).then(|| self.dev.host_block())
+        (self.memory.dev.pinned_bytes() < self.allocated()).then(|| self.memory.dev.host_block())
     }
 
-    /// Physical GPU memory held, mapped or spare.
-    pub fn held(&self) -> u64 {
-        self.mover.held() * CHUNK_BYTES
-    }
-
-    /// After a shrink step's copies: unmaps what they evicted, which frees its memory.
-    pub fn released_memory(&mut self) -> Result<(), CudaError> {
-        self.dev.reap(false)
-    }
-
-    /// Sets the memory limit to `cap`. The chunk table's GPU capacity never drops below
-    /// what is resident (plans must stay consistent with it); until the worker has evicted
-    /// down to `cap`, commands evict one for one.
-    pub fn set_limit(&mut self, cap: u64) {
-        self.limit = cap;
-        let used = self.mem.usage(self.tenant).bytes(Tier::Gpu);
-        self.mem.set_gpu_capacity(Some(self.room().max(used)));
-    }
-
-    /// Brings in one step of the allocations the next slice uses (`whole`: all of them),
-    /// in first-use order, within the limit and without evicting anything the forecast
-    /// needs sooner: [`STEP_BYTES`], rounded up to the end of an extent so that each
-    /// extent arrives whole (mapped with one handle). Granting access costs about 0.4–1 ms
-    /// per handle while the link is busy (`gpu/handoff_probe.py`), so steps are small
-    /// enough for one step's copies to run while the next is mapped. Every stream waits
-    /// for what it brings in. Returns whether anything is left that fits, and an event
-    /// after the step's copies (a paused tenant waits for it before the step after next,
-    /// so that its copies never queue far ahead of the running tenant's).
-    pub fn fill(&mut self, whole: bool) -> Result<(bool, Option<CUevent>), CudaError> {
-        let allocs = if whole { self.vmem.regions().map(|r| r.alloc).collect() } else { self.next_slice() };
-        // Over the room left, the plan evicts own chunks that the forecast uses later (what
-        // the last slice left behind), never any used sooner.
-        let step = (STEP_BYTES / CHUNK_BYTES) as usize;
-        let missing = allocs.iter().flat_map(|a| self.mem.alloc(*a).expect("live allocation").chunks()).filter(|c| !self.mem.is_resident(*c));
-        let need = one_step(missing, step, |c| self.mem.extent(c).0);
-        if need.is_empty() {
-            return Ok((false, None));
-        }
-        self.sync_ticks();
-        let (forecast, _) = self.forecast(None, &[]);
-        let pinned = |_: ChunkId| false;
-        let req = Request { tenant: self.tenant, need: &need, required: 0, pinned: &pinned };
-        let plan = self.planner.plan(&self.mem, &self.tenants, &req, &forecast);
-        let more = plan.covered == need.len() && !plan.moves.is_empty();
-        self.run_plan(&plan)?;
-        Ok((more, Some(self.dev.populations_done()?)))
-    }
-
-    /// Issues and applies `plan` (evictions after every released command), then records
-    /// its populations as landing for every stream.
-    fn run_plan(&mut self, plan: &Plan) -> Result<(), CudaError> {
-        if plan.moves.iter().any(|m| matches!(m, gmux_core::planner::Move::Evict { .. })) {
-            for ev in self.inflight.newest() {
-                self.dev.evict_after_all(ev);
-            }
-        }
-        let ready = self.mover.issue(plan, &self.mem, &mut self.dev)?;
-        let last = ready.iter().map(|(_, e)| *e).max();
-        self.dev.keep_events(&last.into_iter().collect::<Vec<_>>());
-        self.dev.flush()?;
-        let moved = self.planner.apply(&mut self.mem, plan).expect("a plan applies to the table it was made from");
-        let (_, fetched) = self.account(plan, |_| false);
-        self.add_moved(moved);
-        if let Some((id, ev)) = last.and_then(|e| self.dev.cu_event(e).map(|ev| (e, ev))) {
-            self.land(id, ev, fetched, None);
-        }
-        Ok(())
-    }
-
-    /// Allocations the next slice uses, in first-use order: the history's forecast over
-    /// [`Shim::slice_horizon`] commands, or every allocation without one.
-    fn next_slice(&self) -> Vec<AllocId> {
-        let horizon = self.slice_horizon();
-        self.forecast_ahead().into_iter().filter(|(_, ahead)| *ahead < horizon).map(|(a, _)| a).collect()
-    }
-
-    /// Commands the next slice is forecast to run: the median of what the process released
-    /// in its last three slots (one slot that ran long, say after a slow switch, does not
-    /// inflate the next fill); before its first slice (or never sliced: all tenants fit),
-    /// no bound.
-    fn slice_horizon(&self) -> usize {
-        median_slice(&self.stats.slices)
-    }
-
-    /// Live allocations the forecast uses, in first-use order, each with how many
-    /// commands ahead it is first used; every allocation at 0 without a forecast.
-    fn forecast_ahead(&self) -> Vec<(AllocId, usize)> {
-        match self.history.after_last() {
-            Some(order) => order.into_iter().filter(|(a, _)| self.mem.alloc(*a).is_ok()).collect(),
-            None => self.vmem.regions().map(|r| (r.alloc, 0)).collect(),
-        }
-    }
-
-    /// The state the daemon divides memory by.
+    /// The state the daemon divides memory by; `blocked`: bytes a command waits for.
     pub fn report(&mut self, blocked: u64) -> ShimReport {
-        self.settle();
         let finished = self.inflight.finished().unwrap_or(0);
-        // The next slice's allocations and the whole period's, from one forecast.
-        let horizon = self.slice_horizon();
-        let (mut want, mut period) = (0, 0);
-        for (a, ahead) in self.forecast_ahead() {
-            let bytes = self.mem.alloc(a).expect("live").count as u64 * CHUNK_BYTES;
-            period += bytes;
-            if ahead < horizon {
-                want += bytes;
-            }
-        }
-        let usage = self.mem.usage(self.tenant);
-        let m = self.stats.moved;
-        ShimReport {
-            held: self.mover.held() * CHUNK_BYTES,
-            resident: usage.bytes(Tier::Gpu),
-            allocated: self.allocated(),
-            swapped: usage.bytes(Tier::Host) + usage.bytes(Tier::Disk),
-            want,
-            period,
-            blocked,
-            commands: self.stats.commands,
-            bytes_h2d: m.populated * CHUNK_BYTES,
-            bytes_d2h: m.evicted * CHUNK_BYTES,
-            busy: !self.inflight.idle(),
-            waiting: false,
-            finished,
-            grant: 0,
-            largest: self.stats.largest_need,
-        }
-    }
-}
-
-/// The median of the known slices (0: unknown), the lower one of two; no bound without any.
-fn median_slice(slices: &[u64]) -> usize {
-    let mut known: Vec<u64> = slices.iter().copied().filter(|n| *n > 0).collect();
-    known.sort_unstable();
-    match known.len() {
-        0 => usize::MAX,
-        k => known[(k - 1) / 2] as usize,
-    }
-}
-
-/// The first `step` of `chunks`, and the rest of the extent (named by `extent_of`) that
-/// the last of them is in.
-fn one_step(chunks: impl Iterator<Item = ChunkId>, step: usize, extent_of: impl Fn(ChunkId) -> ChunkId) -> Vec<ChunkId> {
-    let mut need: Vec<ChunkId> = Vec::new();
-    for c in chunks {
-        if need.len() >= step && need.last().is_none_or(|&l| extent_of(l) != extent_of(c)) {
-            break;
-        }
-        need.push(c);
-    }
-    need
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{median_slice, one_step};
-    use gmux_core::ChunkId;
-
-    #[test]
-    fn one_long_slot_does_not_set_the_horizon() {
-        assert_eq!(median_slice(&[0, 0, 0]), usize::MAX, "never sliced: no bound");
-        assert_eq!(median_slice(&[8, 0, 0]), 8);
-        assert_eq!(median_slice(&[32, 8, 0]), 8, "the lower of two");
-        assert_eq!(median_slice(&[32, 8, 9]), 9);
-        assert_eq!(median_slice(&[16, 16, 4]), 16);
-    }
-
-    /// Extents of 4 chunks: a step of 6 ends inside the second extent and takes all of it.
-    #[test]
-    fn a_step_ends_at_the_end_of_an_extent() {
-        let extent_of = |c: ChunkId| ChunkId(c.0 / 4 * 4);
-        let ids = |v: Vec<ChunkId>| v.into_iter().map(|c| c.0).collect::<Vec<_>>();
-        assert_eq!(ids(one_step((0..20).map(ChunkId), 6, extent_of)), (0..8).collect::<Vec<_>>());
-        assert_eq!(ids(one_step((0..20).map(ChunkId), 8, extent_of)), (0..8).collect::<Vec<_>>(), "a step that ends an extent stops there");
-        assert_eq!(ids(one_step([1, 2, 9, 13].into_iter().map(ChunkId), 2, extent_of)), vec![1, 2], "the second chunk ends the step in its extent");
-        assert_eq!(ids(one_step([1, 2, 3, 9].into_iter().map(ChunkId), 2, extent_of)), vec![1, 2, 3]);
-        assert_eq!(ids(one_step((0..3).map(ChunkId), 6, extent_of)), vec![0, 1, 2]);
+        let busy = !self.inflight.idle();
+        self.memory.report(blocked, busy, finished)
     }
 }

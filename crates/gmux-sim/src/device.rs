@@ -1,11 +1,11 @@
 //! The simulated device: gmux-core's [`Device`] trait over the lane model.
 //!
-//! Calls only queue items; [`SimDevice::flush`] runs the queued batch on the lanes and
+//! Calls only queue items; [`SimDevice::run_batch`] runs the queued batch on the lanes and
 //! fixes the time of every event recorded since the last flush.
 
 use crate::lanes::{Item, Lane, Lanes};
 use crate::model::DeviceModel;
-use gmux_core::device::{CommandId, CopyStream, Device, Event, PhysChunk};
+use gmux_core::device::{CopyStream, Device, Event, PhysChunk};
 use gmux_core::{ChunkId, Tier, CHUNK_BYTES};
 use std::collections::HashMap;
 
@@ -23,6 +23,8 @@ pub struct SimDevice {
     pending_events: Vec<(u64, Option<usize>)>,
     event_time: Vec<f64>,
     ready_at: HashMap<ChunkId, f64>,
+    /// When the application work that this batch's eviction copies wait for is done.
+    evict_not_before: f64,
     next_phys: u64,
     at: f64,
 }
@@ -51,6 +53,7 @@ impl SimDevice {
             pending_events: Vec::new(),
             event_time: Vec::new(),
             ready_at: HashMap::new(),
+            evict_not_before: 0.0,
             next_phys: 0,
             at: 0.0,
         }
@@ -62,7 +65,7 @@ impl SimDevice {
     }
 
     /// Runs the queued batch; afterwards every event recorded in it has a time.
-    pub fn flush(&mut self) {
+    pub fn run_batch(&mut self) {
         let done = self.lanes.schedule(&self.model, self.at, &self.batch);
         for (ev, item) in self.pending_events.drain(..) {
             let t = item.map_or(self.at, |i| done[i]);
@@ -74,6 +77,7 @@ impl SimDevice {
             *r = r.max(t);
         }
         self.batch.clear();
+        self.evict_not_before = 0.0;
         self.phys_free.clear();
         self.stream_last = [None, None];
     }
@@ -95,6 +99,10 @@ impl SimDevice {
 
 impl Device for SimDevice {
     type Error = SimDeviceError;
+    /// A tenant's stream: the simulator runs one per tenant.
+    type Stream = u32;
+    /// When the application work ends, in simulated ns.
+    type Fence = f64;
 
     fn create_chunk(&mut self, _chunks: u32) -> Result<PhysChunk, SimDeviceError> {
         self.next_phys += 1;
@@ -149,7 +157,8 @@ impl Device for SimDevice {
             _ => return Err(SimDeviceError(format!("no copy path {from:?} -> {to:?}"))),
         };
         let dep = self.chunk_last.get(&chunk).copied();
-        let i = self.push(lane, CHUNK_BYTES, fixed, [dep, None], self.settled(chunk));
+        let earliest = if lane == Lane::D2H { self.settled(chunk).max(self.evict_not_before) } else { self.settled(chunk) };
+        let i = self.push(lane, CHUNK_BYTES, fixed, [dep, None], earliest);
         self.chunk_last.insert(chunk, i);
         self.stream_last[stream as usize] = Some(i);
         Ok(())
@@ -166,7 +175,34 @@ impl Device for SimDevice {
         Ok(())
     }
 
-    fn release_command(&mut self, _cmd: CommandId, _after: &[Event]) -> Result<(), SimDeviceError> {
+    fn keep_events(&mut self, _keep: &[Event]) {}
+
+    fn evict_after(&mut self, after: &[f64]) {
+        self.evict_not_before = after.iter().copied().fold(self.evict_not_before, f64::max);
+    }
+
+    fn flush(&mut self) -> Result<(), SimDeviceError> {
+        self.run_batch();
         Ok(())
+    }
+
+    /// Done once simulated time (the start of the current batch) has passed it.
+    fn is_done(&mut self, event: Event) -> bool {
+        self.event_time.get(event.0 as usize).is_none_or(|t| *t <= self.at)
+    }
+
+    fn drop_event(&mut self, _event: Event) {}
+
+    fn reclaim(&mut self) -> Result<(), SimDeviceError> {
+        Ok(())
+    }
+
+    /// The model's waits are in the event times; the host never blocks.
+    fn synchronize(&mut self) -> Result<(), SimDeviceError> {
+        Ok(())
+    }
+
+    fn forget(&mut self, chunk: ChunkId) {
+        self.ready_at.remove(&chunk);
     }
 }

@@ -425,7 +425,7 @@ impl Engine<'_> {
         let plan = self.planner.plan(&self.mem, &self.tenants, &req, forecast);
         self.dev.begin(at);
         let ready = self.mover.issue(&plan, &self.mem, &mut self.dev).map_err(|e| format!("mover bug: {e}"))?;
-        self.dev.flush();
+        self.dev.run_batch();
         let moved = self.planner.apply(&mut self.mem, &plan).map_err(|e| format!("planner bug: {e}"))?;
         self.account(tenant, moved);
         self.grow_ready();

@@ -101,7 +101,9 @@ fn run_now(
             return report(crate::driver::CudaError { call: "cuStreamWaitEvent", code: r }.into(), &what());
         }
     }
-    let (r, timing) = crate::record::timed(real, stream, ptsz);
+    let started = crate::record::start(stream, ptsz);
+    let r = real();
+    let timing = crate::record::end(started, r, stream, ptsz);
     if r == CUDA_SUCCESS {
         let wait = match st.released(stream, ptsz, &ws, sig) {
             Ok(w) => w,

@@ -61,12 +61,10 @@ pub fn free(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr) -> CUresult {
             }
             Err(e) => report(e, "cuMemFree"),
         },
-        Some(st) if st.managed.contains_key(&ptr) => {
+        Some(st) if st.is_managed(ptr) => {
             let r = real();
             if r == CUDA_SUCCESS {
-                st.managed.remove(&ptr);
-                let limit = st.limit();
-                st.set_limit(limit);
+                st.set_managed(ptr, None);
             }
             r
         }
@@ -91,9 +89,7 @@ pub unsafe fn managed(real: impl FnOnce() -> CUresult, d: *mut CUdeviceptr, byte
     let r = real();
     if r == CUDA_SUCCESS && !d.is_null() {
         // SAFETY: the driver wrote the address.
-        st.managed.insert(unsafe { *d }, need);
-        let limit = st.limit();
-        st.set_limit(limit);
+        st.set_managed(unsafe { *d }, Some(need));
     }
     r
 }

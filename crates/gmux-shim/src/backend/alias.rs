@@ -41,7 +41,7 @@ impl CudaDevice {
         let mapped = resident.into_iter().try_for_each(|(c, phys, n)| {
             let (va, bytes) = (span.at(base, c), n as usize * CHUNK);
             self.settle_at(va, bytes)?;
-            check(self.times.time(super::Call::Map, || crate::real!(cuMemMap(va, bytes, 0, phys, 0))), "cuMemMap")?;
+            check(self.times.time(super::flush::Call::Map, || crate::real!(cuMemMap(va, bytes, 0, phys, 0))), "cuMemMap")?;
             runs.push((va, bytes));
             Ok(())
         });
@@ -84,7 +84,7 @@ impl CudaDevice {
         let resident: Vec<(ChunkId, u32)> = self.mapped.iter().filter(|(c, _)| span.contains(**c)).map(|(c, (_, n))| (*c, *n)).collect();
         for (c, n) in resident {
             let (va, bytes) = (span.at(base, c), n as usize * CHUNK);
-            check(self.times.time(super::Call::Unmap, || crate::real!(cuMemUnmap(va, bytes))), "cuMemUnmap")?;
+            check(self.times.time(super::flush::Call::Unmap, || crate::real!(cuMemUnmap(va, bytes))), "cuMemUnmap")?;
         }
         Ok(())
     }

@@ -1,0 +1,153 @@
+//! The command path: make a command's working set resident, then record it as released.
+
+use crate::{Error, TenantMemory, WorkingSet};
+use gmux_core::device::{Device, Event};
+use gmux_core::evict::{Eviction, Evictor, Forecast};
+use gmux_core::history::signature;
+use gmux_core::planner::Request;
+use gmux_core::{AllocId, ChunkId, Place, CHUNK_BYTES};
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::time::Instant;
+
+impl<D: Device> TenantMemory<D> {
+    /// The allocations of `ws`.
+    pub fn allocs_in<'a>(&self, ws: &'a WorkingSet) -> Cow<'a, [AllocId]> {
+        match ws {
+            WorkingSet::Allocs(a) => Cow::Borrowed(a),
+            WorkingSet::Spans(s) => {
+                let mut a: Vec<AllocId> = s.iter().map(|s| s.alloc).collect();
+                a.sort_unstable();
+                a.dedup();
+                Cow::Owned(a)
+            }
+            WorkingSet::Tenant => Cow::Owned(self.allocs().collect()),
+        }
+    }
+
+    /// The chunks of `ws`, whose allocations are `allocs`.
+    fn chunks_in(&self, ws: &WorkingSet, allocs: &[AllocId]) -> Vec<ChunkId> {
+        match ws {
+            WorkingSet::Spans(spans) => {
+                let mut c: Vec<ChunkId> = spans.iter().flat_map(|s| self.mem.alloc(s.alloc).expect("live allocation").chunks_in(s.offset, s.len)).collect();
+                c.sort_unstable();
+                c.dedup();
+                c
+            }
+            _ => allocs.iter().flat_map(|a| self.mem.alloc(*a).expect("live allocation").chunks()).collect(),
+        }
+    }
+
+    /// The history signature of a command running `kind` (a kernel's handle, or a
+    /// constant per kind of operation) over `ws`; 0 when no history is kept, so that no
+    /// command pays for it.
+    pub fn signature(&self, kind: u64, ws: &WorkingSet) -> u64 {
+        if !self.settings.history_opt {
+            return 0;
+        }
+        signature(kind, &self.allocs_in(ws))
+    }
+
+    /// Makes `ws` resident for a command on stream `on` (`None`: the caller waits on the
+    /// host) whose signature is `sig`. Victims leave in OPT order where the history
+    /// forecasts what follows this command, in LRU order elsewhere, after the application
+    /// work `after()` names. A limit below `grant()` is raised to it first. Returns the
+    /// events the command must wait for: its own plan's populations, and earlier ones into
+    /// the same allocations that `on` has not waited for yet.
+    pub fn prepare(
+        &mut self,
+        ws: &WorkingSet,
+        on: Option<D::Stream>,
+        sig: u64,
+        grant: impl FnOnce() -> Option<u64>,
+        after: impl FnOnce() -> Vec<D::Fence>,
+    ) -> Result<Vec<Event>, Error<D::Error>> {
+        let allocs = self.allocs_in(ws);
+        let allocs = allocs.as_ref();
+        let mut waits = self.landing_waits(allocs, on);
+        if allocs.iter().all(|a| self.is_whole(*a)) {
+            return Ok(waits);
+        }
+        let mut need = self.chunks_in(ws, allocs);
+        if matches!(ws, WorkingSet::Spans(_)) && need.iter().all(|c| self.mem.is_resident(*c)) {
+            return Ok(waits);
+        }
+        if let Some(cap) = grant().filter(|c| *c > self.limit) {
+            self.set_limit(cap);
+        }
+        let required = need.len();
+        let need_bytes = required as u64 * CHUNK_BYTES;
+        self.stats.largest_need = self.stats.largest_need.max(need_bytes);
+        let room = self.room();
+        if need_bytes > room {
+            return Err(Error::NoRoom { need: need_bytes, room });
+        }
+        let planning = Instant::now();
+        self.sync_ticks();
+        let (forecast, prefetch) = self.forecast(Some(sig), allocs);
+        need.extend(prefetch.iter().flat_map(|a| self.mem.alloc(*a).expect("live allocation").chunks()));
+        let pinned = |_: ChunkId| false;
+        let req = Request { tenant: self.tenant, need: &need, required, pinned: &pinned };
+        let plan = self.planner.plan(&self.mem, &self.tenants, &req, &forecast);
+        let plan_ms = planning.elapsed().as_secs_f64() * 1e3;
+        if plan.covered < required {
+            return Err(Error::NoRoom { need: need_bytes, room });
+        }
+        let after = if plan.moves.iter().any(|m| matches!(m, gmux_core::planner::Move::Evict { .. })) { after() } else { Vec::new() };
+        let own: HashSet<ChunkId> = need[..required].iter().copied().collect();
+        let landed = self.execute(&plan, &after, |c| own.contains(&c), on)?;
+        if let Some(t) = &mut self.last_plan {
+            t.plan_ms = plan_ms;
+        }
+        self.stats.waited += 1;
+        waits.extend(landed);
+        Ok(waits)
+    }
+
+    /// The forecast after the command with signature `sig` that uses `own` (`None`: after
+    /// the newest command released), with the planner's evictor set to match (OPT over
+    /// the history's prediction, or LRU with no forecast), and the allocations worth
+    /// prefetching: not resident, not `own`, first used within the prefetch horizon.
+    pub(crate) fn forecast(&mut self, sig: Option<u64>, own: &[AllocId]) -> (Forecast, Vec<AllocId>) {
+        self.stats.plans += 1;
+        let predicted = match sig {
+            _ if !self.settings.history_opt => None,
+            Some(sig) => self.history.predict(sig),
+            None => self.history.after_last(),
+        };
+        let Some(order) = predicted else {
+            self.planner.evictor = Evictor::new(Eviction::Lru);
+            return (Forecast::default(), Vec::new());
+        };
+        self.stats.forecast_plans += 1;
+        self.planner.evictor = Evictor::new(Eviction::Opt);
+        let live: Vec<(AllocId, usize)> = order.into_iter().filter(|(a, _)| self.is_live(*a)).collect();
+        let forecast = Forecast::from_accesses(live.iter().flat_map(|(a, _)| self.mem.alloc(*a).expect("live").chunks()));
+        let horizon = self.settings.prefetch;
+        let prefetch = live.iter().filter(|(a, ahead)| *ahead < horizon && !self.is_whole(*a) && !own.contains(a)).map(|(a, _)| *a).collect();
+        (forecast, prefetch)
+    }
+
+    /// Records a command released over `ws` with signature `sig`: the recency of its
+    /// allocations and the history.
+    pub fn released(&mut self, ws: &WorkingSet, sig: u64) {
+        self.tick += 1;
+        self.stats.commands += 1;
+        let allocs = self.allocs_in(ws);
+        if self.settings.history_opt {
+            self.history.record(sig, &allocs);
+        }
+        for a in allocs.iter() {
+            self.alloc_tick.insert(*a, self.tick);
+        }
+    }
+
+    /// Gives resident chunks their allocation's last-use tick, for LRU.
+    pub(crate) fn sync_ticks(&mut self) {
+        let resident: Vec<(ChunkId, u64)> =
+            self.mem.chunks().filter(|(_, ch)| ch.place == Place::GPU).map(|(c, ch)| (c, self.alloc_tick.get(&ch.alloc).copied().unwrap_or(0))).collect();
+        for (c, t) in resident {
+            self.mem.touch(c, t, false);
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! The runtime over a device that records its calls: bytes moved, limits, the order of
+//! evictions after application work, and which stream waits for which population.
+
+use crate::{Error, Settings, TenantMemory, WorkingSet};
+use gmux_core::device::{CopyStream, Device, Event, PhysChunk};
+use gmux_core::{AllocId, ChunkId, Tier, CHUNK_BYTES};
+use proptest::prelude::*;
+
+/// Records calls; events numbered below `done_below` are done.
+#[derive(Default)]
+struct Calls {
+    log: Vec<String>,
+    next: u64,
+    done_below: u64,
+    mapped: u64,
+}
+
+impl Device for Calls {
+    type Error = String;
+    type Stream = u32;
+    type Fence = u32;
+
+    fn create_chunk(&mut self, _: u32) -> Result<PhysChunk, String> {
+        self.next += 1;
+        Ok(PhysChunk(self.next))
+    }
+    fn release_chunk(&mut self, _: PhysChunk) -> Result<(), String> {
+        Ok(())
+    }
+    fn map(&mut self, _: ChunkId, n: u32, _: PhysChunk) -> Result<(), String> {
+        self.mapped += u64::from(n);
+        Ok(())
+    }
+    fn unmap(&mut self, _: ChunkId, n: u32) -> Result<(), String> {
+        self.mapped -= u64::from(n);
+        Ok(())
+    }
+    fn copy(&mut self, s: CopyStream, c: ChunkId, from: Tier, to: Tier) -> Result<(), String> {
+        self.log.push(format!("{s:?} c{} {from:?}->{to:?}", c.0));
+        Ok(())
+    }
+    fn record(&mut self, _: CopyStream) -> Result<Event, String> {
+        self.next += 1;
+        Ok(Event(self.next))
+    }
+    fn wait(&mut self, _: CopyStream, _: Event) -> Result<(), String> {
+        Ok(())
+    }
+    fn keep_events(&mut self, _: &[Event]) {}
+    fn evict_after(&mut self, after: &[u32]) {
+        self.log.push(format!("after {after:?}"));
+    }
+    fn flush(&mut self) -> Result<(), String> {
+        self.log.push("flush".into());
+        Ok(())
+    }
+    fn is_done(&mut self, e: Event) -> bool {
+        e.0 < self.done_below
+    }
+    fn drop_event(&mut self, _: Event) {}
+    fn reclaim(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+    fn synchronize(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+    fn forget(&mut self, c: ChunkId) {
+        self.log.push(format!("forget c{}", c.0));
+    }
+}
+
+const MIB: u64 = 1 << 20;
+
+fn settings() -> Settings {
+    Settings { history_opt: true, prefetch: 0, extent_chunks: 1, all_events: false, sync_after: false }
+}
+
+fn memory(limit_chunks: u64) -> TenantMemory<Calls> {
+    TenantMemory::new(Calls::default(), limit_chunks * CHUNK_BYTES, settings())
+}
+
+fn run(m: &mut TenantMemory<Calls>, allocs: &[AllocId], on: u32) -> Result<Vec<Event>, Error<String>> {
+    let ws = WorkingSet::Allocs(allocs.to_vec());
+    let sig = m.signature(7, &ws);
+    let waits = m.prepare(&ws, Some(on), sig, || None, || vec![on])?;
+    m.released(&ws, sig);
+    Ok(waits)
+}
+
+fn copies(m: &TenantMemory<Calls>, what: &str) -> usize {
+    m.dev.log.iter().filter(|l| l.contains(what)).count()
+}
+
+#[test]
+fn a_working_set_over_the_limit_evicts_only_what_it_must() {
+    let mut m = memory(8);
+    let a = m.allocate(6 * CHUNK_BYTES).unwrap();
+    let b = m.allocate(4 * CHUNK_BYTES - MIB).unwrap();
+    run(&mut m, &[a], 0).unwrap();
+    assert_eq!((m.resident(), m.stats.moved.created), (6 * CHUNK_BYTES, 6), "first use creates, copies nothing");
+    run(&mut m, &[b], 0).unwrap();
+    assert_eq!(m.resident(), 8 * CHUNK_BYTES, "the limit is full");
+    assert_eq!(m.stats.moved.evicted, 2, "two of a's chunks make room for b's four");
+    assert_eq!(copies(&m, "Gpu->Host"), 2);
+    run(&mut m, &[a], 0).unwrap();
+    assert_eq!(m.stats.moved.populated, 2, "a's two chunks come back");
+    assert!(m.resident() <= m.limit());
+    assert_eq!(m.allocated(), 10 * CHUNK_BYTES - MIB);
+}
+
+#[test]
+fn evictions_wait_for_the_application_work_first() {
+    let mut m = memory(2);
+    let a = m.allocate(2 * CHUNK_BYTES).unwrap();
+    let b = m.allocate(2 * CHUNK_BYTES).unwrap();
+    run(&mut m, &[a], 3).unwrap();
+    m.dev.log.clear();
+    run(&mut m, &[b], 5).unwrap();
+    assert_eq!(m.dev.log[0], "after [5]", "the fence comes before the eviction copies: {:?}", m.dev.log);
+    assert_eq!(m.dev.log.iter().position(|l| l == "flush"), Some(3), "one flush after both copies: {:?}", m.dev.log);
+}
+
+#[test]
+fn a_working_set_larger_than_the_limit_is_refused_with_its_size() {
+    let mut m = memory(4);
+    let a = m.allocate(5 * CHUNK_BYTES).unwrap();
+    match run(&mut m, &[a], 0) {
+        Err(Error::NoRoom { need, room }) => assert_eq!((need, room), (5 * CHUNK_BYTES, 4 * CHUNK_BYTES)),
+        other => panic!("expected NoRoom, got {other:?}"),
+    }
+    assert_eq!(m.resident(), 0, "nothing moved");
+    let grant = || Some(6 * CHUNK_BYTES);
+    let ws = WorkingSet::Allocs(vec![a]);
+    m.prepare(&ws, None, 0, grant, Vec::new).unwrap();
+    assert_eq!((m.limit(), m.resident()), (6 * CHUNK_BYTES, 5 * CHUNK_BYTES), "a larger grant raises the limit first");
+}
+
+#[test]
+fn another_stream_waits_for_a_population_once() {
+    let mut m = memory(2);
+    let a = m.allocate(2 * CHUNK_BYTES).unwrap();
+    let b = m.allocate(2 * CHUNK_BYTES).unwrap();
+    run(&mut m, &[a], 1).unwrap();
+    run(&mut m, &[b], 1).unwrap();
+    m.dev.done_below = m.dev.next + 1;
+    let own = run(&mut m, &[a], 1).unwrap();
+    assert_eq!(own.len(), 1, "the command waits for its own population");
+    assert_eq!(run(&mut m, &[a], 1).unwrap(), vec![], "its stream already waits for it");
+    assert_eq!(run(&mut m, &[a], 2).unwrap(), own, "another stream waits for the same event");
+    assert_eq!(run(&mut m, &[a], 2).unwrap(), vec![], "once");
+    assert_eq!(m.stats.waits_for_others, 1);
+    m.dev.done_below = u64::MAX;
+    assert!(!m.settle(), "landed populations are forgotten");
+}
+
+#[test]
+fn shrinking_moves_one_step_at_a_time_down_to_the_cap() {
+    let mut m = memory(1024);
+    let a = m.allocate(600 * CHUNK_BYTES).unwrap();
+    run(&mut m, &[a], 0).unwrap();
+    let step = crate::STEP_BYTES / CHUNK_BYTES;
+    assert!(m.shrink_step(100 * CHUNK_BYTES, Vec::new).unwrap(), "more must go after one step");
+    assert_eq!(m.resident(), (600 - step) * CHUNK_BYTES);
+    while m.shrink_step(100 * CHUNK_BYTES, Vec::new).unwrap() {}
+    assert_eq!((m.resident(), m.limit()), (100 * CHUNK_BYTES, 100 * CHUNK_BYTES));
+    assert!(m.held() <= 100 * CHUNK_BYTES, "spare physical memory goes too: held {}", m.held());
+    assert_eq!(m.stats.moved.evicted, 500);
+}
+
+#[test]
+fn a_whole_fill_brings_everything_back_within_the_limit() {
+    let mut m = memory(1024);
+    let a = m.allocate(300 * CHUNK_BYTES).unwrap();
+    let b = m.allocate(300 * CHUNK_BYTES).unwrap();
+    run(&mut m, &[a, b], 0).unwrap();
+    while m.shrink_step(0, Vec::new).unwrap() {}
+    assert_eq!(m.resident(), 0);
+    m.set_limit(400 * CHUNK_BYTES);
+    let mut steps = 0;
+    while let Some(true) = m.fill_step(true, Vec::new).unwrap() {
+        steps += 1;
+    }
+    assert_eq!(m.resident(), 400 * CHUNK_BYTES, "filled up to the limit");
+    assert!(steps >= 400 / (crate::STEP_BYTES / CHUNK_BYTES) as usize - 1, "in steps: {steps}");
+}
+
+#[test]
+fn a_freed_allocation_leaves_the_table_and_the_device() {
+    let mut m = memory(8);
+    let a = m.allocate(3 * CHUNK_BYTES).unwrap();
+    run(&mut m, &[a], 0).unwrap();
+    m.free(a).unwrap();
+    assert_eq!((m.resident(), m.allocated(), m.dev.mapped), (0, 0, 0));
+    assert_eq!(copies(&m, "forget"), 3);
+    assert!(matches!(m.free(a), Err(Error::Unknown(_))));
+}
+
+#[test]
+fn the_report_counts_bytes() {
+    let mut m = memory(4);
+    let a = m.allocate(3 * CHUNK_BYTES).unwrap();
+    let b = m.allocate(3 * CHUNK_BYTES).unwrap();
+    run(&mut m, &[a], 0).unwrap();
+    run(&mut m, &[b], 0).unwrap();
+    let r = m.report(7, true, 2);
+    assert_eq!((r.resident, r.swapped, r.allocated), (4 * CHUNK_BYTES, 2 * CHUNK_BYTES, 6 * CHUNK_BYTES));
+    assert_eq!((r.bytes_d2h, r.commands, r.blocked, r.busy, r.finished), (2 * CHUNK_BYTES, 2, 7, true, 2));
+    assert_eq!(r.period, 6 * CHUNK_BYTES, "both allocations are in the forecast");
+}
+
+proptest! {
+    /// Whatever commands run, resident memory stays within the limit, and every chunk of
+    /// a command's working set is resident when it is released.
+    #[test]
+    fn residency_within_the_limit(sizes in prop::collection::vec(1u64..6, 2..6), cmds in prop::collection::vec(prop::collection::vec(0usize..6, 1..3), 1..40), limit in 6u64..16) {
+        let mut m = memory(limit);
+        let allocs: Vec<AllocId> = sizes.iter().map(|s| m.allocate(s * CHUNK_BYTES).unwrap()).collect();
+        for (i, cmd) in cmds.iter().enumerate() {
+            let mut ws: Vec<AllocId> = cmd.iter().map(|k| allocs[k % allocs.len()]).collect();
+            ws.sort_unstable();
+            ws.dedup();
+            let need: u64 = ws.iter().map(|a| m.alloc(*a).unwrap().count as u64).sum();
+            let r = run(&mut m, &ws, (i % 2) as u32);
+            prop_assert_eq!(r.is_ok(), need <= limit, "need {} of {}", need, limit);
+            if r.is_ok() {
+                prop_assert!(ws.iter().all(|a| m.is_whole(*a)));
+            }
+            prop_assert!(m.resident() <= m.limit() && m.held() <= m.limit());
+        }
+    }
+}
