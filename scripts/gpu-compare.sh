@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# msched-micro under two builds of gmux in one device call, so that a change is judged
+# against a baseline on the same machine:
+#
+#   bash scripts/gpu-compare.sh [LEVELS]        (default: 100,200,300)
+#
+# Needs the baseline's binaries in .gpu-bin-base/ (gmux and libgmux.so of the build to
+# compare with) and this build's in .gpu-bin/ (scripts/gpu-pack.sh); carry both. Runs
+# `gmux bench msched-micro --systems gmux` under the baseline, then `--systems
+# in-hbm,gmux` under this build, each level with a 25 s warm-up and a 10 s window
+# (about 50 s a run, 7-8 minutes for three levels). Throughput of both builds is
+# normalized to this run's in-hbm figures. JSON and tables go to $OUT; the summary is
+# printed last and written to $OUT/compare-summary.txt.
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=${OUT:-./out}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+cd "$ROOT" || exit 1
+LEVELS=${1:-100,200,300}
+WORK=/tmp/gmux-compare
+rm -rf "$WORK" && mkdir -p "$WORK"
+
+# Per-launch cost first (a minute): native, then each build, alternating, twice.
+: >"$OUT/compare-launch.txt"
+for round in 1 2; do
+  for who in native base new; do
+    case $who in
+      native) cmd=(python3 gpu/launch_loop.py) ;;
+      base) cmd=(.gpu-bin-base/gmux run --mem-limit 8G -- python3 gpu/launch_loop.py) ;;
+      new) cmd=(.gpu-bin/gmux run --mem-limit 8G -- python3 gpu/launch_loop.py) ;;
+    esac
+    line=$(timeout 120 "${cmd[@]}" 2>>"$WORK/launch.stderr" | grep launch_us=)
+    echo "$who round $round: $line" | tee -a "$OUT/compare-launch.txt"
+  done
+done
+
+for build in base new; do
+  bin=.gpu-bin
+  systems=in-hbm,gmux
+  if [[ $build == base ]]; then bin=.gpu-bin-base systems=gmux; fi
+  if [[ ! -x $bin/gmux ]]; then
+    echo "gpu-compare: no $bin/gmux; build it (scripts/gpu-pack.sh for this build) and carry $bin" >&2
+    exit 2
+  fi
+  echo "== $build ($bin): msched-micro --levels $LEVELS --systems $systems"
+  timeout 540 "$bin/gmux" bench msched-micro --levels "$LEVELS" --systems "$systems" --duration 10 --warmup 25 \
+    --out "$WORK/$build" >"$OUT/compare-$build.txt" 2>"$WORK/$build.stderr"
+  echo "   exit $?"
+  tail -n 12 "$OUT/compare-$build.txt"
+  cp "$WORK/$build/msched-micro.json" "$OUT/compare-$build.json" 2>/dev/null
+done
+
+python3 - "$OUT" <<'EOF' | tee "$OUT/compare-summary.txt"
+import json, sys
+out = sys.argv[1]
+def rows(build):
+    try:
+        return json.load(open(f"{out}/compare-{build}.json"))["rows"]
+    except (OSError, ValueError, KeyError):
+        return []
+base, new = rows("base"), rows("new")
+hbm = {r["level"]: r["units_per_s"] for r in new if r["system"] == "in-hbm"}
+def norm(r):
+    b = hbm.get(r["level"])
+    if not b:
+        return None
+    ratios = [r["units_per_s"].get(k, 0.0) / v for k, v in b.items() if v > 0]
+    return sum(ratios) / len(ratios) if ratios else None
+import re
+launch = {}
+for line in open(f"{out}/compare-launch.txt"):
+    m = re.match(r"(\w+) round \d+: launch_us=([\d.]+)", line)
+    if m:
+        launch.setdefault(m.group(1), []).append(float(m.group(2)))
+best = {k: min(v) for k, v in launch.items()}
+print("per launch (torch.add of 1 MiB, best of 2 runs, each the median of 7 rounds of 20000):",
+      ", ".join(f"{k} {v:.2f} us" for k, v in best.items()))
+if "base" in best and "new" in best:
+    print(f"new / base per-launch time: {best['new'] / best['base']:.3f}")
+print("msched-micro, gmux --switch msched: throughput over this run's in-hbm (mean over tenants)")
+print(f"{'level':<6} {'base':>8} {'new':>8} {'new/base':>9}  {'GiB/kernel base':>15} {'new':>6}  failed")
+for level in sorted({r["level"] for r in base + new}):
+    b = next((r for r in base if r["level"] == level and r["system"] == "gmux"), None)
+    n = next((r for r in new if r["level"] == level and r["system"] == "gmux"), None)
+    nb, nn = (norm(b) if b else None), (norm(n) if n else None)
+    ratio = f"{nn / nb:.2f}x" if nb and nn else "-"
+    gib = lambda r: f"{r['bytes_per_task'] / 2**30:.3f}" if r and r.get("bytes_per_task") else "-"
+    fmt = lambda v: f"{v:.3f}" if v is not None else "-"
+    failed = ", ".join((b or {}).get("failed", []) + (n or {}).get("failed", []))
+    print(f"{level}%{'':<3} {fmt(nb):>8} {fmt(nn):>8} {ratio:>9}  {gib(b):>15} {gib(n):>6}  {failed}")
+EOF
