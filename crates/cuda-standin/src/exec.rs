@@ -8,6 +8,9 @@
 //! op of the legacy stream, and `cuStreamWaitEvent` waits for the op an event captured.
 //! Since dependencies always point to earlier sequence numbers, the lowest incomplete op
 //! can always run: the graph cannot deadlock.
+//!
+//! Stream state, the workers and the stream calls are here; the event calls are in
+//! [`event`].
 
 use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -15,6 +18,13 @@ use std::sync::{Condvar, LazyLock, Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
 
 use cuda_abi::*;
+
+mod event;
+
+#[cfg(test)]
+mod tests;
+
+pub use event::{create_event, destroy_event, elapsed_ms, query_event, record, sync_event, wait_event};
 
 /// Stream identifier; see [`LEGACY`].
 pub type StreamId = u64;
@@ -248,84 +258,6 @@ pub fn sync_all() {
     }
 }
 
-/// Creates an event.
-pub fn create_event(flags: u32) -> u64 {
-    let mut g = lock();
-    let id = g.next_event;
-    g.next_event += 1;
-    g.events.insert(id, Event { flags, recorded: None, done_at: None });
-    id
-}
-
-/// Destroys an event; a pending record still completes.
-pub fn destroy_event(id: u64) -> Result<(), CUresult> {
-    lock().events.remove(&id).map(|_| ()).ok_or(CUDA_ERROR_INVALID_HANDLE)
-}
-
-/// `cuEventRecord`: the event now stands for all work enqueued on `stream` so far.
-pub fn record(event: u64, stream: StreamId) -> Result<(), CUresult> {
-    let mut g = lock();
-    if !g.events.contains_key(&event) {
-        return Err(CUDA_ERROR_INVALID_HANDLE);
-    }
-    let seq = enqueue(&mut g, stream, Vec::new(), Box::new(|| {}))?;
-    g.markers.insert(seq, event);
-    let e = g.events.get_mut(&event).unwrap();
-    e.recorded = Some(seq);
-    e.done_at = None;
-    Ok(())
-}
-
-/// The op an event's latest record captured, if any.
-fn captured(event: u64) -> Result<Option<u64>, CUresult> {
-    Ok(lock().events.get(&event).ok_or(CUDA_ERROR_INVALID_HANDLE)?.recorded)
-}
-
-/// `cuEventQuery`: an event never recorded counts as complete.
-pub fn query_event(event: u64) -> Result<bool, CUresult> {
-    let seq = captured(event)?;
-    Ok(seq.is_none_or(|s| lock().done(s)))
-}
-
-/// `cuEventSynchronize`.
-pub fn sync_event(event: u64) -> Result<(), CUresult> {
-    if let Some(seq) = captured(event)? {
-        wait(seq);
-    }
-    Ok(())
-}
-
-/// `cuStreamWaitEvent`: later ops on `stream` wait for the event's current capture.
-pub fn wait_event(stream: StreamId, event: u64) -> Result<(), CUresult> {
-    let mut g = lock();
-    match g.events.get(&event).ok_or(CUDA_ERROR_INVALID_HANDLE)?.recorded {
-        Some(seq) => enqueue(&mut g, stream, vec![seq], Box::new(|| {})).map(|_| ()),
-        None => g.live_stream(stream).map(|_| ()).ok_or(CUDA_ERROR_INVALID_HANDLE),
-    }
-}
-
-/// `cuEventElapsedTime`: host milliseconds between the completions of two records.
-pub fn elapsed_ms(start: u64, end: u64) -> Result<f32, CUresult> {
-    let g = lock();
-    let (a, b) = match (g.events.get(&start), g.events.get(&end)) {
-        (Some(a), Some(b)) => (a, b),
-        _ => return Err(CUDA_ERROR_INVALID_HANDLE),
-    };
-    if a.flags & CU_EVENT_DISABLE_TIMING != 0 || b.flags & CU_EVENT_DISABLE_TIMING != 0 {
-        return Err(CUDA_ERROR_INVALID_HANDLE);
-    }
-    if a.recorded.is_none() || b.recorded.is_none() {
-        return Err(CUDA_ERROR_INVALID_HANDLE);
-    }
-    match (a.done_at, b.done_at) {
-        (Some(ta), Some(tb)) => {
-            let ms = |from: Instant, to: Instant| to.saturating_duration_since(from).as_secs_f64() * 1e3;
-            Ok((ms(ta, tb) - ms(tb, ta)) as f32)
-        }
-        _ => Err(CUDA_ERROR_NOT_READY),
-    }
-}
-
 struct PerThread(Cell<Option<StreamId>>);
 
 impl Drop for PerThread {
@@ -350,122 +282,4 @@ pub fn per_thread_stream() -> StreamId {
             id
         }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex};
-
-    fn push(log: &Arc<Mutex<Vec<u32>>>, v: u32, sleep_ms: u64) -> Work {
-        let log = log.clone();
-        Box::new(move || {
-            std::thread::sleep(Duration::from_millis(sleep_ms));
-            log.lock().unwrap().push(v);
-        })
-    }
-
-    #[test]
-    fn one_stream_runs_in_order_and_async() {
-        let s = create_stream(0, 0);
-        let log = Arc::new(Mutex::new(Vec::new()));
-        submit(s, vec![], push(&log, 1, 30)).unwrap();
-        for i in 2..10 {
-            submit(s, vec![], push(&log, i, 0)).unwrap();
-        }
-        assert!(!query_stream(s).unwrap(), "ops run asynchronously");
-        sync_stream(s).unwrap();
-        assert!(query_stream(s).unwrap());
-        assert_eq!(*log.lock().unwrap(), (1..10).collect::<Vec<_>>());
-        destroy_stream(s).unwrap();
-        assert_eq!(sync_stream(s), Err(CUDA_ERROR_INVALID_HANDLE));
-    }
-
-    #[test]
-    fn wait_event_orders_across_streams() {
-        let (a, b) = (create_stream(CU_STREAM_NON_BLOCKING, 0), create_stream(CU_STREAM_NON_BLOCKING, 0));
-        let e = create_event(0);
-        assert!(query_event(e).unwrap(), "never recorded counts as complete");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        submit(a, vec![], push(&log, 1, 80)).unwrap();
-        record(e, a).unwrap();
-        assert!(!query_event(e).unwrap());
-        // Work enqueued on `a` after the record is not part of what `b` waits for.
-        submit(a, vec![], push(&log, 3, 300)).unwrap();
-        wait_event(b, e).unwrap();
-        submit(b, vec![], push(&log, 2, 0)).unwrap();
-        sync_stream(b).unwrap();
-        assert!(query_event(e).unwrap());
-        assert_eq!(*log.lock().unwrap(), vec![1, 2]);
-        sync_stream(a).unwrap();
-        assert_eq!(*log.lock().unwrap(), vec![1, 2, 3]);
-    }
-
-    #[test]
-    fn legacy_stream_syncs_with_blocking_streams_only() {
-        let blocking = create_stream(0, 0);
-        let nonblocking = create_stream(CU_STREAM_NON_BLOCKING, 0);
-        let slow_done = Arc::new(AtomicBool::new(false));
-        let flag = slow_done.clone();
-        submit(
-            nonblocking,
-            vec![],
-            Box::new(move || {
-                std::thread::sleep(Duration::from_millis(400));
-                flag.store(true, Ordering::SeqCst);
-            }),
-        )
-        .unwrap();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        submit(blocking, vec![], push(&log, 1, 60)).unwrap();
-        submit(LEGACY, vec![], push(&log, 2, 0)).unwrap();
-        // A blocking-stream op enqueued after the legacy op waits for it.
-        submit(blocking, vec![], push(&log, 3, 0)).unwrap();
-        sync_stream(blocking).unwrap();
-        assert_eq!(*log.lock().unwrap(), vec![1, 2, 3]);
-        assert!(!slow_done.load(Ordering::SeqCst), "the legacy op did not wait for the non-blocking stream");
-        sync_all();
-        assert!(slow_done.load(Ordering::SeqCst), "cuCtxSynchronize waits for every stream");
-    }
-
-    #[test]
-    fn per_thread_streams_are_blocking_and_distinct() {
-        let mine = per_thread_stream();
-        assert_eq!(per_thread_stream(), mine);
-        let other = std::thread::spawn(per_thread_stream).join().unwrap();
-        assert_ne!(other, mine);
-        assert_eq!(stream_info(mine).unwrap().0, Kind::Blocking);
-        let log = Arc::new(Mutex::new(Vec::new()));
-        submit(mine, vec![], push(&log, 1, 50)).unwrap();
-        submit(LEGACY, vec![], push(&log, 2, 0)).unwrap();
-        sync_stream(LEGACY).unwrap();
-        assert_eq!(*log.lock().unwrap(), vec![1, 2]);
-    }
-
-    #[test]
-    fn elapsed_time_between_records() {
-        let s = create_stream(0, 0);
-        let (a, b) = (create_event(0), create_event(0));
-        assert_eq!(elapsed_ms(a, b), Err(CUDA_ERROR_INVALID_HANDLE));
-        record(a, s).unwrap();
-        submit(s, vec![], Box::new(|| std::thread::sleep(Duration::from_millis(50)))).unwrap();
-        record(b, s).unwrap();
-        sync_event(b).unwrap();
-        let ms = elapsed_ms(a, b).unwrap();
-        assert!((45.0..1000.0).contains(&ms), "{ms}");
-        assert!(elapsed_ms(b, a).unwrap() < 0.0);
-        let untimed = create_event(CU_EVENT_DISABLE_TIMING);
-        record(untimed, s).unwrap();
-        sync_stream(s).unwrap();
-        assert_eq!(elapsed_ms(a, untimed), Err(CUDA_ERROR_INVALID_HANDLE));
-    }
-
-    #[test]
-    fn delays_are_deterministic_and_bounded() {
-        for seq in 0..1000 {
-            assert_eq!(delay_for(seq, 50), delay_for(seq, 50));
-            assert!(delay_for(seq, 50) <= Duration::from_micros(50));
-        }
-    }
 }
