@@ -15,14 +15,17 @@
 //! size alone is the bound that predicts a host hit (a G + H bound misclassifies cyclic
 //! scans of G + H < S <= 2G + H chunks as medium, and they then miss like TierOrder).
 
+mod fenwick;
+mod ols;
+
+use self::fenwick::Fenwick;
+use self::ols::Ols;
 use super::tier_order::HostFifo;
 use super::{Decision, Placement};
 use crate::memory::{ChunkId, Memory, Place, Tier};
 use std::collections::VecDeque;
 
 const DEFAULT_SAMPLE_EVERY: u64 = 64;
-/// Samples needed before the fit replaces RD = VTD.
-const MIN_SAMPLES: f64 = 32.0;
 /// Window of recent predictions for the "mostly long" heuristic (§2.2).
 const RECENT: usize = 100;
 /// Share of long predictions above which a long victim still goes to a free host chunk.
@@ -47,69 +50,6 @@ struct ChunkHist {
     weights: [[u8; 3]; 3],
     /// Returned `Keep` since its last access.
     kept: bool,
-}
-
-/// Fenwick tree of counts over slots `1..=len`.
-#[derive(Debug, Clone, Default)]
-struct Fenwick(Vec<i32>);
-
-impl Fenwick {
-    fn with_len(n: usize) -> Self {
-        Fenwick(vec![0; n + 1])
-    }
-
-    fn len(&self) -> usize {
-        self.0.len().saturating_sub(1)
-    }
-
-    fn add(&mut self, mut i: usize, d: i32) {
-        while i < self.0.len() {
-            self.0[i] += d;
-            i += i & i.wrapping_neg();
-        }
-    }
-
-    fn prefix(&self, mut i: usize) -> i32 {
-        let mut s = 0;
-        while i > 0 {
-            s += self.0[i];
-            i -= i & i.wrapping_neg();
-        }
-        s
-    }
-}
-
-/// Running least squares (Welford co-moments, numerically stable for large VTDs).
-#[derive(Debug, Clone, Default)]
-struct Ols {
-    n: f64,
-    mean_x: f64,
-    mean_y: f64,
-    cxx: f64,
-    cxy: f64,
-}
-
-impl Ols {
-    fn add(&mut self, x: f64, y: f64) {
-        self.n += 1.0;
-        let dx = x - self.mean_x;
-        self.mean_x += dx / self.n;
-        self.mean_y += (y - self.mean_y) / self.n;
-        self.cxx += dx * (x - self.mean_x);
-        self.cxy += dx * (y - self.mean_y);
-    }
-
-    /// (m, b). With no spread in VTD (e.g. one pure cycle) the line goes through the origin.
-    fn fit(&self) -> (f64, f64) {
-        if self.n < MIN_SAMPLES {
-            return (1.0, 0.0);
-        }
-        if self.cxx / self.n <= 1e-9 * self.mean_x.powi(2).max(1.0) {
-            return if self.mean_x > 0.0 { (self.mean_y / self.mean_x, 0.0) } else { (1.0, 0.0) };
-        }
-        let m = self.cxy / self.cxx;
-        (m, self.mean_y - m * self.mean_x)
-    }
 }
 
 /// GMT-Reuse: keep, host or disk by predicted remaining reuse distance.
@@ -280,153 +220,4 @@ impl Placement for ReusePlacement {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::memory::Capacities;
-    use crate::placement::{RandomPlacement, TierOrder, TwoTier};
-    use crate::size::CHUNK_BYTES;
-    use crate::tenant::TenantId;
-
-    const G: u64 = 4;
-    const H: u64 = 8;
-
-    fn memory(chunks: u64) -> Memory {
-        let caps = Capacities { gpu: Some(G * CHUNK_BYTES), host: Some(H * CHUNK_BYTES), disk: None };
-        let mut m = Memory::new(caps);
-        m.allocate_on_disk(TenantId(0), chunks * CHUNK_BYTES).unwrap();
-        m
-    }
-
-    fn relocate(m: &mut Memory, p: &mut dyn Placement, c: ChunkId, to: Tier) {
-        let from = m.chunk(c).place;
-        m.relocate(c, to).unwrap();
-        p.on_move(c, from, Place::In(to));
-    }
-
-    /// Evicts one GPU chunk the way the planner does: LRU candidates, bounded Keeps.
-    fn evict(p: &mut dyn Placement, m: &mut Memory, lru: &mut VecDeque<ChunkId>) {
-        let host_full = m.free_chunks(Tier::Host) == Some(0);
-        let mut keeps = 0;
-        let (victim, decision) = loop {
-            let v = lru[keeps];
-            match p.place(v, m, host_full) {
-                Decision::Keep if keeps + 1 < lru.len() => keeps += 1,
-                Decision::Keep => break (v, Decision::Host),
-                d => break (v, d),
-            }
-        };
-        lru.retain(|&x| x != victim);
-        let to = match decision {
-            Decision::Host if host_full => match p.host_victim(m) {
-                Some(h) => {
-                    relocate(m, p, h, Tier::Disk);
-                    Tier::Host
-                }
-                None => Tier::Disk,
-            },
-            Decision::Host => Tier::Host,
-            _ => Tier::Disk,
-        };
-        relocate(m, p, victim, to);
-    }
-
-    /// Host hits over `cycles` passes of chunks `0..s` through an exclusive GPU/host/disk cache.
-    fn cyclic_scan(p: &mut dyn Placement, m: &mut Memory, s: u32, cycles: u32) -> u64 {
-        let mut lru = VecDeque::new();
-        let mut host_hits = 0;
-        for c in (0..cycles).flat_map(|_| (0..s).map(ChunkId)) {
-            p.on_access(c, m);
-            let from = m.chunk(c).place;
-            if from == Place::GPU {
-                lru.retain(|&x| x != c);
-            } else {
-                host_hits += (from == Place::HOST) as u64;
-                if m.free_chunks(Tier::Gpu) == Some(0) {
-                    evict(p, m, &mut lru);
-                }
-                relocate(m, p, c, Tier::Gpu);
-            }
-            lru.push_back(c);
-        }
-        m.check().unwrap();
-        host_hits
-    }
-
-    #[test]
-    fn ols_of_a_pure_cycle_is_rd_equals_vtd() {
-        let k = 10;
-        let m = memory(k);
-        let mut p = ReusePlacement::default();
-        for c in (0..400).flat_map(|_| (0..k as u32).map(ChunkId)) {
-            p.on_access(c, &m);
-        }
-        assert_eq!(p.ols.n, 62.0);
-        assert_eq!((p.ols.mean_x, p.ols.mean_y), (9.0, 9.0));
-        let (slope, b) = p.ols.fit();
-        assert!((slope - 1.0).abs() < 0.05, "m = {slope}");
-        assert!(b.abs() < 0.5, "b = {b}");
-    }
-
-    #[test]
-    fn ols_recovers_slope_and_offset() {
-        // Hot chunk 0 between every cold access: hot (VTD 1, RD 1), cold (VTD 2k-1, RD k).
-        let k = 12u32;
-        let m = memory(k as u64 + 1);
-        let mut p = ReusePlacement::with_sample_every(1);
-        for c in (0..50).flat_map(|_| (1..=k).flat_map(|c| [ChunkId(0), ChunkId(c)])) {
-            p.on_access(c, &m);
-        }
-        let (slope, b) = p.ols.fit();
-        assert!((slope - 0.5).abs() < 1e-9, "m = {slope}");
-        assert!((b - 0.5).abs() < 1e-9, "b = {b}");
-    }
-
-    #[test]
-    fn scan_larger_than_gpu_and_host_is_predicted_long() {
-        // Each chunk's RRD after eviction is s - 1 - G = 35 >= G + H.
-        let s = 40;
-        let mut m = memory(s);
-        let mut p = ReusePlacement::default();
-        cyclic_scan(&mut p, &mut m, s as u32, 20);
-        for c in (0..s as u32).map(ChunkId) {
-            assert_eq!(p.hist[c.0 as usize].state, Some(LONG), "chunk {c:?}");
-            assert_eq!(p.place(c, &m, true), Decision::Disk, "chunk {c:?}");
-            assert_eq!(p.place(c, &m, false), Decision::Host, "chunk {c:?}: mostly-long heuristic");
-        }
-    }
-
-    #[test]
-    fn short_reuse_is_kept_once_per_access() {
-        let mut m = memory(4);
-        let mut p = ReusePlacement::default();
-        let (a, b) = (ChunkId(0), ChunkId(1));
-        p.on_access(a, &m);
-        relocate(&mut m, &mut p, a, Tier::Gpu);
-        assert_eq!(p.place(a, &m, false), Decision::Host, "never seen: medium");
-        relocate(&mut m, &mut p, a, Tier::Host);
-        p.on_access(b, &m);
-        p.on_access(a, &m);
-        relocate(&mut m, &mut p, a, Tier::Gpu);
-        assert_eq!(p.hist[0].state, Some(SHORT));
-        assert_eq!(p.place(a, &m, false), Decision::Keep);
-        assert_eq!(p.place(a, &m, false), Decision::Host, "no second Keep without an access");
-        assert_eq!(p.place(a, &m, true), Decision::Host);
-        p.on_access(a, &m);
-        assert_eq!(p.place(a, &m, false), Decision::Keep);
-    }
-
-    #[test]
-    fn reuse_keeps_part_of_a_scan_in_host_where_tier_order_keeps_none() {
-        let (s, cycles) = (32, 30);
-        let hits = |p: &mut dyn Placement| cyclic_scan(p, &mut memory(s as u64), s, cycles);
-        let reuse = hits(&mut ReusePlacement::default());
-        let tier_order = hits(&mut TierOrder::default());
-        let random = hits(&mut RandomPlacement::new(1));
-        let two_tier = hits(&mut TwoTier);
-        eprintln!("host hits: reuse {reuse}, tier-order {tier_order}, random {random}, two-tier {two_tier}");
-        assert_eq!(tier_order, 0);
-        assert_eq!(two_tier, 0);
-        assert!(reuse > tier_order);
-        assert!(reuse > 6 * cycles as u64, "about H = 8 host hits per cycle after warm-up");
-    }
-}
+mod tests;

@@ -1,12 +1,11 @@
-//! Workloads: generators of command streams with their working sets.
-//!
-//! Sizes in a scenario are those at 100% subscription; a subscription level scales
-//! every size of every tenant by the same factor.
+//! Workloads as a scenario writes them, and how each becomes a command stream.
 
+use super::sources::{Cycle, Llm, Requests, ZipfSource};
+use super::{whole, Access, AllocSpec, Command, Source};
 use crate::model::DeviceModel;
 use crate::trace;
 use gmux_core::{size::parse_size, CHUNK_BYTES};
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Exp, LogNormal, Zipf};
 use serde::{Deserialize, Deserializer};
@@ -99,56 +98,9 @@ pub enum WorkloadSpec {
     },
 }
 
-/// An allocation a workload makes before its first command.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AllocSpec {
-    /// Bytes.
-    pub bytes: u64,
-    /// Contents start in the disk tier (a data set read from SSD).
-    pub on_disk: bool,
-}
-
-/// A byte range a command touches, inside one of the workload's allocations.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Access {
-    /// Index into the workload's allocations.
-    pub alloc: usize,
-    /// First byte.
-    pub offset: u64,
-    /// Length in bytes.
-    pub len: u64,
-    /// Written (invalidates a clean disk copy).
-    pub write: bool,
-}
-
-/// One command of a tenant.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Command {
-    /// Time on the GPU when its data is resident, ns.
-    pub duration_ns: f64,
-    /// What it touches.
-    pub ws: Vec<Access>,
-    /// Last command of a task or request.
-    pub task_end: bool,
-    /// Arrival of the request this command starts, ns; it may not run earlier.
-    pub arrival_ns: Option<f64>,
-}
-
-/// A stream of commands.
-pub trait Source {
-    /// Allocations made up front.
-    fn allocs(&self) -> Vec<AllocSpec>;
-    /// Next command; `None` when the workload is finished.
-    fn next(&mut self) -> Option<Command>;
-}
-
 fn scaled(s: Size, scale: f64) -> u64 {
     let bytes = (s.0 as f64 * scale) as u64;
     (bytes / CHUNK_BYTES).max(1) * CHUNK_BYTES
-}
-
-fn whole(alloc: usize, bytes: u64, write: bool) -> Access {
-    Access { alloc, offset: 0, len: bytes, write }
 }
 
 impl WorkloadSpec {
@@ -245,165 +197,5 @@ impl WorkloadSpec {
                 Box::new(trace::Replay::new(t, scale, *repeat))
             }
         })
-    }
-}
-
-/// Repeats a fixed command list forever.
-struct Cycle {
-    allocs: Vec<AllocSpec>,
-    cmds: Vec<Command>,
-    at: usize,
-}
-
-impl Cycle {
-    fn new(allocs: Vec<AllocSpec>, cmds: Vec<Command>) -> Self {
-        Cycle { allocs, cmds, at: 0 }
-    }
-}
-
-impl Source for Cycle {
-    fn allocs(&self) -> Vec<AllocSpec> {
-        self.allocs.clone()
-    }
-    fn next(&mut self) -> Option<Command> {
-        let c = self.cmds[self.at].clone();
-        self.at = (self.at + 1) % self.cmds.len();
-        Some(c)
-    }
-}
-
-/// A cycle whose tasks are requests with arrival times.
-struct Requests {
-    inner: Cycle,
-    arrivals: Option<Arrivals>,
-    rng: ChaCha8Rng,
-    next_arrival: f64,
-    at_start: bool,
-}
-
-impl Source for Requests {
-    fn allocs(&self) -> Vec<AllocSpec> {
-        self.inner.allocs()
-    }
-    fn next(&mut self) -> Option<Command> {
-        let mut c = self.inner.next()?;
-        if let (Some(a), true) = (self.arrivals, self.at_start) {
-            self.next_arrival += a.gap(&mut self.rng);
-            c.arrival_ns = Some(self.next_arrival);
-        }
-        self.at_start = c.task_end;
-        Some(c)
-    }
-}
-
-/// LLM decode steps over growing KV caches.
-struct Llm {
-    layers: usize,
-    w: u64,
-    kv: u64,
-    inc: u64,
-    tokens: u32,
-    step: u32,
-    model: DeviceModel,
-    pending: VecDeque<Command>,
-}
-
-impl Source for Llm {
-    fn allocs(&self) -> Vec<AllocSpec> {
-        let mut a = vec![AllocSpec { bytes: self.w, on_disk: false }; self.layers];
-        a.extend(vec![AllocSpec { bytes: self.kv, on_disk: false }; self.layers]);
-        a
-    }
-    fn next(&mut self) -> Option<Command> {
-        if self.pending.is_empty() {
-            let used = self.inc * self.step as u64;
-            for l in 0..self.layers {
-                let mut ws = vec![whole(l, self.w, false)];
-                if used > 0 {
-                    ws.push(Access { alloc: self.layers + l, offset: 0, len: used, write: false });
-                }
-                ws.push(Access { alloc: self.layers + l, offset: used, len: self.inc, write: true });
-                self.pending.push_back(Command {
-                    duration_ns: DeviceModel::ns(self.w + used + self.inc, self.model.hbm_gbps),
-                    ws,
-                    task_end: l + 1 == self.layers,
-                    arrival_ns: None,
-                });
-            }
-            self.step = (self.step + 1) % self.tokens;
-        }
-        self.pending.pop_front()
-    }
-}
-
-/// Random chunk accesses with Zipf popularity.
-struct ZipfSource {
-    bytes: u64,
-    touches: u32,
-    dist: Zipf<f64>,
-    rng: ChaCha8Rng,
-    kernel_ns: f64,
-}
-
-impl Source for ZipfSource {
-    fn allocs(&self) -> Vec<AllocSpec> {
-        vec![AllocSpec { bytes: self.bytes, on_disk: false }]
-    }
-    fn next(&mut self) -> Option<Command> {
-        let ws = (0..self.touches)
-            .map(|_| {
-                let rank = self.dist.sample(&mut self.rng) as u64 - 1;
-                Access { alloc: 0, offset: rank * CHUNK_BYTES, len: CHUNK_BYTES, write: self.rng.gen_bool(0.25) }
-            })
-            .collect();
-        Some(Command { duration_ns: self.kernel_ns, ws, task_end: true, arrival_ns: None })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn model() -> DeviceModel {
-        DeviceModel::default()
-    }
-
-    #[test]
-    fn vecadd_touches_everything_once_per_task() {
-        let spec = WorkloadSpec::Vecadd { footprint: Size(3 << 30) };
-        let mut s = spec.build(1.0, &model(), 1).unwrap();
-        assert_eq!(s.allocs().iter().map(|a| a.bytes).sum::<u64>(), 3 << 30);
-        let c = s.next().unwrap();
-        assert!(c.task_end);
-        assert!((c.duration_ns - (3u64 << 30) as f64 / 4000.0).abs() < 1.0);
-        let doubled = spec.build(2.0, &model(), 1).unwrap();
-        assert_eq!(doubled.allocs().iter().map(|a| a.bytes).sum::<u64>(), 6 << 30);
-    }
-
-    #[test]
-    fn llm_kv_grows_then_resets() {
-        let spec = WorkloadSpec::Llm { weights: Size(1 << 30), layers: 2, kv_max: Size(64 << 20), kv_per_token: Size(4 << 20), tokens: 4 };
-        let mut s = spec.build(1.0, &model(), 1).unwrap();
-        let kv_reads: Vec<u64> = (0..10).map(|_| s.next().unwrap()).filter(|c| c.ws.len() == 3).map(|c| c.ws[1].len).collect();
-        assert_eq!(kv_reads, vec![2 << 20, 2 << 20, 4 << 20, 4 << 20, 6 << 20, 6 << 20]);
-    }
-
-    #[test]
-    fn requests_carry_arrivals_on_their_first_command() {
-        let spec = WorkloadSpec::Dnn {
-            weights: Size(64 << 20),
-            layers: 4,
-            activations: Size(8 << 20),
-            layer_us: 100.0,
-            train: false,
-            arrivals: Some(Arrivals::Poisson { rate: 100.0 }),
-        };
-        let mut s = spec.build(1.0, &model(), 7).unwrap();
-        let cmds: Vec<_> = (0..400).map(|_| s.next().unwrap()).collect();
-        let arrivals: Vec<f64> = cmds.iter().filter_map(|c| c.arrival_ns).collect();
-        assert_eq!(arrivals.len(), 100);
-        assert!(cmds.iter().step_by(4).all(|c| c.arrival_ns.is_some()));
-        let mean_gap = arrivals.last().unwrap() / 100.0;
-        assert!((mean_gap - 1e7).abs() < 2.5e6, "mean gap {mean_gap} ns for 100/s");
     }
 }
