@@ -1,12 +1,9 @@
-//! Policy hook points (gpu_ext): programs advise, the core keeps final authority.
-//!
-//! Later issues load eBPF programs behind these traits. Whatever a hook returns is
-//! validated here: a hook may reorder eviction candidates but never drop or invent one,
-//! and may shorten or lengthen a timeslice only within the knob's bounds.
+//! Memory policy hook points (gpu_ext): a program advises, the core keeps final
+//! authority. The planner calls them; what a hook returns is validated here: a hook may
+//! reorder eviction candidates but never drop or invent one, and prefetch advice is
+//! followed only where it evicts nothing needed sooner.
 
-use crate::knobs::MAX_TIMESLICE;
 use crate::memory::ChunkId;
-use crate::size::Nanos;
 use crate::tenant::TenantId;
 
 /// Memory hooks: activate, access, evict_prepare, prefetch.
@@ -24,34 +21,10 @@ pub trait MemoryHooks {
     }
 }
 
-/// Scheduling decisions a `task_init` hook may take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TaskParams {
-    /// Strict-priority class.
-    pub priority: i32,
-    /// Timeslice.
-    pub timeslice: Nanos,
-}
-
-/// Scheduling hooks: task_init, task_destroy, timeslice.
-pub trait SchedHooks {
-    /// A tenant arrives; may change its parameters or reject it with a reason.
-    fn task_init(&mut self, _tenant: TenantId, _params: &mut TaskParams) -> Result<(), String> {
-        Ok(())
-    }
-    /// A tenant left.
-    fn task_destroy(&mut self, _tenant: TenantId) {}
-    /// The slice to give `tenant` now.
-    fn timeslice(&mut self, _tenant: TenantId, default: Nanos) -> Nanos {
-        default
-    }
-}
-
 /// The hooks that do nothing: the built-in policies alone decide.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NoHooks;
 impl MemoryHooks for NoHooks {}
-impl SchedHooks for NoHooks {}
 
 /// Runs `evict_prepare` and keeps its order only if it is a permutation of the input.
 ///
@@ -71,11 +44,6 @@ pub fn evict_order(hooks: &mut dyn MemoryHooks, candidates: &mut Vec<ChunkId>) -
     }
 }
 
-/// Runs the `timeslice` hook and clamps its answer to 1 µs ..= [`MAX_TIMESLICE`].
-pub fn timeslice(hooks: &mut dyn SchedHooks, tenant: TenantId, default: Nanos) -> Nanos {
-    hooks.timeslice(tenant, default).clamp(1_000, MAX_TIMESLICE)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,13 +61,6 @@ mod tests {
             c.push(ChunkId(999));
         }
     }
-    struct Greedy;
-    impl SchedHooks for Greedy {
-        fn timeslice(&mut self, _: TenantId, _: Nanos) -> Nanos {
-            u64::MAX
-        }
-    }
-
     #[test]
     fn reorder_is_kept_loss_is_refused() {
         let mut c = vec![ChunkId(1), ChunkId(2), ChunkId(3)];
@@ -107,11 +68,5 @@ mod tests {
         assert_eq!(c, vec![ChunkId(3), ChunkId(2), ChunkId(1)]);
         assert!(!evict_order(&mut Drops, &mut c));
         assert_eq!(c, vec![ChunkId(3), ChunkId(2), ChunkId(1)]);
-    }
-
-    #[test]
-    fn timeslice_is_clamped() {
-        assert_eq!(timeslice(&mut Greedy, TenantId(0), 5), MAX_TIMESLICE);
-        assert_eq!(timeslice(&mut NoHooks, TenantId(0), 5), 1_000);
     }
 }
