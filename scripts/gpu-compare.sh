@@ -3,12 +3,13 @@
 # against a baseline on the same machine:
 #
 #   bash scripts/gpu-compare.sh [LEVELS]        (default: 100,200,300)
+#   LAUNCH=0 bash scripts/gpu-compare.sh 300    (skips the per-launch cost)
 #
 # Needs the baseline's binaries in .gpu-bin-base/ (gmux and libgmux.so of the build to
 # compare with) and this build's in .gpu-bin/ (scripts/gpu-pack.sh); carry both. Runs
 # `gmux bench msched-micro --systems gmux` under the baseline, then `--systems
 # in-hbm,gmux` under this build, each level with a 25 s warm-up and a 10 s window
-# (about 50 s a run, 7-8 minutes for three levels). Throughput of both builds is
+# (about 50 s a run: two levels fit one 10-minute device call). Throughput of both builds is
 # normalized to this run's in-hbm figures. JSON and tables go to $OUT; the summary is
 # printed last and written to $OUT/compare-summary.txt.
 set -uo pipefail
@@ -22,7 +23,7 @@ rm -rf "$WORK" && mkdir -p "$WORK"
 
 # Per-launch cost first (a minute): native, then each build, alternating, twice.
 : >"$OUT/compare-launch.txt"
-for round in 1 2; do
+[[ ${LAUNCH:-1} == 0 ]] || for round in 1 2; do
   for who in native base new; do
     case $who in
       native) cmd=(python3 gpu/launch_loop.py) ;;

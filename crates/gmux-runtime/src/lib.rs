@@ -117,6 +117,8 @@ pub struct TenantMemory<D: Device> {
     limit: u64,
     /// Bytes counted against the limit that this memory does not move (managed memory).
     outside: u64,
+    /// Bytes the application asked for, live allocations.
+    allocated: u64,
     /// Populations that may still be under way, oldest first.
     landing: VecDeque<Landing<D::Stream>>,
     /// Released commands, the forecast for OPT eviction.
@@ -147,6 +149,7 @@ impl<D: Device> TenantMemory<D> {
             tick: 0,
             limit: limit / CHUNK_BYTES * CHUNK_BYTES,
             outside: 0,
+            allocated: 0,
             landing: VecDeque::new(),
             history: History::new(HISTORY_KEEP, HISTORY_WINDOW),
             settings,
@@ -193,7 +196,7 @@ impl<D: Device> TenantMemory<D> {
 
     /// Bytes the application asked for, all allocations.
     pub fn allocated(&self) -> u64 {
-        self.mem.allocs().map(|(_, a)| a.bytes).sum()
+        self.allocated
     }
 
     /// Live allocations, oldest first.
@@ -216,7 +219,8 @@ impl<D: Device> TenantMemory<D> {
         let id = self.mem.allocate(self.tenant, bytes).map_err(|_| Error::ZeroBytes)?;
         let count = self.mem.alloc(id).expect("just allocated").count;
         self.missing.insert(id, count);
-        self.stats.peak_allocated = self.stats.peak_allocated.max(self.allocated());
+        self.allocated += bytes;
+        self.stats.peak_allocated = self.stats.peak_allocated.max(self.allocated);
         Ok(id)
     }
 
@@ -233,7 +237,7 @@ impl<D: Device> TenantMemory<D> {
         for c in alloc.chunks() {
             self.dev.forget(c);
         }
-        self.mem.free(a).expect("live allocation");
+        self.allocated -= self.mem.free(a).expect("live allocation").bytes;
         self.missing.remove(&a);
         self.alloc_tick.remove(&a);
         for l in &mut self.landing {

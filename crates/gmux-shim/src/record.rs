@@ -19,10 +19,13 @@ use crate::cuda::*;
 use crate::inflight::StreamKey;
 use crate::state::{Shim, WorkingSet};
 use gmux_core::AllocId;
-use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::Write;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+mod line;
+pub use line::VERSION;
+use line::{kind_of, Line, Range};
 
 /// Timed commands in the queue before its front is polled.
 const POLL: usize = 64;
@@ -31,47 +34,7 @@ const MAX_PENDING: usize = 1 << 14;
 /// Bytes of whole lines buffered before a write.
 const BUFFER: usize = 1 << 16;
 
-/// The trace format version written (docs/trace-format.md).
-pub const VERSION: u32 = 1;
-
-/// One line of the trace, as gmux-sim's `trace::Record` reads it.
-#[derive(Serialize)]
-#[serde(tag = "t", rename_all = "snake_case")]
-enum Line<'a> {
-    Header {
-        version: u32,
-        chunk_bytes: u64,
-    },
-    Alloc {
-        tenant: &'a str,
-        id: u32,
-        bytes: u64,
-    },
-    Cmd {
-        tenant: &'a str,
-        stream: u32,
-        kind: &'static str,
-        name: &'a str,
-        dur_us: f64,
-        ws: &'a [Range],
-        #[serde(skip_serializing_if = "std::ops::Not::not")]
-        task_end: bool,
-    },
-    Free {
-        tenant: &'a str,
-        id: u32,
-    },
-}
-
-/// A whole allocation in a command's working set.
-#[derive(Serialize, Clone, Copy, Debug, PartialEq)]
-struct Range {
-    alloc: u32,
-    off: u64,
-    len: u64,
-}
-
-/// A command's two timing events, recorded around the real call.
+/// A command's two timing events, recorded before and after the real call.
 pub struct Timing {
     events: Option<(CUevent, CUevent)>,
     stream: StreamKey,
@@ -210,17 +173,6 @@ pub fn finish() {
     let untimed = std::mem::take(&mut r.untimed);
     if untimed > 0 {
         crate::log!(Warn, "{untimed} of {} commands recorded in {} have no measured duration (dur_us 0): their timing events failed", r.commands, r.path);
-    }
-}
-
-/// The trace kind of a command made through entry point `entry`.
-fn kind_of(entry: &str) -> &'static str {
-    match entry {
-        e if e.contains("Kernel") => "kernel",
-        e if e.contains("Memset") || e.contains("WriteValue") => "memset",
-        e if e.contains("Graph") => "graph",
-        e if e.contains("WaitValue") => "event",
-        _ => "memcpy",
     }
 }
 
@@ -408,32 +360,4 @@ fn elapsed_ms(start: CUevent, end: CUevent) -> Option<f32> {
         None => crate::real!(cuEventElapsedTime(&mut ms, start, end)),
     };
     (r == CUDA_SUCCESS && ms.is_finite()).then_some(ms)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kinds_follow_the_entry_point() {
-        assert_eq!(kind_of("cuLaunchKernelEx_ptsz"), "kernel");
-        assert_eq!(kind_of("cuLaunchCooperativeKernel"), "kernel");
-        assert_eq!(kind_of("cuMemsetD2D8Async"), "memset");
-        assert_eq!(kind_of("cuStreamWriteValue64_v2"), "memset");
-        assert_eq!(kind_of("cuMemcpyHtoDAsync_v2"), "memcpy");
-        assert_eq!(kind_of("cuGraphLaunch"), "graph");
-        assert_eq!(kind_of("cuStreamWaitValue32"), "event");
-    }
-
-    #[test]
-    fn lines_have_the_trace_format() {
-        let ws = [Range { alloc: 3, off: 0, len: 4096 }];
-        let cmd = Line::Cmd { tenant: "app", stream: 1, kind: "kernel", name: "add", dur_us: 12.5, ws: &ws, task_end: false };
-        assert_eq!(
-            serde_json::to_string(&cmd).unwrap(),
-            r#"{"t":"cmd","tenant":"app","stream":1,"kind":"kernel","name":"add","dur_us":12.5,"ws":[{"alloc":3,"off":0,"len":4096}]}"#
-        );
-        let h = Line::Header { version: VERSION, chunk_bytes: 2 << 20 };
-        assert_eq!(serde_json::to_string(&h).unwrap(), r#"{"t":"header","version":1,"chunk_bytes":2097152}"#);
-    }
 }

@@ -179,7 +179,7 @@ impl Shared {
 }
 
 /// Listens on `path` until stopped.
-pub fn serve(path: &Path, mut settings: Settings, opts: &Options) -> Result<(), Failure> {
+pub fn serve(path: &Path, settings: Settings, opts: &Options) -> Result<(), Failure> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         rundir::ensure_dir(dir, opts.group).map_err(Failure::Runtime)?;
     }
@@ -187,41 +187,13 @@ pub fn serve(path: &Path, mut settings: Settings, opts: &Options) -> Result<(), 
     super::log::start();
     rundir::clear_stale(path, &held).map_err(Failure::Runtime)?;
     let jpath = journal::path_for(path);
-    let boot = journal::boot_id();
-    let kept = journal::load(&jpath, &boot).map_err(Failure::Runtime)?;
-    for s in &kept.skipped {
-        say(&format!("{}: skipped {s}", jpath.display()));
-    }
-    if let (true, Some(k)) = (opts.resume, &kept.settings) {
-        settings = k.clone();
-    }
-    let mut d = Arbiter::with(&settings);
-    let orphans: Vec<(u32, u64, String)> =
-        kept.procs.into_iter().filter(|(pid, (start, _))| super::procfs::runs(*pid, *start)).map(|(pid, (start, t))| (pid, start, t)).collect();
-    for w in d.restore(&kept.tenants, orphans) {
-        say(&w);
-    }
-    let started = Entry::Start { boot, settings: settings.clone() };
-    let journal = Journal::create(&jpath, &whole(&started, &d)).map_err(Failure::Runtime)?;
+    let (d, started, journal) = take_over(&jpath, settings, opts.resume)?;
     let listener = std::os::unix::net::UnixListener::bind(path).map_err(|e| Failure::Runtime(format!("cannot listen on {}: {e}", path.display())))?;
     if let Some(gid) = opts.group {
         rundir::share(path, gid, 0o660).map_err(Failure::Runtime)?;
     }
     listener.set_nonblocking(true).map_err(|e| Failure::Runtime(e.to_string()))?;
-    eprintln!(
-        "gmuxd: serving {} (pid {}): budget {}, host {}, policy {}, switch {:?}{}",
-        path.display(),
-        std::process::id(),
-        d.settings.hbm.map_or("device".into(), format_size),
-        d.settings.host.map_or("unlimited".into(), format_size),
-        d.policy_name(),
-        d.settings.switch,
-        if d.recovering() {
-            format!("; {} processes of the previous daemon may still hold memory: nobody grows until they register again or exit", d.awaited().count())
-        } else {
-            String::new()
-        }
-    );
+    announce(path, &d);
     let awaited: Vec<(u32, u64)> = d.awaited().map(|(pid, start, _)| (pid, start)).collect();
     let shared = Arc::new(Shared {
         d: Mutex::new(d),
@@ -266,6 +238,46 @@ pub fn serve(path: &Path, mut settings: Settings, opts: &Options) -> Result<(), 
     super::log::flush();
     drop(held);
     served
+}
+
+/// The arbiter that takes over from the daemon whose journal is at `jpath` (its settings
+/// too with `resume`), with its journal's first entry and the journal it goes on with.
+fn take_over(jpath: &Path, mut settings: Settings, resume: bool) -> Result<(Arbiter, Entry, Journal), Failure> {
+    let boot = journal::boot_id();
+    let kept = journal::load(jpath, &boot).map_err(Failure::Runtime)?;
+    for s in &kept.skipped {
+        say(&format!("{}: skipped {s}", jpath.display()));
+    }
+    if let (true, Some(k)) = (resume, &kept.settings) {
+        settings = k.clone();
+    }
+    let mut d = Arbiter::with(&settings);
+    let orphans: Vec<(u32, u64, String)> =
+        kept.procs.into_iter().filter(|(pid, (start, _))| super::procfs::runs(*pid, *start)).map(|(pid, (start, t))| (pid, start, t)).collect();
+    for w in d.restore(&kept.tenants, orphans) {
+        say(&w);
+    }
+    let started = Entry::Start { boot, settings };
+    let journal = Journal::create(jpath, &whole(&started, &d)).map_err(Failure::Runtime)?;
+    Ok((d, started, journal))
+}
+
+/// The line that says the daemon serves, and how.
+fn announce(path: &Path, d: &Arbiter) {
+    eprintln!(
+        "gmuxd: serving {} (pid {}): budget {}, host {}, policy {}, switch {:?}{}",
+        path.display(),
+        std::process::id(),
+        d.settings.hbm.map_or("device".into(), format_size),
+        d.settings.host.map_or("unlimited".into(), format_size),
+        d.policy_name(),
+        d.settings.switch,
+        if d.recovering() {
+            format!("; {} processes of the previous daemon may still hold memory: nobody grows until they register again or exit", d.awaited().count())
+        } else {
+            String::new()
+        }
+    );
 }
 
 /// The whole journal of `d`: its first line, then everything a daemon after it must know.
