@@ -4,6 +4,7 @@
 #
 #   bash scripts/gpu-compare.sh [LEVELS]        (default: 100,200,300)
 #   LAUNCH=0 bash scripts/gpu-compare.sh 300    (skips the per-launch cost)
+#   BASE=0 LAUNCH=0 bash scripts/gpu-compare.sh 100,150,200,300   (this build alone)
 #
 # Needs the baseline's binaries in .gpu-bin-base/ (gmux and libgmux.so of the build to
 # compare with) and this build's in .gpu-bin/ (scripts/gpu-pack.sh); carry both. Runs
@@ -35,7 +36,9 @@ rm -rf "$WORK" && mkdir -p "$WORK"
   done
 done
 
-for build in base new; do
+builds="base new"
+[[ ${BASE:-1} == 0 ]] && builds=new
+for build in $builds; do
   bin=.gpu-bin
   systems=in-hbm,gmux
   if [[ $build == base ]]; then bin=.gpu-bin-base systems=gmux; fi
@@ -49,6 +52,14 @@ for build in base new; do
   echo "   exit $?"
   tail -n 12 "$OUT/compare-$build.txt"
   cp "$WORK/$build/msched-micro.json" "$OUT/compare-$build.json" 2>/dev/null
+done
+
+# The traces this build's gmux runs recorded, for replay in the simulator
+# (gmux sim on a scenario naming them; see crates/gmux/src/bench/micro.rs).
+for t in "$WORK"/new/L*.vecadd-0.trace.jsonl; do
+  [[ -f $t ]] || continue
+  level=$(basename "$t" .vecadd-0.trace.jsonl)
+  tar czf "$OUT/traces-$level.tgz" -C "$WORK/new" $(cd "$WORK/new" && ls "$level".*.trace.jsonl)
 done
 
 python3 - "$OUT" <<'EOF' | tee "$OUT/compare-summary.txt"

@@ -11,6 +11,7 @@
 
 mod execute;
 mod prepare;
+pub mod switch;
 mod tenancy;
 mod working_set;
 

@@ -10,7 +10,6 @@
 
 mod connect;
 mod gate;
-mod switch;
 
 use crate::config::config;
 use crate::driver::{CudaError, OwnedEvent};
@@ -18,12 +17,12 @@ use crate::log::stamp;
 use crate::state::ShimError;
 use gmux_core::protocol::{Fill, FromShim, Grant};
 use gmux_core::size::format_size;
+use gmux_runtime::switch::{Action, Edge, Switch, View};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
-use switch::{Action, Edge, Switch, View};
 
 pub use gate::{gate, wait_grant};
 

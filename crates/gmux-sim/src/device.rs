@@ -25,6 +25,8 @@ pub struct SimDevice {
     ready_at: HashMap<ChunkId, f64>,
     /// When the application work that this batch's eviction copies wait for is done.
     evict_not_before: f64,
+    /// When the last work issued on each copy stream (evict, populate) is done.
+    stream_done: [f64; 2],
     next_phys: u64,
     at: f64,
 }
@@ -54,6 +56,7 @@ impl SimDevice {
             event_time: Vec::new(),
             ready_at: HashMap::new(),
             evict_not_before: 0.0,
+            stream_done: [0.0; 2],
             next_phys: 0,
             at: 0.0,
         }
@@ -76,10 +79,20 @@ impl SimDevice {
             let r = self.ready_at.entry(c).or_insert(0.0);
             *r = r.max(t);
         }
+        for (s, last) in self.stream_last.iter().enumerate() {
+            if let Some(i) = last {
+                self.stream_done[s] = self.stream_done[s].max(done[*i]);
+            }
+        }
         self.batch.clear();
         self.evict_not_before = 0.0;
         self.phys_free.clear();
         self.stream_last = [None, None];
+    }
+
+    /// When the work issued so far on `stream` is done (after the flush of its batch).
+    pub fn stream_done(&self, stream: CopyStream) -> f64 {
+        self.stream_done[stream as usize].max(self.at)
     }
 
     /// When `event` completed (after the flush of its batch).

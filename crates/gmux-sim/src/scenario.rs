@@ -114,7 +114,7 @@ fn tier_order() -> Vec<PlacementKind> {
 }
 
 /// Names accepted in `systems`.
-pub const SYSTEMS: [&str; 6] = ["in-hbm", "um", "xsched-um", "gmux-alloc", "gmux-exact", "ideal"];
+pub const SYSTEMS: [&str; 7] = ["in-hbm", "um", "xsched-um", "gmux-alloc", "gmux-exact", "gmuxd", "ideal"];
 
 fn system(name: &str) -> Option<System> {
     Some(match name {
@@ -123,6 +123,7 @@ fn system(name: &str) -> Option<System> {
         "xsched-um" => System::XschedUm,
         "gmux-alloc" => System::GmuxAlloc,
         "gmux-exact" => System::GmuxExact,
+        "gmuxd" => System::Gmuxd,
         _ => return None,
     })
 }

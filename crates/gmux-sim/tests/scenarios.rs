@@ -105,3 +105,23 @@ fn bad_scenarios_are_refused_with_the_fix() {
     let msg = load_scenario(Path::new("/nonexistent/x.toml")).unwrap_err().to_string();
     assert!(msg.contains("check the path"), "{msg}");
 }
+
+/// The daemon's own arbiter over per-process runtimes: nothing moves when everything
+/// fits, and over the budget the processes never hold more than it together (the run
+/// fails otherwise) while the switches move memory.
+#[test]
+fn gmuxd_runs_the_real_decisions_within_the_budget() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/msched-micro.toml");
+    let mut s = load_scenario(&path).unwrap();
+    s.file.duration = "3s".into();
+    s.file.systems = vec!["in-hbm".into(), "gmuxd".into()];
+    s.file.subscriptions = vec![100.0, 300.0];
+    let r = run(&s, &mut |_| {}).unwrap();
+    let fits = row(&r, "gmuxd", "", Some(100.0));
+    assert!(fits.throughput_norm.unwrap() >= 0.98, "gmuxd at 100%: {:?}", fits.throughput_norm);
+    assert_eq!(fits.bytes_h2d, 0, "nothing migrates when everything fits");
+    let over = row(&r, "gmuxd", "", Some(300.0));
+    let t = over.throughput_norm.unwrap();
+    assert!((0.1..0.9).contains(&t), "gmuxd at 300%: {t}");
+    assert!(over.bytes_h2d > 16 << 30, "switches bring memory in: {} B", over.bytes_h2d);
+}

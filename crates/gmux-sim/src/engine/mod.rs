@@ -59,6 +59,9 @@ struct Engine<'a> {
 
 /// Runs one configuration to its end.
 pub fn run(mut spec: RunSpec) -> Result<Outcome, String> {
+    if spec.system == System::Gmuxd {
+        return crate::gmuxd::run(spec);
+    }
     let setups = std::mem::take(&mut spec.tenants);
     let mut caps = spec.caps;
     if spec.system == System::InHbm {

@@ -20,6 +20,8 @@ pub enum System {
     GmuxAlloc,
     /// gmux with exact working sets.
     GmuxExact,
+    /// gmux as gmuxd and the shim run it: the daemon's arbiter over per-process runtimes.
+    Gmuxd,
 }
 
 impl System {
@@ -31,6 +33,7 @@ impl System {
             System::XschedUm => "xsched-um",
             System::GmuxAlloc => "gmux-alloc",
             System::GmuxExact => "gmux-exact",
+            System::Gmuxd => "gmuxd",
         }
     }
 

@@ -50,9 +50,11 @@ struct Row {
     bytes_d2h: u64,
     /// Bytes migrated (both ways) per unit of work, all tenants.
     bytes_per_task: Option<f64>,
-    /// From the simulator on the recorded traces (gmux rows only).
+    /// From the simulator on the recorded traces (gmux rows only): the OPT bound, the
+    /// planner-level model of gmux, and gmuxd's own decisions over per-process runtimes.
     ideal_norm: Option<f64>,
     sim_gmux_norm: Option<f64>,
+    sim_gmuxd_norm: Option<f64>,
     failed: Vec<String>,
 }
 
@@ -71,7 +73,7 @@ pub fn run(a: &MicroArgs) -> Result<(), Failure> {
             let mut row = one_run(&lab, a, level, gib, system)?;
             if system == "gmux" {
                 match ideal(&lab, a, level) {
-                    Ok((ideal, sim)) => (row.ideal_norm, row.sim_gmux_norm) = (Some(ideal), Some(sim)),
+                    Ok((ideal, sim, simd)) => (row.ideal_norm, row.sim_gmux_norm, row.sim_gmuxd_norm) = (Some(ideal), Some(sim), Some(simd)),
                     Err(e) => eprintln!("gmux bench: level {level}%: no ideal bound: {}", e.message()),
                 }
             }
@@ -194,15 +196,16 @@ fn one_run(lab: &Lab, a: &MicroArgs, level: u32, gib: f64, system: &str) -> Resu
         bytes_per_task: (units > 0.0).then(|| (h2d + d2h) as f64 / units),
         ideal_norm: None,
         sim_gmux_norm: None,
+        sim_gmuxd_norm: None,
         failed,
     })
 }
 
-/// The simulator on the traces recorded at `level`: (ideal, gmux-exact) throughput,
-/// each normalized to the simulated in-HBM run of the same traces.
-fn ideal(lab: &Lab, a: &MicroArgs, level: u32) -> Result<(f64, f64), Failure> {
+/// The simulator on the traces recorded at `level`: (ideal, gmux-exact, gmuxd)
+/// throughput, each normalized to the simulated in-HBM run of the same traces.
+fn ideal(lab: &Lab, a: &MicroArgs, level: u32) -> Result<(f64, f64, f64), Failure> {
     let mut toml = format!(
-        "description = \"msched-micro traces at {level}%\"\nduration = \"10s\"\ngpu = \"{}\"\nsystems = [\"in-hbm\", \"gmux-exact\", \"ideal\"]\n",
+        "description = \"msched-micro traces at {level}%\"\nduration = \"10s\"\ngpu = \"{}\"\nsystems = [\"in-hbm\", \"gmux-exact\", \"gmuxd\", \"ideal\"]\n",
         a.budget
     );
     for (name, _) in TENANTS {
@@ -221,20 +224,21 @@ fn ideal(lab: &Lab, a: &MicroArgs, level: u32) -> Result<(f64, f64), Failure> {
     let get = |s: &str| {
         report.results.iter().find(|r| r.system == s).and_then(|r| r.throughput_norm).ok_or_else(|| Failure::Runtime(format!("replay has no {s} row")))
     };
-    Ok((get("ideal")?, get("gmux-exact")?))
+    Ok((get("ideal")?, get("gmux-exact")?, get("gmuxd")?))
 }
 
 fn table(rows: &[Row]) -> String {
     let f = |v: Option<f64>, d: usize| v.map_or("-".to_string(), |x| format!("{x:.d$}"));
     let mut s = format!(
-        "{:<6} {:<7} {:>10} {:>12} {:>8} {:>10} {:>10} {:>9}  {}\n",
-        "level", "system", "throughput", "GiB/task", "ideal", "vs ideal", "sim gmux", "sim err", "failed"
+        "{:<6} {:<7} {:>10} {:>12} {:>8} {:>10} {:>10} {:>9} {:>10} {:>9}  {}\n",
+        "level", "system", "throughput", "GiB/task", "ideal", "vs ideal", "sim gmux", "sim err", "sim gmuxd", "err", "failed"
     );
     for r in rows {
         let vs_ideal = r.throughput_norm.zip(r.ideal_norm).map(|(t, i)| t / i);
         let err = r.throughput_norm.zip(r.sim_gmux_norm).map(|(t, p)| (p - t).abs() / t * 100.0);
+        let errd = r.throughput_norm.zip(r.sim_gmuxd_norm).map(|(t, p)| (p - t).abs() / t * 100.0);
         s += &format!(
-            "{:<6} {:<7} {:>10} {:>12} {:>8} {:>10} {:>10} {:>8}%  {}\n",
+            "{:<6} {:<7} {:>10} {:>12} {:>8} {:>10} {:>10} {:>8}% {:>10} {:>8}%  {}\n",
             format!("{}%", r.level),
             r.system,
             f(r.throughput_norm, 3),
@@ -243,6 +247,8 @@ fn table(rows: &[Row]) -> String {
             f(vs_ideal, 3),
             f(r.sim_gmux_norm, 3),
             f(err, 1),
+            f(r.sim_gmuxd_norm, 3),
+            f(errd, 1),
             r.failed.join(", ")
         );
     }
@@ -253,5 +259,5 @@ fn table(rows: &[Row]) -> String {
             s += &format!("level {l}%: gmux / whole-tenant swap = {:.2}x\n", g / w);
         }
     }
-    s + "throughput: mean over the four tenants of kernels/s over the same tenant's kernels/s natively in GPU memory (in-hbm)\nideal, sim gmux: the simulator on the traces gmux recorded at that level"
+    s + "throughput: mean over the four tenants of kernels/s over the same tenant's kernels/s natively in GPU memory (in-hbm)\nideal, sim gmux, sim gmuxd: the simulator on the traces gmux recorded at that level (sim gmuxd runs the daemon's and the runtime's own code)"
 }

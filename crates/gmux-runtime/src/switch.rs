@@ -1,4 +1,4 @@
-//! The shim's side of a context switch, as a state machine without threads or CUDA:
+//! A process's side of a context switch, as a state machine without threads or devices:
 //! given the daemon's grant and the memory's state, what the agent does next, and which
 //! step's copies it waits for. `E` is an event after a step's copies; dropping one
 //! destroys it.
@@ -70,7 +70,7 @@ enum Phase<E> {
     Filling(Option<E>),
 }
 
-/// The shim's switch state.
+/// A process's switch state.
 #[derive(Debug)]
 pub struct Switch<E> {
     running: bool,

@@ -1,0 +1,219 @@
+//! A simulated tenant process: what the shim does on a GPU (each command made resident by
+//! gmux-runtime, then released; the host runs ahead of the GPU up to a bound, and waits
+//! at the end of each task) and what its agent does for the daemon (the switch state
+//! machine's shrink and fill steps), in simulated time.
+
+use super::device::ProcessDevice;
+use crate::engine::TenantOutcome;
+use crate::workload::{Command, Source};
+use gmux_core::device::CopyStream;
+use gmux_core::protocol::{Fill, Grant, ShimReport};
+use gmux_core::AllocId;
+use gmux_runtime::switch::{Action, Edge, Switch, View};
+use gmux_runtime::{Error, Settings, TenantMemory, WorkingSet};
+use std::collections::VecDeque;
+
+/// Most released, unfinished commands of a process (the shim's default bound).
+const INFLIGHT: usize = 256;
+/// Most steps the agent takes at one instant before it reports (it reports after each on a
+/// GPU; here the daemon sees the last).
+const STEPS_AT_ONCE: usize = 64;
+
+/// A released command: when it ends on the GPU and whether it ends a task.
+#[derive(Debug, Clone, Copy)]
+struct Released {
+    end: f64,
+    task_end: bool,
+}
+
+/// One tenant's process.
+pub struct Process {
+    mem: TenantMemory<ProcessDevice>,
+    allocs: Vec<AllocId>,
+    source: Box<dyn Source>,
+    next: Option<Command>,
+    grant: Grant,
+    generation: u64,
+    /// Launches may proceed.
+    open: bool,
+    switch: Switch<f64>,
+    /// The agent waits for copies until then.
+    agent_until: f64,
+    inflight: VecDeque<Released>,
+    finished: u64,
+    /// Bytes a command waits to have granted.
+    blocked: u64,
+    /// What it achieved.
+    pub out: TenantOutcome,
+    /// Why it stopped early.
+    pub failed: Option<String>,
+}
+
+impl Process {
+    /// A process of `source` on `dev` under its first grant `g`; its allocations are made
+    /// at once, resident on first use.
+    pub fn new(dev: ProcessDevice, mut source: Box<dyn Source>, settings: Settings, g: Grant) -> Result<Self, String> {
+        let mut mem = TenantMemory::new(dev, g.cap, settings);
+        let allocs = source.allocs().iter().map(|a| mem.allocate(a.bytes).map_err(|e| format!("{e:?}"))).collect::<Result<Vec<_>, _>>()?;
+        let next = source.next();
+        let open = g.run && g.fill != Fill::Whole;
+        Ok(Process {
+            mem,
+            allocs,
+            source,
+            next,
+            grant: g,
+            generation: 0,
+            open,
+            switch: Switch::default(),
+            agent_until: 0.0,
+            inflight: VecDeque::new(),
+            finished: 0,
+            blocked: 0,
+            out: TenantOutcome::default(),
+            failed: None,
+        })
+    }
+
+    /// Takes grant `g`: a pause closes the gate before the next launch.
+    pub fn take(&mut self, g: Grant) {
+        self.open = g.run && (self.open || g.fill != Fill::Whole);
+        self.grant = g;
+        self.generation += 1;
+    }
+
+    /// Bytes copied host to device and back so far.
+    pub fn bytes_moved(&self) -> (u64, u64) {
+        let m = self.mem.stats.moved;
+        (m.populated * gmux_core::CHUNK_BYTES, m.evicted * gmux_core::CHUNK_BYTES)
+    }
+
+    /// Retires the commands done by `now`, counting the tasks that end by `until`.
+    pub fn retire(&mut self, now: f64, until: f64) {
+        while let Some(c) = self.inflight.front().copied().filter(|c| c.end <= now) {
+            self.inflight.pop_front();
+            self.finished += 1;
+            if c.task_end && c.end <= until {
+                self.out.tasks += 1;
+            }
+        }
+    }
+
+    /// The agent's steps at `now`, as long as each leaves more to do at once.
+    pub fn agent(&mut self, now: f64) -> Result<(), String> {
+        for _ in 0..STEPS_AT_ONCE {
+            if self.agent_until > now || !self.agent_step(now)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// One move of the switch state machine; returns whether another follows at once.
+    fn agent_step(&mut self, now: f64) -> Result<bool, String> {
+        self.mem.dev.begin(now);
+        if let Some(Edge::Out { released: released @ 1.. }) = self.switch.observe(self.grant.run, self.mem.stats.commands) {
+            let slices = &mut self.mem.stats.slices;
+            slices.rotate_right(1);
+            slices[0] = released;
+        }
+        let g = self.grant;
+        let mut view =
+            View { cap: g.cap, fill: g.fill, generation: self.generation, limit: self.mem.limit(), resident: self.mem.resident(), held: self.mem.held() };
+        if let Some(limit) = self.switch.raise(&view) {
+            self.mem.set_limit(limit);
+            view.limit = limit;
+        }
+        let fence: Vec<f64> = self.inflight.back().map(|c| c.end).into_iter().collect();
+        match self.switch.next(&view) {
+            Action::Rest => Ok(false),
+            Action::Shrink { cap } => {
+                let more = self.mem.shrink_step(cap, || fence).map_err(|e| format!("{e:?}"))?;
+                let done = self.mem.dev.stream_done(CopyStream::Evict);
+                Ok(match self.switch.shrunk(more, done) {
+                    Some(t) => {
+                        self.agent_until = t;
+                        more || self.mem.limit() != cap
+                    }
+                    None => true,
+                })
+            }
+            Action::Drain(t) => {
+                self.agent_until = t;
+                Ok(true)
+            }
+            Action::Fill { whole } => {
+                let step = self.mem.fill_step(whole, || fence).map_err(|e| format!("{e:?}"))?;
+                let (more, done) = match step {
+                    None => (false, None),
+                    Some(more) => (more, Some(self.mem.dev.stream_done(CopyStream::Populate))),
+                };
+                let (wait, complete) = self.switch.filled(more, done, self.generation);
+                if let Some(t) = wait {
+                    self.agent_until = t;
+                }
+                if complete && whole {
+                    self.open = self.grant.run;
+                }
+                Ok(more)
+            }
+        }
+    }
+
+    /// Releases what the gate, the grant and the in-flight bound allow at `now`; the GPU
+    /// runs one command at a time, the next from `gpu_free`.
+    pub fn issue(&mut self, now: f64, gpu_free: &mut f64) -> Result<(), String> {
+        while self.open && self.failed.is_none() && self.inflight.len() < INFLIGHT && !self.inflight.back().is_some_and(|c| c.task_end) {
+            let Some(cmd) = self.next.take() else { return Ok(()) };
+            if self.blocked > self.grant.cap {
+                self.next = Some(cmd);
+                return Ok(());
+            }
+            self.blocked = 0;
+            let mut ids: Vec<AllocId> = cmd.ws.iter().map(|a| self.allocs[a.alloc]).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            let ws = WorkingSet::Allocs(ids);
+            let sig = self.mem.signature(0, &ws);
+            self.mem.dev.begin(now);
+            let fence: Vec<f64> = self.inflight.back().map(|c| c.end).into_iter().collect();
+            let cap = self.grant.cap;
+            match self.mem.prepare(&ws, Some(0), sig, || Some(cap), || fence) {
+                Ok(events) => {
+                    let ready = events.iter().map(|e| self.mem.dev.time(*e)).fold(now, f64::max);
+                    let start = ready.max(*gpu_free).max(cmd.arrival_ns.unwrap_or(0.0));
+                    let end = start + cmd.duration_ns;
+                    *gpu_free = end;
+                    self.inflight.push_back(Released { end, task_end: cmd.task_end });
+                    self.mem.released(&ws, sig);
+                    self.next = self.source.next();
+                }
+                Err(Error::NoRoom { need, .. }) if need <= self.grant.most => {
+                    self.blocked = need;
+                    self.next = Some(cmd);
+                    return Ok(());
+                }
+                Err(e) => {
+                    self.failed = Some(format!("{e:?}"));
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The report its agent sends.
+    pub fn report(&mut self) -> ShimReport {
+        let mut r = self.mem.report(self.blocked, !self.inflight.is_empty(), self.finished);
+        r.grant = self.grant.seq;
+        r.waiting = self.blocked > 0 || (!self.open && self.next.is_some());
+        r
+    }
+
+    /// The next instant after `now` at which something of this process happens by itself.
+    pub fn next_event(&self, now: f64) -> Option<f64> {
+        let agent = Some(self.agent_until).filter(|t| *t > now);
+        let command = self.inflight.front().map(|c| c.end).filter(|t| *t > now);
+        agent.into_iter().chain(command).reduce(f64::min)
+    }
+}
