@@ -5,6 +5,7 @@
 #   bash scripts/gpu-compare.sh [LEVELS]        (default: 100,200,300)
 #   LAUNCH=0 bash scripts/gpu-compare.sh 300    (skips the per-launch cost)
 #   BASE=0 LAUNCH=0 bash scripts/gpu-compare.sh 100,150,200,300   (this build alone)
+#   LAUNCH_ROUNDS=4 bash scripts/gpu-compare.sh none              (per-launch cost alone)
 #
 # Needs the baseline's binaries in .gpu-bin-base/ (gmux and libgmux.so of the build to
 # compare with) and this build's in .gpu-bin/ (scripts/gpu-pack.sh); carry both. Runs
@@ -24,7 +25,7 @@ rm -rf "$WORK" && mkdir -p "$WORK"
 
 # Per-launch cost first (a minute): native, then each build, alternating, twice.
 : >"$OUT/compare-launch.txt"
-[[ ${LAUNCH:-1} == 0 ]] || for round in 1 2; do
+[[ ${LAUNCH:-1} == 0 ]] || for round in $(seq "${LAUNCH_ROUNDS:-2}"); do
   for who in native base new; do
     case $who in
       native) cmd=(python3 gpu/launch_loop.py) ;;
@@ -38,6 +39,7 @@ done
 
 builds="base new"
 [[ ${BASE:-1} == 0 ]] && builds=new
+[[ $LEVELS == none ]] && builds=""
 for build in $builds; do
   bin=.gpu-bin
   systems=in-hbm,gmux
@@ -85,7 +87,7 @@ for line in open(f"{out}/compare-launch.txt"):
     if m:
         launch.setdefault(m.group(1), []).append(float(m.group(2)))
 best = {k: min(v) for k, v in launch.items()}
-print("per launch (torch.add of 1 MiB, best of 2 runs, each the median of 7 rounds of 20000):",
+print(f"per launch (torch.add of 1 MiB, best of {max(map(len, launch.values()), default=0)} runs, each the median of 7 rounds of 20000):",
       ", ".join(f"{k} {v:.2f} us" for k, v in best.items()))
 if "base" in best and "new" in best:
     print(f"new / base per-launch time: {best['new'] / best['base']:.3f}")
