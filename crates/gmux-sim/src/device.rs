@@ -25,10 +25,12 @@ pub struct SimDevice {
     ready_at: HashMap<ChunkId, f64>,
     /// When the application work that this batch's eviction copies wait for is done.
     evict_not_before: f64,
-    /// When the last work issued on each copy stream (evict, populate) is done.
-    stream_done: [f64; 2],
+    /// When the last work issued on each queue's copy streams (evict, populate) is done.
+    stream_done: HashMap<(u32, usize), f64>,
     next_phys: u64,
     at: f64,
+    /// The lane queue of the calls now made (one per process).
+    queue: u32,
 }
 
 /// A device call that cannot happen in the model (a mover bug).
@@ -56,15 +58,21 @@ impl SimDevice {
             event_time: Vec::new(),
             ready_at: HashMap::new(),
             evict_not_before: 0.0,
-            stream_done: [0.0; 2],
+            stream_done: HashMap::new(),
             next_phys: 0,
             at: 0.0,
+            queue: 0,
         }
     }
 
     /// Starts a batch of calls issued at time `at`.
     pub fn begin(&mut self, at: f64) {
         self.at = at;
+    }
+
+    /// Puts the calls from now on in lane queue `queue` (a process's streams).
+    pub fn set_queue(&mut self, queue: u32) {
+        self.queue = queue;
     }
 
     /// Runs the queued batch; afterwards every event recorded in it has a time.
@@ -81,7 +89,8 @@ impl SimDevice {
         }
         for (s, last) in self.stream_last.iter().enumerate() {
             if let Some(i) = last {
-                self.stream_done[s] = self.stream_done[s].max(done[*i]);
+                let d = self.stream_done.entry((self.queue, s)).or_insert(0.0);
+                *d = d.max(done[*i]);
             }
         }
         self.batch.clear();
@@ -90,9 +99,10 @@ impl SimDevice {
         self.stream_last = [None, None];
     }
 
-    /// When the work issued so far on `stream` is done (after the flush of its batch).
+    /// When the work issued so far on `stream` of the current queue is done (after the
+    /// flush of its batch).
     pub fn stream_done(&self, stream: CopyStream) -> f64 {
-        self.stream_done[stream as usize].max(self.at)
+        self.stream_done.get(&(self.queue, stream as usize)).copied().unwrap_or(0.0).max(self.at)
     }
 
     /// When `event` completed (after the flush of its batch).
@@ -101,7 +111,7 @@ impl SimDevice {
     }
 
     fn push(&mut self, lane: Lane, bytes: u64, fixed_us: f64, deps: [Option<usize>; 2], earliest: f64) -> usize {
-        self.batch.push(Item { lane, bytes, fixed_ns: fixed_us * 1e3, deps, earliest: earliest.max(self.at) });
+        self.batch.push(Item { lane, queue: self.queue, bytes, fixed_ns: fixed_us * 1e3, deps, earliest: earliest.max(self.at) });
         self.batch.len() - 1
     }
 

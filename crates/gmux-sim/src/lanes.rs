@@ -1,10 +1,14 @@
-//! Copy engines, disk and the mover's control thread as a fluid model.
+//! Copy engines, disk and the driver-call threads as a fluid model.
 //!
-//! Each lane serves its items in order. Host→device and device→host share the link's
-//! full-duplex cap when both transfer at once. An item may wait for earlier items
-//! (a population waits for the eviction that frees its physical chunk).
+//! Each lane serves each of its queues in order (a queue is one process's stream: a
+//! CUDA stream runs its work in order, while another process's stream goes on beside it).
+//! The transfers under way on a lane share its rate, and host→device and device→host
+//! share the link's full-duplex cap when both transfer at once. An item may wait for
+//! earlier items (a population waits for the eviction that frees its physical chunk).
+//! With one queue this is a FIFO per lane.
 
 use crate::model::DeviceModel;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 /// A serial resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +32,8 @@ const LANES: usize = 5;
 pub struct Item {
     /// Where it runs.
     pub lane: Lane,
+    /// The queue of the lane it waits in (one per process).
+    pub queue: u32,
     /// Bytes to transfer (0 for driver calls).
     pub bytes: u64,
     /// Fixed latency before the transfer, ns.
@@ -38,95 +44,123 @@ pub struct Item {
     pub earliest: f64,
 }
 
-/// Lanes with the time each becomes free, carried from one batch to the next.
+/// A lane's queue: (lane, queue).
+type Key = (usize, u32);
+
+/// Lanes with the time each queue becomes free, carried from one batch to the next.
 #[derive(Debug, Clone, Default)]
 pub struct Lanes {
-    free_at: [f64; LANES],
+    free_at: HashMap<Key, f64>,
 }
+
+/// An item under way: its index, fixed latency left, bytes left.
+type Running = (usize, f64, f64);
 
 impl Lanes {
     /// Runs `items` from `start`; returns each item's completion time.
     pub fn schedule(&mut self, model: &DeviceModel, start: f64, items: &[Item]) -> Vec<f64> {
         let mut done = vec![f64::NAN; items.len()];
-        let mut queues: [std::collections::VecDeque<usize>; LANES] = Default::default();
+        let mut queues: BTreeMap<Key, VecDeque<usize>> = BTreeMap::new();
         for (i, it) in items.iter().enumerate() {
-            queues[it.lane as usize].push_back(i);
+            queues.entry((it.lane as usize, it.queue)).or_default().push_back(i);
         }
-        let mut cur: [Option<(usize, f64, f64)>; LANES] = [None; LANES];
+        let floor = self.free_at.clone();
+        let floor_of = |k: &Key| floor.get(k).copied().unwrap_or(0.0);
+        let mut cur: BTreeMap<Key, Running> = BTreeMap::new();
         let mut t = start;
-        let t_floor = self.free_at;
         loop {
-            for l in 0..LANES {
-                if cur[l].is_some() || t < t_floor[l] {
+            for (k, q) in queues.iter_mut() {
+                if cur.contains_key(k) || t < floor_of(k) {
                     continue;
                 }
-                if let Some(&i) = queues[l].front() {
+                if let Some(&i) = q.front() {
                     let it = &items[i];
-                    let deps_done = it.deps.iter().flatten().all(|&d| done[d] <= t);
-                    if deps_done && it.earliest <= t {
-                        queues[l].pop_front();
-                        cur[l] = Some((i, it.fixed_ns, it.bytes as f64));
+                    if it.deps.iter().flatten().all(|&d| done[d] <= t) && it.earliest <= t {
+                        q.pop_front();
+                        cur.insert(*k, (i, it.fixed_ns, it.bytes as f64));
                     }
                 }
             }
-            if cur.iter().all(Option::is_none) && queues.iter().all(|q| q.is_empty()) {
+            if cur.is_empty() && queues.values().all(VecDeque::is_empty) {
                 break;
             }
-            let rates = rates(model, &cur, &t_floor, t);
+            let rate = rates(model, &cur, &floor, t);
             let mut dt = f64::INFINITY;
-            for l in 0..LANES {
-                match cur[l] {
-                    Some((_, fixed, _)) if fixed > 0.0 => dt = dt.min(fixed),
-                    Some((_, _, bytes)) => dt = dt.min(bytes / rates[l]),
-                    None => {
-                        if let Some(&i) = queues[l].front() {
-                            let it = &items[i];
-                            let mut ready = it.earliest.max(t_floor[l]);
-                            for &d in it.deps.iter().flatten() {
-                                ready = ready.max(done[d]);
-                            }
-                            if ready > t {
-                                dt = dt.min(ready - t);
-                            }
-                        }
+            for (k, r) in &cur {
+                dt = dt.min(if r.1 > 0.0 { r.1 } else { r.2 / rate[k] });
+            }
+            for (k, q) in &queues {
+                if cur.contains_key(k) {
+                    continue;
+                }
+                if let Some(&i) = q.front() {
+                    let it = &items[i];
+                    let ready = it.deps.iter().flatten().fold(it.earliest.max(floor_of(k)), |r, &d| r.max(done[d]));
+                    if ready > t {
+                        dt = dt.min(ready - t);
                     }
+                }
+            }
+            // A transfer of an earlier batch on another queue that ends leaves its lane's
+            // rate to the transfers sharing it now.
+            for (k, until) in &floor {
+                if *until > t && cur.keys().any(|c| c.0 == k.0 && c.1 != k.1) {
+                    dt = dt.min(until - t);
                 }
             }
             assert!(dt.is_finite(), "mover lanes deadlocked: an item waits on one that never runs");
             t += dt;
-            for l in 0..LANES {
-                if let Some((i, fixed, bytes)) = cur[l].as_mut() {
-                    if *fixed > 0.0 {
-                        *fixed = (*fixed - dt).max(0.0);
-                        if *fixed <= 1e-9 {
-                            *fixed = 0.0;
-                        }
-                    } else {
-                        *bytes -= rates[l] * dt;
+            cur.retain(|k, (i, fixed, bytes)| {
+                if *fixed > 0.0 {
+                    *fixed = (*fixed - dt).max(0.0);
+                    if *fixed <= 1e-9 {
+                        *fixed = 0.0;
                     }
-                    if *fixed == 0.0 && *bytes <= 1e-6 {
-                        done[*i] = t;
-                        self.free_at[l] = t;
-                        cur[l] = None;
-                    }
+                } else {
+                    *bytes -= rate[k] * dt;
                 }
-            }
+                let finished = *fixed == 0.0 && *bytes <= 1e-6;
+                if finished {
+                    done[*i] = t;
+                    self.free_at.insert(*k, t);
+                }
+                !finished
+            });
         }
         done
     }
 }
 
-/// Rates now. A copy lane still busy with an earlier batch counts as moving, so that
-/// batches issued at different times also share the duplex cap.
-fn rates(m: &DeviceModel, cur: &[Option<(usize, f64, f64)>; LANES], busy_until: &[f64; LANES], t: f64) -> [f64; LANES] {
-    let moving = |l: Lane| matches!(cur[l as usize], Some((_, f, _)) if f == 0.0) || t < busy_until[l as usize];
+/// The rate of each queue's transfer now. The transfers on a lane share its rate, with
+/// a transfer of an earlier batch still under way on another queue counted as one; a copy
+/// lane still busy with an earlier batch counts as moving, so that batches issued at
+/// different times also share the duplex cap.
+fn rates(m: &DeviceModel, cur: &BTreeMap<Key, Running>, floor: &HashMap<Key, f64>, t: f64) -> HashMap<Key, f64> {
+    let mut sharing = [0u32; LANES];
+    for (k, r) in cur {
+        if r.1 == 0.0 {
+            sharing[k.0] += 1;
+        }
+    }
+    let mut earlier = [0u32; LANES];
+    let mut busy = [false; LANES];
+    for (k, until) in floor {
+        if t < *until {
+            busy[k.0] = true;
+            if !cur.contains_key(k) {
+                earlier[k.0] += 1;
+            }
+        }
+    }
+    let moving = |l: Lane| sharing[l as usize] > 0 || busy[l as usize];
     let (mut h2d, mut d2h) = (m.h2d_gbps, m.d2h_gbps);
     if moving(Lane::H2D) && moving(Lane::D2H) && h2d + d2h > m.duplex_gbps {
         let scale = m.duplex_gbps / (h2d + d2h);
         h2d *= scale;
         d2h *= scale;
     }
-    [h2d, d2h, m.disk_read_gbps, m.disk_write_gbps, 1.0]
+    let lane_rate = [h2d, d2h, m.disk_read_gbps, m.disk_write_gbps, 1.0];
+    cur.keys().map(|k| (*k, lane_rate[k.0] / f64::from((sharing[k.0] + earlier[k.0]).max(1)))).collect()
 }
 
 #[cfg(test)]
@@ -134,7 +168,7 @@ mod tests {
     use super::*;
 
     fn item(lane: Lane, bytes: u64) -> Item {
-        Item { lane, bytes, fixed_ns: 0.0, deps: [None, None], earliest: 0.0 }
+        Item { lane, queue: 0, bytes, fixed_ns: 0.0, deps: [None, None], earliest: 0.0 }
     }
 
     #[test]
@@ -187,5 +221,32 @@ mod tests {
         let second = lanes.schedule(&m, 0.0, &[item(Lane::H2D, gb)])[0];
         let total_gbps = 2.0 * gb as f64 / first.max(second);
         assert!(total_gbps <= 86.0 + 1e-6, "{total_gbps} GB/s over the 86 GB/s cap");
+    }
+
+    #[test]
+    fn queues_of_one_lane_go_on_beside_each_other_and_share_its_rate() {
+        let m = DeviceModel::default();
+        let mut waiting = item(Lane::D2H, 55_000);
+        waiting.earliest = 10_000.0;
+        let mut other = item(Lane::D2H, 55_000);
+        other.queue = 1;
+        let done = Lanes::default().schedule(&m, 0.0, &[waiting, other]);
+        assert!((done[1] - 1000.0).abs() < 1e-3, "another process's copy runs while the first waits: {}", done[1]);
+        assert!((done[0] - 11_000.0).abs() < 1e-3, "{}", done[0]);
+        let mut b = item(Lane::H2D, 53_000);
+        b.queue = 1;
+        let done = Lanes::default().schedule(&m, 0.0, &[item(Lane::H2D, 53_000), b]);
+        assert!(done.iter().all(|d| (d - 2000.0).abs() < 1e-3), "two transfers share the lane: {done:?}");
+    }
+
+    #[test]
+    fn a_transfer_of_an_earlier_batch_on_another_queue_shares_the_lane() {
+        let m = DeviceModel::default();
+        let mut lanes = Lanes::default();
+        lanes.schedule(&m, 0.0, &[item(Lane::H2D, 53_000)]);
+        let mut b = item(Lane::H2D, 53_000);
+        b.queue = 1;
+        let done = lanes.schedule(&m, 0.0, &[b]);
+        assert!((done[0] - 1500.0).abs() < 1e-3, "half the rate while the first runs, then all of it: {}", done[0]);
     }
 }

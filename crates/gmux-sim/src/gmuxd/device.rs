@@ -14,22 +14,25 @@ const CHUNKS_PER_PROCESS: u32 = 1 << 24;
 /// A process's handle on the shared device.
 pub struct ProcessDevice {
     dev: Rc<RefCell<SimDevice>>,
+    index: u32,
     base: u32,
 }
 
 impl ProcessDevice {
     /// The handle of process number `index`.
     pub fn new(dev: Rc<RefCell<SimDevice>>, index: u32) -> Self {
-        ProcessDevice { dev, base: index * CHUNKS_PER_PROCESS }
+        ProcessDevice { dev, index, base: index * CHUNKS_PER_PROCESS }
     }
 
     fn at(&self, c: ChunkId) -> ChunkId {
         ChunkId(self.base + c.0)
     }
 
-    /// Starts the calls made at time `now`.
+    /// Starts the calls made at time `now`, on this process's own queues.
     pub fn begin(&self, now: f64) {
-        self.dev.borrow_mut().begin(now);
+        let mut dev = self.dev.borrow_mut();
+        dev.begin(now);
+        dev.set_queue(self.index);
     }
 
     /// When the work issued so far on `stream` is done.
