@@ -1,6 +1,6 @@
 //! The one interface between the policy engine and a device.
 //!
-//! The simulator implements it with a timing model; the shim's backend implements it
+//! The simulator implements it with a timing model; gmux-cuda's `CudaDevice` implements it
 //! with the CUDA driver's VMM calls (`cuMemCreate`, `cuMemMap`, `cuMemSetAccess`,
 //! `cuMemUnmap`, `cuMemRelease`) and copies on two dedicated streams.
 

@@ -305,7 +305,7 @@ mod tests {
         dev.calls.clear();
         mover.issue(&swap(0..8, 8..16), &mem, &mut dev).unwrap();
         assert_eq!(dev.count("unmap"), 2, "one unmap per extent, after its last chunk leaves");
-        assert_eq!(dev.count("Evict"), 8, "copies stay per chunk (the backend merges them)");
+        assert_eq!(dev.count("Evict"), 8, "copies stay per chunk (the CUDA device merges them)");
         assert_eq!(dev.count("create"), 0, "the evicted handles are reused");
         assert_eq!(dev.calls.iter().filter(|c| c.starts_with("map")).cloned().collect::<Vec<_>>(), vec!["map c8 x4 p1", "map c12 x4 p2"]);
         assert_eq!(mover.held(), 8);

@@ -5,20 +5,20 @@
 //! gmux's: it holds no memory. Mapping it makes its address range gmux memory like any
 //! allocation (counted against the limit, backed on first use, evicted under pressure);
 //! setting access is gmux's business. Mapping a handle again while it is mapped makes
-//! the new range an alias of the same memory ([`crate::backend`] maps it at both);
+//! the new range an alias of the same memory (gmux-cuda's device maps it at both);
 //! unmapping the last mapping frees the memory. A handle is not mapped again after that
 //! (gmux does not keep its contents once unmapped), and none is exported to another
 //! process (PyTorch asks for exportable handles but exports one only to share it): both
 //! are refused by name. Allocations gmux does not virtualize (host memory, another
 //! device) go to the driver untouched.
 
-use crate::backend::Span;
 use crate::cuda::*;
 use crate::driver::check;
 use crate::state::{Shim, ShimError};
 use crate::vmem::Region;
 use gmux_core::device::Device;
 use gmux_core::CHUNK_BYTES;
+use gmux_cuda::device::Span;
 use std::collections::HashMap;
 
 /// Tag of gmux's handles, so they never collide with the driver's.

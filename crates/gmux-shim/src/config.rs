@@ -4,14 +4,7 @@ use gmux_core::size::parse_size;
 use gmux_core::CHUNK_BYTES;
 use std::sync::OnceLock;
 
-/// How the mover orders its two directions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MoverMode {
-    /// Eviction and population overlap (full duplex).
-    Pipelined,
-    /// All evictions finish before any population starts.
-    Sequential,
-}
+pub use gmux_cuda::device::MoverMode;
 
 /// The shim's settings.
 #[derive(Debug, Clone)]
@@ -179,9 +172,4 @@ pub fn config() -> &'static Config {
             debug: debug_flags(),
         }
     })
-}
-
-/// Path of the real driver library (`GMUX_CUDA_LIB`, default `libcuda.so.1`).
-pub fn cuda_library() -> String {
-    var("GMUX_CUDA_LIB").unwrap_or_else(|| "libcuda.so.1".to_string())
 }

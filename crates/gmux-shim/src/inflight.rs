@@ -7,31 +7,8 @@
 use crate::cuda::*;
 use crate::driver::{check, CudaError};
 use gmux_core::AllocId;
+pub use gmux_cuda::stream::StreamKey;
 use std::collections::{HashMap, VecDeque};
-
-/// A real stream as the application named it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum StreamKey {
-    /// A stream handle, or the legacy default stream (`0`/`CU_STREAM_LEGACY`, kept as 1).
-    Handle(usize),
-    /// The per-thread default stream of one thread.
-    PerThread(u64),
-}
-
-impl StreamKey {
-    /// The key for `stream` as passed to a call; `ptsz` for the per-thread-default variants.
-    pub fn of(stream: CUstream, ptsz: bool) -> StreamKey {
-        let h = stream as usize;
-        if (h == 0 && ptsz) || stream == CU_STREAM_PER_THREAD {
-            // SAFETY: pthread_self has no preconditions.
-            StreamKey::PerThread(unsafe { libc::pthread_self() } as u64)
-        } else if h == 0 || stream == CU_STREAM_LEGACY {
-            StreamKey::Handle(1)
-        } else {
-            StreamKey::Handle(h)
-        }
-    }
-}
 
 /// The stream handle a call's null stream stands for: a `_ptsz`/`_ptds` call's null
 /// stream is the calling thread's default stream, which other calls name

@@ -3,9 +3,10 @@
 //!
 //! - [`exports`]: the one registry of handled driver entry points; [`intercept`]: how
 //!   calls reach them (`dlsym`, `cuGetProcAddress`).
-//! - [`state`]: the chunk table, planner and mover of gmux-core over [`backend`] (the
-//!   real device), with [`vmem`] (address ranges), [`predict`] (working sets from kernel
+//! - [`state`]: the process's memory (gmux-runtime's `TenantMemory` over gmux-cuda's
+//!   device), with [`vmem`] (address ranges), [`predict`] (working sets from kernel
 //!   parameters) and [`inflight`] (released commands per stream).
+//! - [`agent`]: the link to gmuxd; [`record`]: the trace recorder.
 //!
 //! A process that never touches CUDA pays one string comparison per `dlsym`.
 
@@ -16,18 +17,13 @@
 pub mod agent;
 pub mod api;
 pub mod appvmm;
-pub mod backend;
 pub mod capture;
 pub mod config;
-pub mod cuda;
-pub mod driver;
 pub mod exports;
 pub mod graph;
 pub mod graph_split;
-pub mod hostpool;
 pub mod inflight;
 pub mod intercept;
-pub mod log;
 pub mod predict;
 pub mod record;
 pub mod state;
@@ -35,7 +31,9 @@ pub mod tenancy;
 pub mod tensormap;
 pub mod texture;
 pub mod vmem;
-pub(crate) use driver::real;
+pub(crate) use gmux_cuda::real;
+// The driver, its types and gmux's log, under the names the shim's modules use.
+pub use gmux_cuda::{cuda, driver, hostpool, log};
 
 extern "C" fn summary_at_exit() {
     // Called by libc at exit: a panic here must not unwind into it.

@@ -6,7 +6,6 @@
 //! command is released every chunk of its working set is resident or on its way on the
 //! populate stream, which the command's stream then waits for on the GPU.
 
-use crate::backend::CudaDevice;
 use crate::config::config;
 use crate::cuda::*;
 use crate::driver::{check, CudaError};
@@ -15,6 +14,7 @@ use crate::predict::Layouts;
 use crate::vmem::{Region, Vmem};
 use gmux_core::size::format_size;
 use gmux_core::{AllocId, CHUNK_BYTES};
+use gmux_cuda::device::CudaDevice;
 use gmux_runtime::{Settings, TenantMemory};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
@@ -158,6 +158,7 @@ impl Shim {
         })?;
         dev.strict_unmap = cfg.strict_unmap;
         dev.sync_before_evict = cfg.debug.sync_before;
+        dev.run_chunks = cfg.debug.run.unwrap_or(gmux_cuda::device::RUN_CHUNKS);
         let by = if grant.is_some() { format!(" (gmuxd's grant to tenant {:?})", cfg.tenant) } else { String::new() };
         crate::log!(Info, "virtualizing device memory: limit {}{by}, device {} of {} free", format_size(limit), ordinal, format_size(free as u64));
         let settings = Settings {

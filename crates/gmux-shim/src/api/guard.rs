@@ -4,20 +4,13 @@
 
 use crate::cuda::*;
 use std::any::Any;
-use std::sync::atomic::{AtomicBool, Ordering};
-
-static PANICKED: AtomicBool = AtomicBool::new(false);
-
-/// Whether a panic has been caught in this process. Evictions then wait for every
-/// command of the context, not only for those gmux knows to be in flight.
-pub fn panicked() -> bool {
-    PANICKED.load(Ordering::Relaxed)
-}
 
 /// The answer to a call whose handler panicked: the driver's own result when the call
 /// had already been forwarded (it took effect), else `CUDA_ERROR_UNKNOWN`.
 pub fn caught(name: &str, payload: &(dyn Any + Send), forwarded: Option<CUresult>) -> CUresult {
-    PANICKED.store(true, Ordering::Relaxed);
+    // Evictions wait for every command of the context from now on, not only for those
+    // gmux knows to be in flight.
+    gmux_cuda::device::sync_before_evictions();
     let what = payload
         .downcast_ref::<&str>()
         .map(|s| s.to_string())

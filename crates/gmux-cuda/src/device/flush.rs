@@ -1,8 +1,7 @@
 //! A flush: the queued calls issued as mappings first, then eviction copies and the
 //! unmaps that wait for them, then population copies, with neighbouring chunks merged.
 
-use super::{CudaDevice, Op, PendingUnmap, CHUNK, RUN_CHUNKS};
-use crate::config::MoverMode;
+use super::{CudaDevice, MoverMode, Op, PendingUnmap, CHUNK};
 use crate::cuda::*;
 use crate::driver::{check, CudaError};
 use gmux_core::device::CopyStream;
@@ -20,8 +19,9 @@ struct Run {
 }
 
 impl Run {
-    fn extends(&self, va: CUdeviceptr, slot: usize) -> bool {
-        let most = crate::config::config().debug.run.unwrap_or(RUN_CHUNKS);
+    /// Whether the chunk at `va` with host slot `slot` continues this run of at most
+    /// `most` chunks.
+    fn extends(&self, va: CUdeviceptr, slot: usize, most: usize) -> bool {
         self.len > 0 && self.len < most * CHUNK && self.va + self.len as u64 == va && self.slot + self.len == slot
     }
 }
@@ -96,7 +96,7 @@ impl CallTimes {
 impl CudaDevice {
     /// Runs the queued calls: maps every incoming chunk with batched access, then the
     /// eviction stream's copies, then the population stream's, each in plan order with
-    /// neighbouring chunks merged into one copy (up to [`RUN_CHUNKS`]).
+    /// neighbouring chunks merged into one copy (up to [`super::RUN_CHUNKS`]).
     ///
     /// Mapping comes first because granting access is the costly step (about 37 µs per
     /// chunk on an H100) and costs twice as much while copies run: page tables are
@@ -182,7 +182,7 @@ impl CudaDevice {
             match *op {
                 Op::Copy(CopyStream::Evict, c, Tier::Gpu, Tier::Host) => {
                     let (va, slot) = (self.va(c), self.slot_for(c)?);
-                    if !run.extends(va, slot) {
+                    if !run.extends(va, slot, self.run_chunks) {
                         self.end_evict_run(&mut run)?;
                         run = Run { va, slot, ..Run::default() };
                     }
@@ -243,7 +243,7 @@ impl CudaDevice {
                 Op::Copy(CopyStream::Populate, c, Tier::Host, Tier::Gpu) => {
                     let va = self.va(c);
                     let slot = *self.slot.get(&c).expect("population of a chunk that was never evicted");
-                    if !run.extends(va, slot) {
+                    if !run.extends(va, slot, self.run_chunks) {
                         self.end_populate_run(&mut run)?;
                         run = Run { va, slot, ..Run::default() };
                     }

@@ -1,5 +1,5 @@
 //! The real CUDA driver: entry points resolved once from `libcuda.so.1` (or
-//! `GMUX_CUDA_LIB`), called by the shim for its own work and to forward calls.
+//! `GMUX_CUDA_LIB`), called for gmux's own work and to forward the application's calls.
 
 use crate::cuda::*;
 use std::ffi::{c_char, c_uint, c_void, CStr, CString};
@@ -125,7 +125,7 @@ fn sym<F>(handle: *mut c_void, name: &str) -> Option<F> {
 pub fn driver() -> &'static Driver {
     static DRIVER: OnceLock<Driver> = OnceLock::new();
     DRIVER.get_or_init(|| {
-        let path = crate::config::cuda_library();
+        let path = cuda_library();
         let c = CString::new(path.clone()).unwrap_or_else(|_| crate::log::fatal("GMUX_CUDA_LIB contains a NUL byte"));
         // SAFETY: dlopen with a NUL-terminated path.
         let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
@@ -144,18 +144,28 @@ pub fn real_symbol(name: &CStr) -> *mut c_void {
     unsafe { real_dlsym()(driver().handle, name.as_ptr()) }
 }
 
+/// The driver library to load: `GMUX_CUDA_LIB`, else `libcuda.so.1`.
+pub fn cuda_library() -> String {
+    std::env::var("GMUX_CUDA_LIB").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "libcuda.so.1".to_string())
+}
+
 /// Calls a driver entry point; a missing one answers `CUDA_ERROR_NOT_SUPPORTED`.
+///
+/// The arguments are evaluated inside the call's unsafe block: they are handles and
+/// pointers that gmux (or the application, for a forwarded call) passes through, and every
+/// use names a driver entry point whose C contract they follow.
+#[macro_export]
 macro_rules! real {
     ($name:ident ( $($arg:expr),* )) => {
         match $crate::driver::driver().$name {
             // SAFETY: forwarding to the real driver with the caller's arguments, which
             // follow the entry point's C contract.
+            #[allow(clippy::macro_metavars_in_unsafe)]
             Some(f) => unsafe { f($($arg),*) },
             None => $crate::cuda::CUDA_ERROR_NOT_SUPPORTED,
         }
     };
 }
-pub(crate) use real;
 
 /// A failed driver call: its name and result code.
 #[derive(Debug, Clone, PartialEq, Eq)]

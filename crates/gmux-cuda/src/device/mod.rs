@@ -20,17 +20,33 @@
 //!   frees only then ([`Device::create_chunk`]), so that the device never holds more
 //!   than the limit.
 
-use crate::config::MoverMode;
 use crate::cuda::*;
 use crate::driver::{check, CudaError};
 use crate::hostpool::HostPool;
-use crate::inflight::StreamKey;
+use crate::stream::StreamKey;
 use gmux_core::device::{CopyStream, Device, Event, PhysChunk};
 use gmux_core::{ChunkId, Tier, CHUNK_BYTES};
 use std::collections::{HashMap, HashSet};
 
 mod alias;
 mod flush;
+
+/// How the mover orders its two directions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoverMode {
+    /// Eviction and population overlap (full duplex).
+    Pipelined,
+    /// All evictions finish before any population starts.
+    Sequential,
+}
+
+static SYNC_BEFORE_EVICTIONS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// From now on, every device in the process waits on the host for all work of its context
+/// before a plan that evicts (after a panic in gmux, whose bookkeeping may be incomplete).
+pub fn sync_before_evictions() {
+    SYNC_BEFORE_EVICTIONS.store(true, std::sync::atomic::Ordering::Relaxed);
+}
 mod unmap;
 pub use alias::Span;
 use flush::CallTimes;
@@ -84,6 +100,8 @@ pub struct CudaDevice {
     /// The host waits for all work of the context before a plan that evicts
     /// (`GMUX_DEBUG=sync-before`).
     pub sync_before_evict: bool,
+    /// Most chunks merged into one copy (`GMUX_DEBUG=runN`; default [`RUN_CHUNKS`]).
+    pub run_chunks: usize,
     /// Eviction copy after which a physical chunk's old contents are dead.
     phys_free_after: HashMap<u64, CUevent>,
     /// Application events the next flush's eviction copies wait for.
@@ -127,6 +145,7 @@ impl CudaDevice {
             keep: None,
             strict_unmap: false,
             sync_before_evict: false,
+            run_chunks: RUN_CHUNKS,
             phys_free_after: HashMap::new(),
             evict_wait: Vec::new(),
             populated: None,
@@ -288,10 +307,10 @@ impl Device for CudaDevice {
         self.keep = Some(keep);
     }
 
-    /// With `sync_before_evict`, or after a panic in gmux, the host first waits for all
+    /// With `sync_before_evict`, or after [`sync_before_evictions`], the host first waits for all
     /// work of the context (narrows a search for an ordering bug).
     fn evict_after(&mut self, after: &[CUevent]) {
-        if self.sync_before_evict || crate::api::guard::panicked() {
+        if self.sync_before_evict || SYNC_BEFORE_EVICTIONS.load(std::sync::atomic::Ordering::Relaxed) {
             let r = crate::real!(cuCtxSynchronize());
             if r != CUDA_SUCCESS {
                 crate::log!(Warn, "cuCtxSynchronize before an eviction failed with {r}");

@@ -1,5 +1,5 @@
 //! An allocation at more than one address: the application mapped one of its physical
-//! allocations a second time ([`crate::appvmm`]). The chunks keep one address of their
+//! allocations a second time (the shim's `appvmm`). The chunks keep one address of their
 //! own, which copies use; each mapping of their physical memory is also made at every
 //! alias, and each unmap undone there (the deferred unmaps of an eviction included).
 
