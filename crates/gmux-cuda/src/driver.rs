@@ -204,6 +204,11 @@ impl Drop for OwnedEvent {
     }
 }
 
+/// Waits on the host until the work before `ev` is done.
+pub fn wait_event(ev: CUevent) -> Result<(), CudaError> {
+    check(real!(cuEventSynchronize(ev)), "cuEventSynchronize")
+}
+
 /// `Ok` on `CUDA_SUCCESS`, else the call's name and code.
 pub fn check(code: CUresult, call: &'static str) -> Result<(), CudaError> {
     if code == CUDA_SUCCESS {

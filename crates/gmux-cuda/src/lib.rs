@@ -5,6 +5,8 @@
 //! - [`device`]: [`device::CudaDevice`], gmux-core's `Device` over the driver's virtual
 //!   memory calls and two copy streams;
 //! - [`hostpool`]: the pinned host memory evicted chunks live in;
+//! - [`inflight`]: the application's released, unfinished commands per stream;
+//! - [`context`]: the calling thread's context; [`vm`]: reserved address ranges;
 //! - [`stream`]: a stream as the application named it;
 //! - [`log`]: gmux's one-line messages on stderr.
 //!
@@ -15,9 +17,12 @@
 // dereferenced.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+pub mod context;
 pub mod cuda;
 pub mod device;
 pub mod driver;
 pub mod hostpool;
+pub mod inflight;
 pub mod log;
 pub mod stream;
+pub mod vm;

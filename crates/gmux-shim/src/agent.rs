@@ -187,7 +187,7 @@ fn work() {
         let mut guard = crate::state::existing();
         let Some(st) = guard.as_mut() else { continue };
         if !ctx_set {
-            crate::real!(cuCtxSetCurrent(st.ctx()));
+            gmux_cuda::context::set_current(st.ctx());
             ctx_set = true;
         }
         if let Some(edge) = switch.observe(g.run, st.memory.stats.commands) {

@@ -13,7 +13,6 @@
 //! device) go to the driver untouched.
 
 use crate::cuda::*;
-use crate::driver::check;
 use crate::state::{Shim, ShimError};
 use crate::vmem::Region;
 use gmux_core::device::Device;
@@ -228,7 +227,7 @@ impl Shim {
     fn unalias(&mut self, base: CUdeviceptr, other: CUdeviceptr) -> Result<(), ShimError> {
         let r = *self.vmem.find(base).filter(|r| r.base == base).ok_or(ShimError::Invalid(CUDA_ERROR_INVALID_VALUE))?;
         if let Some(ev) = self.inflight.busy(r.alloc) {
-            check(crate::real!(cuEventSynchronize(ev)), "cuEventSynchronize")?;
+            gmux_cuda::driver::wait_event(ev)?;
         }
         self.memory.dev.flush()?;
         self.memory.dev.synchronize()?;

@@ -22,7 +22,6 @@ pub mod config;
 pub mod exports;
 pub mod graph;
 pub mod graph_split;
-pub mod inflight;
 pub mod intercept;
 pub mod predict;
 pub mod record;
@@ -33,7 +32,7 @@ pub mod texture;
 pub mod vmem;
 pub(crate) use gmux_cuda::real;
 // The driver, its types and gmux's log, under the names the shim's modules use.
-pub use gmux_cuda::{cuda, driver, hostpool, log};
+pub use gmux_cuda::{cuda, driver, hostpool, inflight, log};
 
 extern "C" fn summary_at_exit() {
     // Called by libc at exit: a panic here must not unwind into it.

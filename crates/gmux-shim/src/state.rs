@@ -8,7 +8,7 @@
 
 use crate::config::config;
 use crate::cuda::*;
-use crate::driver::{check, CudaError};
+use crate::driver::CudaError;
 use crate::inflight::{Inflight, StreamKey};
 use crate::predict::Layouts;
 use crate::vmem::{Region, Vmem};
@@ -114,24 +114,10 @@ pub fn try_existing() -> Option<MutexGuard<'static, Option<Shim>>> {
 
 impl Shim {
     fn new() -> Result<Shim, CUresult> {
-        let mut ctx = std::ptr::null_mut();
-        let r = crate::real!(cuCtxGetCurrent(&mut ctx));
-        if r != CUDA_SUCCESS || ctx.is_null() {
-            return Err(if r == CUDA_SUCCESS { CUDA_ERROR_INVALID_CONTEXT } else { r });
-        }
-        let mut ordinal = 0;
-        let r = crate::real!(cuCtxGetDevice(&mut ordinal));
-        if r != CUDA_SUCCESS {
-            return Err(r);
-        }
-        let (mut free, mut total) = (0usize, 0usize);
-        let r = crate::real!(cuMemGetInfo_v2(&mut free, &mut total));
-        if r != CUDA_SUCCESS {
-            return Err(r);
-        }
+        let gmux_cuda::context::Current { ctx, ordinal, free, total } = gmux_cuda::context::current()?;
         let cfg = config();
-        let headroom = (512u64 << 20).min(free as u64 / 8);
-        let usable = (free as u64).saturating_sub(headroom) / CHUNK_BYTES * CHUNK_BYTES;
+        let headroom = (512u64 << 20).min(free / 8);
+        let usable = free.saturating_sub(headroom) / CHUNK_BYTES * CHUNK_BYTES;
         let grant = crate::agent::attach();
         let limit = match cfg.mem_limit {
             _ if grant.is_some() => grant.map_or(0, |g| g.cap.min(usable) / CHUNK_BYTES * CHUNK_BYTES),
@@ -160,7 +146,7 @@ impl Shim {
         dev.sync_before_evict = cfg.debug.sync_before;
         dev.run_chunks = cfg.debug.run.unwrap_or(gmux_cuda::device::RUN_CHUNKS);
         let by = if grant.is_some() { format!(" (gmuxd's grant to tenant {:?})", cfg.tenant) } else { String::new() };
-        crate::log!(Info, "virtualizing device memory: limit {}{by}, device {} of {} free", format_size(limit), ordinal, format_size(free as u64));
+        crate::log!(Info, "virtualizing device memory: limit {}{by}, device {} of {} free", format_size(limit), ordinal, format_size(free));
         let settings = Settings {
             history_opt: cfg.history_opt,
             prefetch: cfg.prefetch,
@@ -178,7 +164,7 @@ impl Shim {
             managed: HashMap::new(),
             refs: HashMap::new(),
             global_refs: HashMap::new(),
-            device_total: total as u64,
+            device_total: total,
             ctx,
             ordinal,
         })
@@ -235,10 +221,9 @@ impl Shim {
             return Err(ShimError::Invalid(CUDA_ERROR_INVALID_VALUE));
         }
         let reserved = bytes.div_ceil(CHUNK_BYTES) * CHUNK_BYTES;
-        let mut base = 0;
-        check(crate::real!(cuMemAddressReserve(&mut base, reserved as usize, CHUNK_BYTES as usize, 0, 0)), "cuMemAddressReserve")?;
+        let base = gmux_cuda::vm::reserve(reserved)?;
         if let Err(e) = self.back(base, bytes, false) {
-            crate::real!(cuMemAddressFree(base, reserved as usize));
+            let _ = gmux_cuda::vm::release(base, reserved);
             return Err(e);
         }
         crate::log!(Debug, "alloc {} at {base:#x}", format_size(bytes));
@@ -264,7 +249,7 @@ impl Shim {
             _ => return Err(ShimError::Invalid(CUDA_ERROR_INVALID_VALUE)),
         };
         if let Some(ev) = self.inflight.busy(r.alloc) {
-            check(crate::real!(cuEventSynchronize(ev)), "cuEventSynchronize")?;
+            gmux_cuda::driver::wait_event(ev)?;
         }
         self.memory.free(r.alloc)?;
         self.vmem.remove(base);
@@ -278,7 +263,7 @@ impl Shim {
         }
         self.inflight.forget(r.alloc);
         if !r.app {
-            check(crate::real!(cuMemAddressFree(base, r.reserved as usize)), "cuMemAddressFree")?;
+            gmux_cuda::vm::release(base, r.reserved)?;
         }
         Ok(())
     }

@@ -6,8 +6,8 @@
 
 use crate::cuda::*;
 use crate::driver::{check, CudaError};
+pub use crate::stream::StreamKey;
 use gmux_core::AllocId;
-pub use gmux_cuda::stream::StreamKey;
 use std::collections::{HashMap, VecDeque};
 
 /// The stream handle a call's null stream stands for: a `_ptsz`/`_ptds` call's null
