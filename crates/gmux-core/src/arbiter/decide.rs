@@ -95,7 +95,7 @@ impl Arbiter {
                 Switch::Msched => (runs[t], Fill::Forecast),
                 Switch::Whole => (runs[t] && !evicting && now_cap >= caps[i], Fill::Whole),
             };
-            if runs[t] && !run && !concurrent && self.running.is_some_and(|r| r.since.is_none() && !r.waited_logged && self.now > r.switched + 10 * r.slice) {
+            if runs[t] && !run && !concurrent && self.running.is_some_and(|r| !r.waited_logged && r.switching_longer_than(10, self.now)) {
                 let holders: Vec<String> = live
                     .iter()
                     .enumerate()
@@ -162,11 +162,10 @@ impl Arbiter {
                 }
             })
             .collect();
-        if let Some(r) = self.running.as_mut().filter(|r| r.since.is_none()) {
+        if let Some(r) = self.running.as_mut() {
             // Finished counts every command released before the switch once they are done,
             // so more than were released then means one released after it has finished.
-            if usage.get(&r.tenant).is_some_and(|u| u.finished > r.commands) {
-                r.since = Some(now);
+            if usage.get(&r.tenant).is_some_and(|u| r.observe(u.finished, now)) {
                 let u = &usage[&r.tenant];
                 self.events.push(format!(
                     "{} started {:.1} ms after its switch (holds {}, wants {})",
@@ -180,13 +179,13 @@ impl Arbiter {
         let keep = self.running.filter(|r| now < r.ends() && views.iter().any(|v| v.id == r.tenant && !v.frozen));
         if keep.is_none() {
             if let Some(r) = self.running.take() {
-                self.sched.charge(r.tenant, now.saturating_sub(r.since.unwrap_or(now)));
+                self.sched.charge(r.tenant, r.charge(now));
                 let ran = usage.get(&r.tenant).map_or(0, |u| u.commands.saturating_sub(r.commands));
                 self.events.push(format!("{} ran {ran} commands in {:.1} ms", self.tenants.get(r.tenant).name, (now - r.switched) as f64 / 1e6));
             }
             if let Some(head) = self.sched.timeline(&views, 1).head() {
                 let u = &usage[&head.tenant];
-                self.running = Some(Running { tenant: head.tenant, switched: now, commands: u.commands, since: None, slice: head.slice, waited_logged: false });
+                self.running = Some(Slot::switch_in(head.tenant, now, u.commands, head.slice));
                 self.tenants.get_mut(head.tenant).stat.switches += 1;
             }
         }

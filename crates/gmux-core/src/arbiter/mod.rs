@@ -11,6 +11,7 @@ use crate::sched::{Policy, Scheduler, TenantView};
 use crate::size::format_size;
 use crate::{Nanos, TenantId, Tenants, CHUNK_BYTES};
 use record::{Entry, Settings};
+use slot::Slot;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// How a time-sliced switch moves memory.
@@ -96,34 +97,6 @@ impl Past {
     }
 }
 
-/// The slot running now in time-sliced mode. Its slice starts when its first command
-/// after the switch has finished, so that the switch's migration is not charged to it
-/// (MSched: suspend, migrate, resume, then the slice).
-#[derive(Debug, Clone, Copy)]
-struct Running {
-    tenant: TenantId,
-    switched: Nanos,
-    /// Commands the tenant had released at the switch.
-    commands: u64,
-    since: Option<Nanos>,
-    slice: Nanos,
-    /// Why it waits has been logged.
-    waited_logged: bool,
-}
-
-/// Longest a switched-in tenant may take to release its first command before its slice
-/// starts anyway, in slices.
-const MAX_SWITCH_SLICES: u64 = 20;
-
-impl Running {
-    fn ends(&self) -> Nanos {
-        match self.since {
-            Some(s) => s + self.slice,
-            None => self.switched + MAX_SWITCH_SLICES * self.slice,
-        }
-    }
-}
-
 /// The daemon's state.
 pub struct Arbiter {
     /// The budget, the policy and the rest of the daemon's settings.
@@ -140,7 +113,7 @@ pub struct Arbiter {
     /// Switches and slice starts since the server last took them (`--verbose`).
     pub events: Vec<String>,
     past: HashMap<TenantId, Past>,
-    running: Option<Running>,
+    running: Option<Slot>,
     /// Time of the decision being made.
     now: Nanos,
     /// Most GPU memory all processes together reported holding at once.
@@ -371,6 +344,7 @@ impl Arbiter {
 mod decide;
 pub mod record;
 mod recovery;
+pub mod slot;
 mod trust;
 pub use trust::{Hello, Sender};
 

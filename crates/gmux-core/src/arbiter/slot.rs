@@ -1,0 +1,109 @@
+//! The slot running now in time-sliced mode, as a state machine: switched in, then its
+//! slice. The slice starts when the tenant's first command after the switch has finished,
+//! so that the switch's migration is not charged to it (MSched: suspend, migrate, resume,
+//! then the slice).
+
+use crate::{Nanos, TenantId};
+
+/// Longest a switched-in tenant may take to finish its first command before its slice
+/// starts anyway, in slices.
+pub const MAX_SWITCH_SLICES: u64 = 20;
+
+/// Where the running slot is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Switched in: its memory comes in, and no command released since has finished.
+    Switching,
+    /// Its slice started at `since`.
+    Slicing {
+        /// When the slice started.
+        since: Nanos,
+    },
+}
+
+/// The tenant that runs now and where its slot is.
+#[derive(Debug, Clone, Copy)]
+pub struct Slot {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// When it was switched in.
+    pub switched: Nanos,
+    /// Commands it had released at the switch.
+    pub commands: u64,
+    /// Its timeslice.
+    pub slice: Nanos,
+    /// Where the slot is.
+    pub phase: Phase,
+    /// Why it waits has been logged.
+    pub waited_logged: bool,
+}
+
+impl Slot {
+    /// `tenant` switched in at `now` with `commands` released so far, for a slice of `slice`.
+    pub fn switch_in(tenant: TenantId, now: Nanos, commands: u64, slice: Nanos) -> Slot {
+        Slot { tenant, switched: now, commands, slice, phase: Phase::Switching, waited_logged: false }
+    }
+
+    /// Takes the tenant's count of finished commands at `now`: more than it had released at
+    /// the switch means one released after it has finished, and the slice starts. Returns
+    /// whether it started now.
+    pub fn observe(&mut self, finished: u64, now: Nanos) -> bool {
+        if self.phase == Phase::Switching && finished > self.commands {
+            self.phase = Phase::Slicing { since: now };
+            return true;
+        }
+        false
+    }
+
+    /// When the slot ends: a slice after it started, or, if it never starts, after
+    /// [`MAX_SWITCH_SLICES`] slices from the switch.
+    pub fn ends(&self) -> Nanos {
+        match self.phase {
+            Phase::Slicing { since } => since + self.slice,
+            Phase::Switching => self.switched + MAX_SWITCH_SLICES * self.slice,
+        }
+    }
+
+    /// The time to charge the tenant when the slot ends at `now`: its slice so far (the
+    /// switch is not charged).
+    pub fn charge(&self, now: Nanos) -> Nanos {
+        match self.phase {
+            Phase::Slicing { since } => now.saturating_sub(since),
+            Phase::Switching => 0,
+        }
+    }
+
+    /// Whether the switch has taken longer than `slices` slices by `now`.
+    pub fn switching_longer_than(&self, slices: u64, now: Nanos) -> bool {
+        self.phase == Phase::Switching && now > self.switched + slices * self.slice
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Nanos = 1_000_000;
+
+    #[test]
+    fn the_slice_starts_when_a_command_released_after_the_switch_finishes() {
+        let mut s = Slot::switch_in(TenantId(1), 100 * MS, 40, 50 * MS);
+        assert!(!s.observe(40, 130 * MS), "the 40 released before the switch finishing start nothing");
+        assert_eq!(s.ends(), 100 * MS + 20 * 50 * MS, "a switch that never finishes ends after 20 slices");
+        assert_eq!(s.charge(130 * MS), 0, "the switch is not charged");
+        assert!(s.observe(41, 160 * MS));
+        assert_eq!(s.phase, Phase::Slicing { since: 160 * MS });
+        assert!(!s.observe(60, 170 * MS), "it starts once");
+        assert_eq!(s.ends(), 210 * MS);
+        assert_eq!(s.charge(200 * MS), 40 * MS);
+    }
+
+    #[test]
+    fn a_long_switch_is_told_apart() {
+        let mut s = Slot::switch_in(TenantId(1), 0, 0, 50 * MS);
+        assert!(!s.switching_longer_than(10, 500 * MS));
+        assert!(s.switching_longer_than(10, 501 * MS));
+        s.observe(1, 600 * MS);
+        assert!(!s.switching_longer_than(10, 900 * MS), "a slice under way is no longer a switch");
+    }
+}
