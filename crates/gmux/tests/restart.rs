@@ -14,7 +14,9 @@ fn a_daemon_killed_under_its_tenants_is_replaced_and_loses_nothing() {
     // bytes, and must neither die nor take memory until the next daemon grants it.
     let flags = ["--hbm", "48M", "--timeslice", "5ms", "--switch", "whole", "--verbose"];
     let mut d = Daemon::start("restart-kill", &flags);
-    let loop_args = ["loop", "--buffers", "8", "--bytes", "4M", "--rounds", "400"];
+    // Enough rounds that the tenant running at the crash, which runs on within its last
+    // grant, cannot finish before the new daemon serves the socket.
+    let loop_args = ["loop", "--buffers", "8", "--bytes", "4M", "--rounds", "1600"];
     let a = d.tenant("a", &loop_args);
     let b = d.tenant("b", &loop_args);
     d.wait_commands("a", 30);
