@@ -30,7 +30,7 @@ use gmux_core::memory::{Alloc, Capacities};
 use gmux_core::mover::Mover;
 use gmux_core::placement::PlacementKind;
 use gmux_core::planner::{Moved, Planner};
-use gmux_core::{AllocId, ChunkId, Memory, TenantId, Tenants, Tier, CHUNK_BYTES};
+use gmux_core::{AllocId, Memory, TenantId, Tenants, Tier, CHUNK_BYTES};
 use std::collections::{HashMap, VecDeque};
 
 /// Commands remembered for the forecast (a few iterations of a training loop).
@@ -210,11 +210,6 @@ impl<D: Device> TenantMemory<D> {
         self.mem.alloc(a).ok()
     }
 
-    /// The extent (first chunk, chunks) that chunk `c` is moved with.
-    pub fn extent(&self, c: ChunkId) -> (ChunkId, u32) {
-        self.mem.extent(c)
-    }
-
     /// A new allocation of `bytes`, not resident until first use.
     pub fn allocate(&mut self, bytes: u64) -> Result<AllocId, Error<D::Error>> {
         let id = self.mem.allocate(self.tenant, bytes).map_err(|_| Error::ZeroBytes)?;
@@ -255,6 +250,22 @@ impl<D: Device> TenantMemory<D> {
     /// Whether every chunk of `a` is resident.
     pub fn is_whole(&self, a: AllocId) -> bool {
         self.missing.get(&a).copied().unwrap_or(0) == 0
+    }
+
+    /// Notes that the daemon paused the process after it released `released` commands in
+    /// its slot: the median of the last three such slots is the horizon of the next fill.
+    /// A slot that released nothing says nothing about slices.
+    pub fn slot_ended(&mut self, released: u64) {
+        if released > 0 {
+            self.stats.slices.rotate_right(1);
+            self.stats.slices[0] = released;
+        }
+    }
+
+    /// What the switch state machine sees of this memory under a grant of `cap` that asks
+    /// for `fill`, the process's `generation`-th.
+    pub fn view(&self, cap: u64, fill: gmux_core::protocol::Fill, generation: u64) -> switch::View {
+        switch::View { cap, fill, generation, limit: self.limit, resident: self.resident(), held: self.held() }
     }
 
     fn add_moved(&mut self, m: Moved) {

@@ -129,8 +129,8 @@ impl<D: Device> TenantMemory<D> {
     }
 
     /// Records a command released over `ws` with signature `sig`: the recency of its
-    /// allocations and the history.
-    pub fn released(&mut self, ws: &WorkingSet, sig: u64) {
+    /// allocations and the history. Returns its allocations.
+    pub fn released<'a>(&mut self, ws: &'a WorkingSet, sig: u64) -> Cow<'a, [AllocId]> {
         self.tick += 1;
         self.stats.commands += 1;
         let allocs = self.allocs_in(ws);
@@ -140,6 +140,7 @@ impl<D: Device> TenantMemory<D> {
         for a in allocs.iter() {
             self.alloc_tick.insert(*a, self.tick);
         }
+        allocs
     }
 
     /// Gives resident chunks their allocation's last-use tick, for LRU.

@@ -192,14 +192,11 @@ fn work() {
         }
         if let Some(edge) = switch.observe(g.run, st.memory.stats.commands) {
             crate::log!(Debug, "agent {:.3}: {} with {} resident", stamp(), if g.run { "switched in" } else { "paused" }, format_size(st.resident()));
-            // A slot in which nothing was released says nothing about slices.
-            if let Edge::Out { released: released @ 1.. } = edge {
-                let slices = &mut st.memory.stats.slices;
-                slices.rotate_right(1);
-                slices[0] = released;
+            if let Edge::Out { released } = edge {
+                st.memory.slot_ended(released);
             }
         }
-        let mut view = View { cap: g.cap, fill: g.fill, generation, limit: st.limit(), resident: st.resident(), held: st.held() };
+        let mut view = st.memory.view(g.cap, g.fill, generation);
         if let Some(limit) = switch.raise(&view) {
             st.set_limit(limit);
             view.limit = limit;

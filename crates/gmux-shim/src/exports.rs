@@ -37,7 +37,9 @@ macro_rules! exports {
                     forwarded.set(Some(r));
                     r
                 };
-                ENTRY.with(|e| e.set(stringify!($name)));
+                if crate::record::asked() {
+                    ENTRY.with(|e| e.set(stringify!($name)));
+                }
                 // No panic may unwind into the caller's C frames: it is caught here.
                 let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     #[allow(unused_unsafe)]
@@ -68,11 +70,12 @@ macro_rules! exports {
 }
 
 thread_local! {
-    /// The entry point the thread called last.
+    /// The entry point the thread called last, kept only while a trace is recorded.
     static ENTRY: std::cell::Cell<&'static str> = const { std::cell::Cell::new("") };
 }
 
-/// The entry point the calling thread is in (the last one it called), by name.
+/// The entry point the calling thread is in (the last one it called), by name, while a
+/// trace is recorded (`""` otherwise).
 pub fn entry() -> &'static str {
     ENTRY.with(std::cell::Cell::get)
 }

@@ -74,6 +74,13 @@ unsafe impl Send for Recorder {}
 
 static RECORDER: OnceLock<Option<Mutex<Recorder>>> = OnceLock::new();
 
+/// Whether `GMUX_RECORD` asks for a trace (read once; the recorder itself starts at the
+/// first command, after the driver's own start).
+pub fn asked() -> bool {
+    static ASKED: OnceLock<bool> = OnceLock::new();
+    *ASKED.get_or_init(|| std::env::var_os("GMUX_RECORD").is_some_and(|p| !p.is_empty()))
+}
+
 fn recorder() -> Option<&'static Mutex<Recorder>> {
     RECORDER.get_or_init(Recorder::from_env).as_ref()
 }

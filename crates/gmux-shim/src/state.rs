@@ -306,11 +306,10 @@ impl Shim {
     /// the history. Returns the event to wait for, without the lock, when its stream has
     /// more commands in flight than allowed.
     pub fn released(&mut self, stream: CUstream, ptsz: bool, ws: &WorkingSet, sig: u64) -> Result<Option<CUevent>, ShimError> {
-        self.memory.released(ws, sig);
+        let allocs = self.memory.released(ws, sig);
         if self.inflight.idle() {
             crate::agent::poke();
         }
-        let allocs = self.memory.allocs_in(ws);
         let wait = self.inflight.released(stream, ptsz, &allocs, crate::agent::inflight_bound())?;
         self.memory.dev.reap(false)?;
         Ok(wait)

@@ -50,7 +50,8 @@ pub fn run(spec: RunSpec) -> Result<Outcome, String> {
         let g = first.iter().find(|(c, _)| *c == i as u64 + 1).map(|(_, g)| *g).ok_or("the daemon granted a tenant nothing at start")?;
         procs.push(Process::new(ProcessDevice::new(dev.clone(), i as u32), source, settings.clone(), g)?);
     }
-    let mut sim = Sim { arbiter, procs, now: 0.0, gpu_free: 0.0, until: spec.duration_ns };
+    let debug = std::env::var_os("GMUX_SIM_DEBUG").is_some();
+    let mut sim = Sim { arbiter, debug, procs, now: 0.0, gpu_free: 0.0, until: spec.duration_ns };
     sim.main_loop()?;
     if let Some(budget) = spec.caps.gpu.filter(|b| sim.arbiter.peak_held > *b) {
         return Err(format!("the processes held {} B at once under gmuxd, over the budget of {budget} B", sim.arbiter.peak_held));
@@ -70,6 +71,8 @@ pub fn run(spec: RunSpec) -> Result<Outcome, String> {
 
 struct Sim {
     arbiter: Arbiter,
+    /// `GMUX_SIM_DEBUG`: print the daemon's switches and slice starts.
+    debug: bool,
     procs: Vec<Process>,
     now: f64,
     gpu_free: f64,
@@ -105,7 +108,7 @@ impl Sim {
             self.arbiter.report(i as u64 + 1, p.report());
         }
         let grants = self.arbiter.decide(now as u64);
-        if std::env::var_os("GMUX_SIM_DEBUG").is_some() {
+        if self.debug {
             for e in self.arbiter.events.drain(..) {
                 eprintln!("{:.3} ms: {e}", now / 1e6);
             }

@@ -9,7 +9,7 @@ use crate::workload::{Command, Source};
 use gmux_core::device::CopyStream;
 use gmux_core::protocol::{Fill, Grant, ShimReport};
 use gmux_core::AllocId;
-use gmux_runtime::switch::{Action, Edge, Switch, View};
+use gmux_runtime::switch::{Action, Edge, Switch};
 use gmux_runtime::{Error, Settings, TenantMemory, WorkingSet};
 use std::collections::VecDeque;
 
@@ -112,14 +112,10 @@ impl Process {
     /// One move of the switch state machine; returns whether another follows at once.
     fn agent_step(&mut self, now: f64) -> Result<bool, String> {
         self.mem.dev.begin(now);
-        if let Some(Edge::Out { released: released @ 1.. }) = self.switch.observe(self.grant.run, self.mem.stats.commands) {
-            let slices = &mut self.mem.stats.slices;
-            slices.rotate_right(1);
-            slices[0] = released;
+        if let Some(Edge::Out { released }) = self.switch.observe(self.grant.run, self.mem.stats.commands) {
+            self.mem.slot_ended(released);
         }
-        let g = self.grant;
-        let mut view =
-            View { cap: g.cap, fill: g.fill, generation: self.generation, limit: self.mem.limit(), resident: self.mem.resident(), held: self.mem.held() };
+        let mut view = self.mem.view(self.grant.cap, self.grant.fill, self.generation);
         if let Some(limit) = self.switch.raise(&view) {
             self.mem.set_limit(limit);
             view.limit = limit;
