@@ -56,12 +56,13 @@ for build in $builds; do
   cp "$WORK/$build/msched-micro.json" "$OUT/compare-$build.json" 2>/dev/null
 done
 
-# The traces this build's gmux runs recorded, for replay in the simulator
+# The traces this build's gmux runs recorded, with the daemon's log of its slots, for
+# replay in the simulator
 # (gmux sim on a scenario naming them; see crates/gmux/src/bench/micro.rs).
 for t in "$WORK"/new/L*.vecadd-0.trace.jsonl; do
   [[ -f $t ]] || continue
   level=$(basename "$t" .vecadd-0.trace.jsonl)
-  tar czf "$OUT/traces-$level.tgz" -C "$WORK/new" $(cd "$WORK/new" && ls "$level".*.trace.jsonl)
+  tar czf "$OUT/traces-$level.tgz" -C "$WORK/new" $(cd "$WORK/new" && ls "$level".*.trace.jsonl "$level"-gmux.daemon.log 2>/dev/null)
 done
 
 python3 - "$OUT" <<'EOF' | tee "$OUT/compare-summary.txt"

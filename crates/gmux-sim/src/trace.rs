@@ -157,12 +157,26 @@ pub struct Replay {
     trace: TenantTrace,
     at: usize,
     repeat: bool,
+    /// Where a loop starts again.
+    loop_start: usize,
     offset_ns: f64,
 }
 
+/// Which part of a trace a replay runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// Every command, from the first.
+    Whole,
+    /// The program's steady state: the commands after its first task end (its first
+    /// synchronization, which ends its setup). A trace whose only task end is its last
+    /// command has no setup to skip.
+    Steady,
+}
+
 impl Replay {
-    /// A replay with sizes scaled by `scale` (rounded up to whole bytes).
-    pub fn new(mut trace: TenantTrace, scale: f64, repeat: bool) -> Self {
+    /// A replay of `part` of the trace with sizes scaled by `scale` (rounded up to whole
+    /// bytes).
+    pub fn new(mut trace: TenantTrace, scale: f64, repeat: bool, part: Part) -> Self {
         if scale != 1.0 {
             for a in &mut trace.allocs {
                 a.bytes = (a.bytes as f64 * scale).ceil() as u64;
@@ -174,7 +188,11 @@ impl Replay {
                 }
             }
         }
-        Replay { trace, at: 0, repeat, offset_ns: 0.0 }
+        let loop_start = match (part, trace.cmds.iter().position(|c| c.task_end)) {
+            (Part::Steady, Some(i)) if i + 1 < trace.cmds.len() => i + 1,
+            _ => 0,
+        };
+        Replay { trace, at: loop_start, repeat, loop_start, offset_ns: 0.0 }
     }
 }
 
@@ -187,7 +205,7 @@ impl Source for Replay {
             if !self.repeat {
                 return None;
             }
-            self.at = 0;
+            self.at = self.loop_start;
             self.offset_ns += self.trace.cmds.iter().filter_map(|c| c.arrival_ns).fold(0.0, f64::max);
         }
         let mut c = self.trace.cmds[self.at].clone();
@@ -229,5 +247,21 @@ mod tests {
         let err = load_tenant(&path, Some("b")).unwrap_err();
         assert!(err.contains("no commands"), "{err}");
         std::fs::remove_file(path).ok();
+    }
+
+    #[test]
+    fn a_steady_replay_skips_the_setup_and_loops_what_follows() {
+        let cmd = |us: f64, task_end: bool| Command { duration_ns: us * 1e3, ws: Vec::new(), task_end, arrival_ns: None };
+        let trace = TenantTrace { allocs: Vec::new(), cmds: vec![cmd(1.0, false), cmd(2.0, true), cmd(3.0, false), cmd(4.0, true)] };
+        let durations = |part, n| {
+            let mut r = Replay::new(trace.clone(), 1.0, true, part);
+            (0..n).map(|_| r.next().unwrap().duration_ns / 1e3).collect::<Vec<_>>()
+        };
+        assert_eq!(durations(Part::Steady, 5), vec![3.0, 4.0, 3.0, 4.0, 3.0]);
+        assert_eq!(durations(Part::Whole, 5), vec![1.0, 2.0, 3.0, 4.0, 1.0]);
+        let one_task = TenantTrace { allocs: Vec::new(), cmds: vec![cmd(1.0, false), cmd(2.0, true)] };
+        let mut r = Replay::new(one_task, 1.0, true, Part::Steady);
+        let seen: Vec<f64> = (0..3).map(|_| r.next().unwrap().duration_ns / 1e3).collect();
+        assert_eq!(seen, vec![1.0, 2.0, 1.0], "a trace of one task has no setup to skip");
     }
 }

@@ -90,11 +90,15 @@ pub enum WorkloadSpec {
     /// Cyclic scan of a data set that starts on disk, `window` bytes per kernel.
     Scan { dataset: Size, window: Size, kernel_us: f64 },
     /// Replay of a recorded trace (docs/trace-format.md); `tenant` picks one tenant of it.
+    /// With `steady`, the program's setup (its commands up to its first task end) is
+    /// skipped, as a benchmark's measured window skips it.
     Trace {
         path: String,
         tenant: Option<String>,
         #[serde(default)]
         repeat: bool,
+        #[serde(default)]
+        steady: bool,
     },
 }
 
@@ -192,9 +196,10 @@ impl WorkloadSpec {
                     .collect();
                 Box::new(Cycle::new(vec![AllocSpec { bytes, on_disk: true }], cmds))
             }
-            WorkloadSpec::Trace { path, tenant, repeat } => {
+            WorkloadSpec::Trace { path, tenant, repeat, steady } => {
                 let t = trace::load_tenant(std::path::Path::new(path), tenant.as_deref())?;
-                Box::new(trace::Replay::new(t, scale, *repeat))
+                let part = if *steady { trace::Part::Steady } else { trace::Part::Whole };
+                Box::new(trace::Replay::new(t, scale, *repeat, part))
             }
         })
     }

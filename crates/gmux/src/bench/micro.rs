@@ -212,7 +212,7 @@ fn ideal(lab: &Lab, a: &MicroArgs, level: u32) -> Result<(f64, f64, f64), Failur
         let trace = lab.file(&format!("L{level}.{name}.trace.jsonl"));
         let path = trace.canonicalize().map_err(|e| Failure::Runtime(format!("no trace {} ({e})", trace.display())))?;
         toml += &format!(
-            "\n[[tenant]]\nname = \"{name}\"\ntimeslice = \"{}\"\nworkload = {{ kind = \"trace\", path = \"{}\", tenant = \"{name}\", repeat = true }}\n",
+            "\n[[tenant]]\nname = \"{name}\"\ntimeslice = \"{}\"\nworkload = {{ kind = \"trace\", path = \"{}\", tenant = \"{name}\", repeat = true, steady = true }}\n",
             a.timeslice,
             path.display()
         );
