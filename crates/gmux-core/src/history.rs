@@ -8,8 +8,9 @@
 //! through memory in allocation order) predicts that it goes on, wrapping around; with
 //! none of these, nothing is predicted and the caller falls back to LRU.
 
+use crate::idhash::IdMap;
 use crate::memory::AllocId;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 
 /// Commands of context: the one about to run and this many before it.
 const CONTEXT: usize = 2;
@@ -26,9 +27,9 @@ pub struct History {
     /// Absolute index of `sigs[0]`.
     first: u64,
     /// Context hash → absolute index of the command that completed it.
-    seen: HashMap<u64, u64>,
+    seen: IdMap<u64, u64>,
     /// Signature → absolute index of its newest command (the back-off of `seen`).
-    seen_alone: HashMap<u64, u64>,
+    seen_alone: IdMap<u64, u64>,
     keep: usize,
     window: usize,
     /// Where the context of the newest command last ended before it, and where the
@@ -45,8 +46,8 @@ impl History {
             sigs: VecDeque::new(),
             sets: VecDeque::new(),
             first: 0,
-            seen: HashMap::new(),
-            seen_alone: HashMap::new(),
+            seen: IdMap::default(),
+            seen_alone: IdMap::default(),
             keep: keep.max(1),
             window,
             last_match: [None; 2],

@@ -13,6 +13,7 @@ pub mod graph_cut;
 pub mod hbm;
 pub mod history;
 pub mod hooks;
+pub mod idhash;
 pub mod knobs;
 pub mod memory;
 pub mod mover;

@@ -26,12 +26,13 @@ use execute::Landing;
 use gmux_core::device::Device;
 use gmux_core::evict::{Eviction, Evictor};
 use gmux_core::history::History;
+use gmux_core::idhash::IdMap;
 use gmux_core::memory::{Alloc, Capacities};
 use gmux_core::mover::Mover;
 use gmux_core::placement::PlacementKind;
 use gmux_core::planner::{Moved, Planner};
 use gmux_core::{AllocId, Memory, TenantId, Tenants, Tier, CHUNK_BYTES};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// Commands remembered for the forecast (a few iterations of a training loop).
 const HISTORY_KEEP: usize = 1 << 16;
@@ -112,8 +113,8 @@ pub struct TenantMemory<D: Device> {
     /// The device the chunks live on.
     pub dev: D,
     /// Chunks of each allocation not resident.
-    missing: HashMap<AllocId, u32>,
-    alloc_tick: HashMap<AllocId, u64>,
+    missing: IdMap<AllocId, u32>,
+    alloc_tick: IdMap<AllocId, u64>,
     tick: u64,
     limit: u64,
     /// Bytes counted against the limit that this memory does not move (managed memory).
@@ -145,8 +146,8 @@ impl<D: Device> TenantMemory<D> {
             planner: Planner::new(Evictor::new(Eviction::Lru), PlacementKind::TierOrder.build(0)),
             mover: Mover::default(),
             dev,
-            missing: HashMap::new(),
-            alloc_tick: HashMap::new(),
+            missing: IdMap::default(),
+            alloc_tick: IdMap::default(),
             tick: 0,
             limit: limit / CHUNK_BYTES * CHUNK_BYTES,
             outside: 0,

@@ -226,7 +226,7 @@ impl Shim {
     /// uses it; if `base` was the allocation's own address, `other` becomes it.
     fn unalias(&mut self, base: CUdeviceptr, other: CUdeviceptr) -> Result<(), ShimError> {
         let r = *self.vmem.find(base).filter(|r| r.base == base).ok_or(ShimError::Invalid(CUDA_ERROR_INVALID_VALUE))?;
-        if let Some(ev) = self.inflight.busy(r.alloc) {
+        if let Some(ev) = self.inflight.busy(r.alloc)? {
             gmux_cuda::driver::wait_event(ev)?;
         }
         self.memory.dev.flush()?;

@@ -18,8 +18,11 @@ pub fn any() -> bool {
     ACTIVE.load(Ordering::Relaxed) > 0
 }
 
-/// `cuStreamBeginCapture*`: forwarded; a capture that began is counted.
-pub fn begin(real: impl FnOnce() -> CUresult) -> CUresult {
+/// `cuStreamBeginCapture*`: the commands released on `stream` so far get their fence
+/// first (none can be recorded on it while it captures), then the call is forwarded; a
+/// capture that began is counted.
+pub fn begin(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool) -> CUresult {
+    crate::api::command::fence_stream(stream, ptsz);
     let r = real();
     if r == CUDA_SUCCESS {
         let n = ACTIVE.fetch_add(1, Ordering::Relaxed) + 1;

@@ -140,12 +140,14 @@ exports! {
 
     // Graphs: captured commands pass through; what a launch touches is read from the
     // graph's nodes at instantiation and kept up to date through updates.
-    cuStreamBeginCapture(s: CUstream) => capture::begin;
-    cuStreamBeginCapture_ptsz(s: CUstream) => capture::begin;
-    cuStreamBeginCapture_v2(s: CUstream, m: c_uint) => capture::begin;
-    cuStreamBeginCapture_v2_ptsz(s: CUstream, m: c_uint) => capture::begin;
-    cuStreamBeginCaptureToGraph(s: CUstream, g: CUgraph, d: P, e: P, n: usize, m: c_uint) => capture::begin;
-    cuStreamBeginCaptureToGraph_ptsz(s: CUstream, g: CUgraph, d: P, e: P, n: usize, m: c_uint) => capture::begin;
+    cuStreamBeginCapture(s: CUstream) => |real| capture::begin(real, s, false);
+    cuStreamBeginCapture_ptsz(s: CUstream) => |real| capture::begin(real, s, true);
+    cuStreamBeginCapture_v2(s: CUstream, m: c_uint) => |real| capture::begin(real, s, false);
+    cuStreamBeginCapture_v2_ptsz(s: CUstream, m: c_uint) => |real| capture::begin(real, s, true);
+    cuStreamBeginCaptureToGraph(s: CUstream, g: CUgraph, d: P, e: P, n: usize, m: c_uint) => |real| capture::begin(real, s, false);
+    cuStreamBeginCaptureToGraph_ptsz(s: CUstream, g: CUgraph, d: P, e: P, n: usize, m: c_uint) => |real| capture::begin(real, s, true);
+    cuStreamDestroy(s: CUstream) => |real| cmd::stream_destroyed(real, s);
+    cuStreamDestroy_v2(s: CUstream) => |real| cmd::stream_destroyed(real, s);
     cuStreamEndCapture(s: CUstream, g: *mut CUgraph) => |real| capture::end(real, s, false);
     cuStreamEndCapture_ptsz(s: CUstream, g: *mut CUgraph) => |real| capture::end(real, s, true);
     cuGraphInstantiate(e: *mut CUgraphExec, g: CUgraph, en: P, log: *mut c_char, n: usize) => |real| graph::instantiate(real, e, g);

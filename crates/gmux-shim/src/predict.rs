@@ -7,7 +7,7 @@
 
 use crate::cuda::*;
 use crate::tensormap::{self, MAP_ALIGN, MAP_BYTES};
-use std::collections::HashMap;
+use gmux_core::idhash::IdMap;
 use std::ffi::{c_void, CStr};
 
 /// Parameter offsets and sizes of one kernel, from `cuFuncGetParamInfo` or (for
@@ -17,7 +17,7 @@ pub type Layout = Vec<(usize, usize)>;
 /// Layouts by kernel handle; `None` where the driver could not tell.
 #[derive(Debug, Default)]
 pub struct Layouts {
-    cache: HashMap<usize, Option<Layout>>,
+    cache: IdMap<usize, Option<Layout>>,
 }
 
 impl Layouts {

@@ -12,11 +12,12 @@ use crate::driver::CudaError;
 use crate::inflight::{Inflight, StreamKey};
 use crate::predict::Layouts;
 use crate::vmem::{Region, Vmem};
+use gmux_core::idhash::{IdMap, IdSet};
 use gmux_core::size::format_size;
 use gmux_core::{AllocId, CHUNK_BYTES};
 use gmux_cuda::device::CudaDevice;
 use gmux_runtime::{Settings, TenantMemory};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 pub use gmux_runtime::{Span, WorkingSet};
@@ -71,7 +72,7 @@ pub struct Shim {
     /// them, and they count against the limit as if always resident.
     managed: HashMap<CUdeviceptr, u64>,
     /// Allocations whose contents point into other allocations.
-    refs: HashMap<AllocId, HashSet<AllocId>>,
+    refs: IdMap<AllocId, IdSet<AllocId>>,
     /// Allocations that pointers uploaded into memory outside gmux point to, by the
     /// address they were uploaded to.
     global_refs: HashMap<CUdeviceptr, Vec<AllocId>>,
@@ -162,7 +163,7 @@ impl Shim {
             graphs: Default::default(),
             app_vmm: Default::default(),
             managed: HashMap::new(),
-            refs: HashMap::new(),
+            refs: IdMap::default(),
             global_refs: HashMap::new(),
             device_total: total,
             ctx,
@@ -248,7 +249,7 @@ impl Shim {
             Some(r) if r.base == base => *r,
             _ => return Err(ShimError::Invalid(CUDA_ERROR_INVALID_VALUE)),
         };
-        if let Some(ev) = self.inflight.busy(r.alloc) {
+        if let Some(ev) = self.inflight.busy(r.alloc)? {
             gmux_cuda::driver::wait_event(ev)?;
         }
         self.memory.free(r.alloc)?;

@@ -278,6 +278,22 @@ pub fn synced(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool) -> 
     r
 }
 
+/// Records the fence of the commands released on `stream` that have none yet (before a
+/// capture begins on it or it is destroyed).
+pub fn fence_stream(stream: CUstream, ptsz: bool) {
+    if let Some(st) = crate::state::existing().as_mut() {
+        if let Err(e) = crate::capture::relaxed(|| st.inflight.fence_stream(stream, ptsz)) {
+            crate::log!(Warn, "cannot fence the commands of a stream ({e}); an eviction will wait for the whole context");
+        }
+    }
+}
+
+/// `cuStreamDestroy*`: its commands are fenced first (the handle is gone after).
+pub fn stream_destroyed(real: impl FnOnce() -> CUresult, stream: CUstream) -> CUresult {
+    fence_stream(stream, false);
+    real()
+}
+
 /// After a context synchronize: every command is done.
 pub fn synced_all(real: impl FnOnce() -> CUresult) -> CUresult {
     let r = real();

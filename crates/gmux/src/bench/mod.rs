@@ -4,6 +4,7 @@
 
 mod fuzz;
 mod lab;
+mod launch;
 mod micro;
 mod priority;
 mod scale;
@@ -21,6 +22,11 @@ pub enum BenchCommand {
     DaemonScale(scale::ScaleArgs),
     /// A real daemon fed random and absurd messages over its socket (CPU only).
     DaemonFuzz(fuzz::FuzzArgs),
+    /// What gmux adds to a kernel launch: native against `gmux run`, one GPU.
+    Launch(launch::LaunchArgs),
+    /// The launch loop `gmux bench launch` runs in each child process.
+    #[command(hide = true)]
+    LaunchLoop(launch::LoopArgs),
 }
 
 /// Runs a benchmark.
@@ -30,5 +36,7 @@ pub fn bench(cmd: &BenchCommand) -> Result<(), Failure> {
         BenchCommand::Priority(a) => priority::run(a),
         BenchCommand::DaemonScale(a) => scale::run(a),
         BenchCommand::DaemonFuzz(a) => fuzz::run(a),
+        BenchCommand::Launch(a) => launch::run(a),
+        BenchCommand::LaunchLoop(a) => launch::run_loop(a),
     }
 }
