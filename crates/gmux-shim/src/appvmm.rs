@@ -203,7 +203,9 @@ impl Shim {
             let other = self.app_vmm.other_mapping(b);
             match other {
                 Some(o) => self.unalias(b, o)?,
-                None => self.free(b)?,
+                None => {
+                    self.free(b)?;
+                }
             }
             self.app_vmm.unmapped(b);
             out.push((b, other));

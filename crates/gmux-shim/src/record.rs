@@ -142,11 +142,12 @@ pub fn synced() {
     }
 }
 
-/// Records the allocation at `base`, just made.
+/// Records the allocation at `base`, just made: the gmux allocation it lies in (a small
+/// one's pack is recorded once, when the first slot is taken).
 pub fn alloc(st: Option<&Shim>, base: CUdeviceptr) {
     let Some(rec) = recorder() else { return };
     if let Some(r) = st.and_then(|s| s.vmem.find(base)) {
-        lock(rec).alloc(r.alloc, r.bytes, base);
+        lock(rec).alloc(r.alloc, r.bytes, r.base);
     }
 }
 
@@ -244,6 +245,9 @@ impl Recorder {
     }
 
     fn alloc(&mut self, a: AllocId, bytes: u64, base: CUdeviceptr) {
+        if self.live.contains_key(&a) {
+            return;
+        }
         let id = self.next_id;
         self.next_id += 1;
         self.live.insert(a, (id, bytes));

@@ -23,6 +23,7 @@ use std::sync::{Mutex, MutexGuard};
 pub use gmux_runtime::{Span, WorkingSet};
 
 mod addresses;
+pub mod packs;
 
 /// Why a command or allocation could not be served.
 #[derive(Debug)]
@@ -60,6 +61,8 @@ pub struct Shim {
     pub memory: TenantMemory<CudaDevice>,
     /// Address ranges of allocations.
     pub vmem: Vmem,
+    /// Small allocations in shared chunks.
+    pub packs: packs::Packs,
     /// In-flight commands.
     pub inflight: Inflight,
     /// Kernel parameter layouts.
@@ -158,6 +161,7 @@ impl Shim {
         Ok(Shim {
             memory: TenantMemory::new(dev, limit, settings),
             vmem: Vmem::default(),
+            packs: packs::Packs::default(),
             inflight: Inflight::default(),
             layouts: Layouts::default(),
             graphs: Default::default(),
@@ -216,11 +220,25 @@ impl Shim {
         self.ordinal
     }
 
-    /// Reserves an address range for `bytes`; no memory is taken until first use.
+    /// An address for `bytes`, no memory taken until first use: a slot of a pack for a
+    /// small allocation, else a range of its own.
     pub fn alloc(&mut self, bytes: u64) -> Result<CUdeviceptr, ShimError> {
         if bytes == 0 {
             return Err(ShimError::Invalid(CUDA_ERROR_INVALID_VALUE));
         }
+        if bytes > packs::PACKED_MAX {
+            return self.alloc_range(bytes);
+        }
+        if let Some(p) = self.packs.place(bytes) {
+            return Ok(p);
+        }
+        let pack = self.alloc_range(CHUNK_BYTES)?;
+        self.packs.add(pack);
+        Ok(self.packs.place(bytes).expect("an empty pack holds any packed size"))
+    }
+
+    /// Reserves an address range for `bytes` of an allocation of its own.
+    fn alloc_range(&mut self, bytes: u64) -> Result<CUdeviceptr, ShimError> {
         let reserved = bytes.div_ceil(CHUNK_BYTES) * CHUNK_BYTES;
         let base = gmux_cuda::vm::reserve(reserved)?;
         if let Err(e) = self.back(base, bytes, false) {
@@ -242,9 +260,48 @@ impl Shim {
         Ok(id)
     }
 
+    /// The allocation that `ptr` falls in as the program sees it: a slot of a pack, or a
+    /// range of its own (in a pack's free space: none).
+    pub fn region_of(&self, ptr: CUdeviceptr) -> Option<Region> {
+        if !self.packs.is_pack_address(ptr) {
+            return self.vmem.find(ptr).copied();
+        }
+        let s = self.packs.find(ptr)?;
+        let pack = self.vmem.find(s.pack)?;
+        Some(Region { base: s.base, bytes: s.bytes, reserved: packs::slot_len(s.bytes), ..*pack })
+    }
+
+    /// The buffer id the driver would give the allocation of `r` (from [`Shim::region_of`]):
+    /// unique among live allocations, a slot's from its address.
+    pub fn buffer_id(&self, r: &Region) -> u64 {
+        match self.packs.find(r.base) {
+            Some(s) if s.base == r.base => (1 << 63) | r.base,
+            _ => r.alloc.0 as u64 + 1,
+        }
+    }
+
     /// Frees the allocation at `base` once no released command uses it; the addresses
-    /// too, unless the application reserved them.
-    pub fn free(&mut self, base: CUdeviceptr) -> Result<(), ShimError> {
+    /// too, unless the application reserved them. Returns the base of the range gmux
+    /// released, if one was (a freed slot releases its pack once the pack is empty).
+    pub fn free(&mut self, base: CUdeviceptr) -> Result<Option<CUdeviceptr>, ShimError> {
+        if self.packs.is_pack_address(base) {
+            let slot = self.packs.find(base).filter(|s| s.base == base).copied().ok_or(ShimError::Invalid(CUDA_ERROR_INVALID_VALUE))?;
+            // As a native free, the commands that may use the slot finish first.
+            if let Some(alloc) = self.vmem.find(slot.pack).map(|r| r.alloc) {
+                if let Some(ev) = self.inflight.busy(alloc)? {
+                    gmux_cuda::driver::wait_event(ev)?;
+                }
+            }
+            return match self.packs.free(base) {
+                Some(pack) => self.free_range(pack).map(|()| Some(pack)),
+                None => Ok(None),
+            };
+        }
+        self.free_range(base).map(|()| Some(base))
+    }
+
+    /// Frees the allocation whose range starts at `base`.
+    fn free_range(&mut self, base: CUdeviceptr) -> Result<(), ShimError> {
         let r = match self.vmem.find(base) {
             Some(r) if r.base == base => *r,
             _ => return Err(ShimError::Invalid(CUDA_ERROR_INVALID_VALUE)),

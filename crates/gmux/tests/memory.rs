@@ -119,3 +119,23 @@ fn pointers_a_kernel_reads_from_a_module_global_are_brought_in() {
     let r = run_within(&mut sb.app(["global-refs"]), PATIENCE);
     assert!(r.status.success(), "natively:\n{}", r.describe());
 }
+
+#[test]
+fn small_allocations_share_chunks_and_come_back_intact() {
+    // 192 buffers of 1 MiB (cuBLAS's batched matrices, say) under a 32 MiB limit: two to a
+    // chunk, so the limit counts 192 MiB, not a 2 MiB chunk each; every buffer is evicted
+    // and brought back, and every byte checked.
+    let r = under_gmux("32M", &["loop", "--buffers", "192", "--bytes", "1M", "--rounds", "2"]);
+    assert!(r.status.success() && r.stdout.contains("mismatches: 0"), "{}", r.describe());
+    let allocated = peak_allocated(&r);
+    assert!(allocated <= 1.05 * (192 * MIB) as f64, "192 MiB counted as {} MiB:\n{}", allocated / MIB as f64, r.describe());
+    let s = summary(&r);
+    assert!(s.peak_resident <= (32 * MIB) as f64, "{s:?}");
+    assert!(s.evicted >= 80 && s.populated >= 80, "the packs must have been evicted and brought back: {s:?}");
+    // Odd sizes share chunks too, and free their slots (the packs then go back).
+    let r = under_gmux("8M", &["loop", "--buffers", "40", "--bytes", "300K", "--rounds", "3", "--free"]);
+    assert!(r.status.success() && r.stdout.contains("mismatches: 0"), "{}", r.describe());
+    let allocated = peak_allocated(&r);
+    assert!(allocated <= 1.2 * (40 * 300 * 1024) as f64, "40 x 300 KiB counted as {} MiB", allocated / MIB as f64);
+    assert_no_shim_complaints(&r);
+}

@@ -254,8 +254,8 @@ fn dlsym_direct_under_eviction() {
 
 #[test]
 fn per_thread_default_streams_under_eviction() {
-    // Two threads with one 256 KiB buffer each, under a one-chunk limit: every round of
-    // each thread evicts the other's.
+    // Two threads with one 1.5 MiB buffer each (too large to share a chunk), under a
+    // one-chunk limit: every round of each thread evicts the other's.
     let sb = Sandbox::new("ptsz", DEVICE);
     let r = ok(sb.gmux(Some("2M"), ["procaddr-ptsz"]).env("GMUX_STANDIN_DELAY_US", "200"));
     assert!(r.stdout.contains("procaddr-ptsz: 2 threads, 10 rounds each"), "{}", r.describe());

@@ -22,7 +22,7 @@ unsafe fn answer(st: &Shim, r: &Region, attr: u32, data: *mut c_void, ptr: CUdev
             CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => *(data as *mut i32) = st.ordinal(),
             CU_POINTER_ATTRIBUTE_RANGE_START_ADDR => *(data as *mut CUdeviceptr) = r.base,
             CU_POINTER_ATTRIBUTE_RANGE_SIZE => *(data as *mut usize) = r.bytes as usize,
-            CU_POINTER_ATTRIBUTE_BUFFER_ID => *(data as *mut u64) = r.alloc.0 as u64 + 1,
+            CU_POINTER_ATTRIBUTE_BUFFER_ID => *(data as *mut u64) = st.buffer_id(r),
             _ => return false,
         }
     }
@@ -44,7 +44,7 @@ fn on_region<R: FnOnce() -> CUresult>(real: R, ptr: CUdeviceptr, f: impl FnOnce(
         Err(_) => return real(),
     };
     let st = g.as_mut().expect("created");
-    match st.vmem.find(ptr).copied() {
+    match st.region_of(ptr) {
         Some(r) => f(st, &r, real),
         None => {
             drop(g);

@@ -55,8 +55,10 @@ pub fn free(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr) -> CUresult {
         // The program's own mappings go with cuMemUnmap, as with the driver.
         Some(st) if st.vmem.find(ptr).is_some_and(|r| r.app) => CUDA_ERROR_INVALID_VALUE,
         Some(st) if st.vmem.find(ptr).is_some() => match crate::capture::relaxed(|| st.free(ptr)) {
-            Ok(()) => {
-                crate::record::free(ptr);
+            Ok(released) => {
+                if let Some(base) = released {
+                    crate::record::free(base);
+                }
                 CUDA_SUCCESS
             }
             Err(e) => report(e, "cuMemFree"),
@@ -126,7 +128,7 @@ pub unsafe fn info(real: impl FnOnce() -> CUresult, free: *mut usize, total: *mu
 /// `base` and `size` are writable or null.
 pub unsafe fn range(real: impl FnOnce() -> CUresult, base: *mut CUdeviceptr, size: *mut usize, ptr: CUdeviceptr) -> CUresult {
     let g = existing();
-    let Some(r) = g.as_ref().and_then(|st| st.vmem.find(ptr).copied()) else {
+    let Some(r) = g.as_ref().and_then(|st| st.region_of(ptr)) else {
         drop(g);
         return real();
     };

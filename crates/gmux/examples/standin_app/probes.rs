@@ -100,7 +100,7 @@ pub fn procaddr_ptsz(app: &App) -> bool {
     };
     let (launch, htod, sync) = (resolve("cuLaunchKernel"), resolve("cuMemcpyHtoDAsync"), resolve("cuStreamSynchronize"));
     const ROUNDS: u32 = 10;
-    const WORDS: usize = 64 << 10;
+    const WORDS: usize = 384 << 10;
     let mismatches = AtomicU64::new(0);
     std::thread::scope(|scope| {
         for t in 0..2u32 {
