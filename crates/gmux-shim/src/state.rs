@@ -76,6 +76,8 @@ pub struct Shim {
     managed: HashMap<CUdeviceptr, u64>,
     /// Allocations whose contents point into other allocations.
     refs: IdMap<AllocId, IdSet<AllocId>>,
+    /// The same for slots of packs, by the slot's address.
+    slot_refs: HashMap<CUdeviceptr, IdSet<AllocId>>,
     /// Allocations that pointers uploaded into memory outside gmux point to, by the
     /// address they were uploaded to.
     global_refs: HashMap<CUdeviceptr, Vec<AllocId>>,
@@ -168,6 +170,7 @@ impl Shim {
             app_vmm: Default::default(),
             managed: HashMap::new(),
             refs: IdMap::default(),
+            slot_refs: HashMap::new(),
             global_refs: HashMap::new(),
             device_total: total,
             ctx,
@@ -292,6 +295,7 @@ impl Shim {
                     gmux_cuda::driver::wait_event(ev)?;
                 }
             }
+            self.slot_refs.remove(&base);
             return match self.packs.free(base) {
                 Some(pack) => self.free_range(pack).map(|()| Some(pack)),
                 None => Ok(None),
@@ -316,7 +320,7 @@ impl Shim {
             v.retain(|a| *a != r.alloc);
             !v.is_empty()
         });
-        for set in self.refs.values_mut() {
+        for set in self.refs.values_mut().chain(self.slot_refs.values_mut()) {
             set.remove(&r.alloc);
         }
         self.inflight.forget(r.alloc);

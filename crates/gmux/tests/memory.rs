@@ -139,3 +139,20 @@ fn small_allocations_share_chunks_and_come_back_intact() {
     assert!(allocated <= 1.2 * (40 * 300 * 1024) as f64, "40 x 300 KiB counted as {} MiB", allocated / MIB as f64);
     assert_no_shim_complaints(&r);
 }
+
+#[test]
+fn pointers_in_a_slot_bring_in_only_what_that_slot_names() {
+    // Two pointer tables share a pack; each names two of four 4 MiB buffers. A gather
+    // through one table needs its two buffers and the pack, 10 MiB, which a 12 MiB limit
+    // holds; were the tables' pointers counted for the whole pack, every gather would need
+    // all four buffers (18 MiB) and end the process as oversized.
+    let r = under_gmux("12M", &["packed-tables", "--buffers", "4", "--bytes", "4M", "--rounds", "3"]);
+    assert!(r.status.success() && r.stdout.contains("packed-tables: 4 buffers checked"), "{}", r.describe());
+    let s = summary(&r);
+    assert!(s.peak_resident <= (12 * MIB) as f64, "{s:?}");
+    assert!(s.evicted >= 2 * 2, "the halves replace each other: {s:?}");
+    assert_no_shim_complaints(&r);
+    let sb = Sandbox::new("memory", DEVICE);
+    let r = run_within(&mut sb.app(["packed-tables"]), PATIENCE);
+    assert!(r.status.success(), "natively:\n{}", r.describe());
+}

@@ -12,11 +12,15 @@ impl Shim {
     /// mappings back to back with it that a buffer there may reach ([`crate::vmem::Vmem::extent_of`]).
     pub fn allocs_of(&self, ptrs: &[CUdeviceptr]) -> Vec<AllocId> {
         let mut v = Vec::with_capacity(ptrs.len());
-        for r in ptrs.iter().filter_map(|p| self.vmem.find(*p)) {
+        for &p in ptrs {
+            let Some(r) = self.vmem.find(p) else { continue };
             if r.app {
                 v.extend(self.vmem.extent_of(r.base).into_iter().map(|x| x.alloc));
             } else {
                 v.push(r.alloc);
+            }
+            if let Some(s) = self.packs.find(p) {
+                v.extend(self.slot_refs.get(&s.base).into_iter().flatten().copied());
             }
         }
         self.with_referred(&mut v);
@@ -27,6 +31,11 @@ impl Shim {
     /// refer to (see [`Shim::add_refs`]).
     pub fn allocs_over(&self, ranges: &[(CUdeviceptr, u64)]) -> Vec<AllocId> {
         let mut v: Vec<AllocId> = ranges.iter().flat_map(|&(p, n)| self.vmem.overlapping(p, n)).map(|r| r.alloc).collect();
+        for &(p, n) in ranges {
+            for s in self.packs.overlapping(p, n) {
+                v.extend(self.slot_refs.get(&s.base).into_iter().flatten().copied());
+            }
+        }
         self.with_referred(&mut v);
         v
     }
@@ -76,7 +85,11 @@ impl Shim {
         let found: Vec<AllocId> = ptrs.iter().filter_map(|p| self.vmem.find(*p)).map(|r| r.alloc).filter(|a| *a != h).collect();
         if !found.is_empty() {
             crate::log!(Debug, "{} pointers uploaded to {holder:#x} refer to other allocations", found.len());
-            let set = self.refs.entry(h).or_default();
+            // A slot's pointers are its own: the other slots of its pack do not hold them.
+            let set = match self.packs.find(holder) {
+                Some(s) => self.slot_refs.entry(s.base).or_default(),
+                None => self.refs.entry(h).or_default(),
+            };
             set.extend(found);
         }
     }

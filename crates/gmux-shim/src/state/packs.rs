@@ -65,6 +65,12 @@ impl Packs {
         (ptr < s.base + slot_len(s.bytes)).then_some(s)
     }
 
+    /// The slots that bytes `[start, start + len)` overlap.
+    pub fn overlapping(&self, start: CUdeviceptr, len: u64) -> impl Iterator<Item = &Slot> {
+        let first = self.find(start).map_or(start, |s| s.base);
+        self.slots.range(first..start.saturating_add(len)).map(|(_, s)| s)
+    }
+
     /// Whether `ptr` is inside a pack (in a slot or in free space).
     pub fn is_pack_address(&self, ptr: CUdeviceptr) -> bool {
         self.holes.range(..=ptr).next_back().is_some_and(|(&p, _)| ptr < p + CHUNK_BYTES)
@@ -114,6 +120,9 @@ mod tests {
         assert_eq!(p.place(1 << 20), Some(P + (1 << 20)));
         assert_eq!(p.place(1), None, "the pack is full");
         assert_eq!(p.find(P + (1 << 20) + 5).map(|s| s.base), Some(P + (1 << 20)));
+        let over: Vec<_> = p.overlapping(P + 100, 1 << 20).map(|s| s.base).collect();
+        assert_eq!(over, vec![P, P + (1 << 20)], "a range from inside the first slot into the second");
+        assert_eq!(p.overlapping(P + (1 << 20), 1).count(), 1);
         assert_eq!(p.free(P), None, "the other half is still live");
         assert_eq!(p.place(100), Some(P), "a freed slot is reused");
         assert_eq!(p.free(P), None);

@@ -112,6 +112,7 @@ fn main() {
         "big-copy" => memory::big_copy(&app, &opts),
         "big-box" => memory::big_box(&app, &opts),
         "global-refs" => memory::global_refs(&app, &opts),
+        "packed-tables" => memory::packed_tables(&app, &opts),
         other => fail(format!("unknown subcommand {other:?}")),
     };
     std::process::exit(if ok { 0 } else { 1 })
