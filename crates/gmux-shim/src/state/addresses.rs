@@ -19,8 +19,10 @@ impl Shim {
             } else {
                 v.push(r.alloc);
             }
-            if let Some(s) = self.packs.find(p) {
-                v.extend(self.slot_refs.get(&s.base).into_iter().flatten().copied());
+            if !self.slot_refs.is_empty() {
+                if let Some(s) = self.packs.find(p) {
+                    v.extend(self.slot_refs.get(&s.base).into_iter().flatten().copied());
+                }
             }
         }
         self.with_referred(&mut v);
@@ -31,7 +33,7 @@ impl Shim {
     /// refer to (see [`Shim::add_refs`]).
     pub fn allocs_over(&self, ranges: &[(CUdeviceptr, u64)]) -> Vec<AllocId> {
         let mut v: Vec<AllocId> = ranges.iter().flat_map(|&(p, n)| self.vmem.overlapping(p, n)).map(|r| r.alloc).collect();
-        for &(p, n) in ranges {
+        for &(p, n) in ranges.iter().filter(|_| !self.slot_refs.is_empty()) {
             for s in self.packs.overlapping(p, n) {
                 v.extend(self.slot_refs.get(&s.base).into_iter().flatten().copied());
             }
@@ -57,11 +59,15 @@ impl Shim {
     }
 
     fn with_referred(&self, v: &mut Vec<AllocId>) {
-        let referred: Vec<AllocId> = v.iter().filter_map(|a| self.refs.get(a)).flatten().copied().collect();
-        v.extend(referred);
+        if !self.refs.is_empty() {
+            let referred: Vec<AllocId> = v.iter().filter_map(|a| self.refs.get(a)).flatten().copied().collect();
+            v.extend(referred);
+        }
         v.extend(self.global_refs.values().flatten().copied());
-        v.sort_unstable();
-        v.dedup();
+        if v.len() > 1 {
+            v.sort_unstable();
+            v.dedup();
+        }
     }
 
     /// Records that allocation `holder` now holds `ptrs` (pointers or tensor-map
