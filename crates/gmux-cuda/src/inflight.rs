@@ -65,19 +65,19 @@ impl Inflight {
     /// agent may need it meanwhile).
     pub fn released(&mut self, stream: CUstream, ptsz: bool, allocs: &[AllocId], bound: usize) -> Result<Option<CUevent>, CudaError> {
         let key = StreamKey::of(stream, ptsz);
+        let bound = bound.max(1) as u64;
+        let every = if matches!(key, StreamKey::PerThread(_)) { 1 } else { FENCE_EVERY.min(bound) };
         let t = self.tracks.entry(key).or_default();
         let seq = t.next;
         t.next += 1;
+        let (fence_now, over) = (t.unfenced() >= every, t.next - t.done > bound);
         for a in allocs {
             self.last_use.insert(*a, (key, seq));
         }
-        let bound = bound.max(1) as u64;
-        let every = if matches!(key, StreamKey::PerThread(_)) { 1 } else { FENCE_EVERY.min(bound) };
-        if self.tracks[&key].unfenced() >= every {
+        if fence_now {
             self.fence(key, stream)?;
-            self.retire(key, usize::MAX)?;
         }
-        if self.tracks[&key].next - self.tracks[&key].done <= bound {
+        if !(fence_now || over) {
             return Ok(None);
         }
         self.retire(key, usize::MAX)?;
