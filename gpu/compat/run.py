@@ -145,6 +145,13 @@ def is_oversize_line(line):
     return low.startswith("gmux:") and "needs" in low and "limit" in low
 
 
+def spilled_commands(stderr_text):
+    """Commands that ran over the limit with part of their memory mapped on the host, from
+    the shim's exit summaries (0 when none did)."""
+    found = [int(m.group(1)) for m in re.finditer(r"commands over the limit (\d+)", stderr_text)]
+    return sum(found)
+
+
 def is_refusal_line(line):
     return line.startswith("gmux:") and "not supported under gmux" in line
 
@@ -624,6 +631,7 @@ class Runner:
                 rec["line"] += " | " + extra
         elif cls != "identical":
             rec["line"] = relevant_line(stderr)
+        rec["spilled"] = spilled_commands(stderr)
         if any(is_refusal_line(l) for l in gmux_lines(stderr)):
             rec["refused"] = sorted({l.split()[1] for l in gmux_lines(stderr) if is_refusal_line(l)})
         limit = rec["limit_bytes"]
@@ -871,7 +879,7 @@ def summary_text(doc):
                      f"peak {g['peak_mib'] if g['peak_mib'] is not None else '-'} MiB; over-limit {g['over_limit']}"
                      + (f"; {g['note']}" if g["note"] else ""))
     lines.append("")
-    head = f"{'level':<9}{'runs':>5}" + "".join(f"{c:>13}" for c in CLASSES) + f"{'over-limit':>12}"
+    head = f"{'level':<9}{'runs':>5}" + "".join(f"{c:>13}" for c in CLASSES) + f"{'over-limit':>12}{'host-mapped':>13}"
     lines.append(head)
     for lv in levels:
         rs = [r for r in runs if r["level"] == lv]
@@ -879,7 +887,21 @@ def summary_text(doc):
             continue
         counts = "".join(f"{sum(r['class'] == c for r in rs):>13}" for c in CLASSES)
         over = sum(bool(r.get("over_limit")) for r in rs)
-        lines.append(f"{level_name(lv):<9}{len(rs):>5}{counts}{over:>12}")
+        spilled = sum(r["class"] == "identical" and bool(r.get("spilled")) for r in rs)
+        lines.append(f"{level_name(lv):<9}{len(rs):>5}{counts}{over:>12}{spilled:>13}")
+    lines.append("host-mapped: identical runs in which commands over the limit ran with part of their memory mapped on the host")
+    spills = [r for r in runs if r["class"] == "identical" and r.get("spilled")]
+    if spills:
+        lines.append("")
+        lines.append("identical with commands over the limit (program, level, commands, seconds against the native run's):")
+        native = {}
+        for r in doc["runs"]:
+            if r["label"] == "native1" and r.get("seconds") is not None:
+                native.setdefault(r["program"], r["seconds"])
+        for r in sorted(spills, key=lambda r: (r["program"], str(r["level"]))):
+            base = native.get(r["program"])
+            ratio = f"{r['seconds']:.1f} s vs {base:.1f} s" if base else f"{r['seconds']:.1f} s"
+            lines.append(f"  {r['program']:<26} {level_name(r['level']):<8} {r['spilled']:>6}  {ratio}")
     odd = [r for r in runs if r["class"] not in ("identical",) or r.get("over_limit")]
     if odd:
         lines.append("")

@@ -285,8 +285,9 @@ time.sleep(0.7)
 def fmt(n):
     return f"{n / MIB:.1f} MiB"
 def summary():
+    over = f", commands over the limit 3 (at most {fmt(FOOT - limit)} of one mapped on the host)" if mode == "spilled" and limit < FOOT else ""
     if under and mode != "nosummary":
-        print(f"gmux: limit {fmt(limit)}, allocated {fmt(FOOT)}, peak allocated {fmt(FOOT)}, peak resident {fmt(FOOT - MIB)}, commands 9", file=sys.stderr)
+        print(f"gmux: limit {fmt(limit)}, allocated {fmt(FOOT)}, peak allocated {fmt(FOOT)}, peak resident {fmt(FOOT - MIB)}, commands 9{over}", file=sys.stderr)
 def need(ws):
     print(f"gmux: kernel k needs {fmt(ws)} resident at once but the memory limit is {fmt(limit)}; raise --mem-limit", file=sys.stderr)
 x = np.arange(16, dtype=np.float32)
@@ -341,6 +342,7 @@ EXPECT = {
     "nosummary": ["identical"] * 4,
     "native_fail": [None] * 4,
     "raw": ["identical"] * 4,
+    "spilled": ["identical"] * 4,
 }
 
 
@@ -421,11 +423,14 @@ def end_to_end():
         assert got[("s_ok", lv)]["over_limit"] is False, got[("s_ok", lv)]
         assert got[("s_ok", lv)]["smi_source"] == "pid"
     assert got[("s_overlimit", "fp")]["over_limit"] is False
+    assert (got[("s_spilled", 100)]["spilled"], got[("s_spilled", 50)]["spilled"]) == (0, 3)
     # The printed summary ends with the table and the odd runs.
     tail = out[out.index("== gmux compatibility corpus"):]
     assert "level" in tail and "over-limit" in tail and "s_wrong" in tail and "s_overlimit" in tail
     row = next(l for l in tail.splitlines() if l.startswith("25%"))
     assert row.split()[1] == str(sum(1 for m in EXPECT if m != "native_fail")), row
+    assert row.split()[-1] == "1", f"one identical run with commands over the limit: {row}"
+    assert any(l.split()[:3] == ["s_spilled", "25%", "3"] for l in tail.splitlines()), tail
     # A skipped budget: nothing runs, every program reported skipped, still a summary.
     out2 = _runner(d, bin_dir, build, ["--only", "s_ok,s_wrong", "--budget", "0.5", "--min-run", "5", "--tag", "skip"])
     doc2 = json.load(open(f"{d}/out/skip.json"))

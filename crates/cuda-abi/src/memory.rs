@@ -27,6 +27,8 @@ pub const CU_POINTER_ATTRIBUTE_MAPPED: u32 = 13;
 pub const CU_MEM_ALLOCATION_TYPE_PINNED: u32 = 1;
 /// `CUmemLocationType`: a device.
 pub const CU_MEM_LOCATION_TYPE_DEVICE: u32 = 1;
+/// `CUmemLocationType`: host memory, on no particular NUMA node.
+pub const CU_MEM_LOCATION_TYPE_HOST: u32 = 2;
 /// `CUmemAccess_flags`: no access.
 pub const CU_MEM_ACCESS_FLAGS_PROT_NONE: u32 = 0;
 /// `CUmemAccess_flags`: read only.
@@ -80,6 +82,11 @@ impl CUmemAllocationProp {
             win32_handle_meta_data: std::ptr::null_mut(),
             alloc_flags: CUmemAllocationPropFlags::default(),
         }
+    }
+
+    /// Pinned host memory that can be mapped at device addresses, no exportable handle.
+    pub fn host() -> Self {
+        CUmemAllocationProp { location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_HOST, id: 0 }, ..Self::device(0) }
     }
 }
 

@@ -36,6 +36,9 @@ pub trait Device {
 
     /// Creates physical memory for `chunks` consecutive chunks.
     fn create_chunk(&mut self, chunks: u32) -> Result<PhysChunk, Self::Error>;
+    /// Creates pinned host memory for one chunk that can be mapped at a chunk's address
+    /// like GPU memory (commands then reach it over the link).
+    fn create_host_chunk(&mut self) -> Result<PhysChunk, Self::Error>;
     /// Returns physical memory to the driver.
     fn release_chunk(&mut self, phys: PhysChunk) -> Result<(), Self::Error>;
     /// Maps `phys` (made for `chunks` chunks) at the virtual addresses of chunks
@@ -44,7 +47,8 @@ pub trait Device {
     /// Unmaps the mapping of chunks `first..first + chunks` once the copies out of it
     /// issued so far are done; its physical memory stays alive for reuse.
     fn unmap(&mut self, first: ChunkId, chunks: u32) -> Result<(), Self::Error>;
-    /// Copies `chunk`'s data from tier `from` to tier `to` on `stream`.
+    /// Copies `chunk`'s data from tier `from` to tier `to` on `stream`; [`Tier::Gpu`] is
+    /// the chunk's address, whichever memory is mapped there.
     fn copy(&mut self, stream: CopyStream, chunk: ChunkId, from: Tier, to: Tier) -> Result<(), Self::Error>;
     /// Records an event on `stream`.
     fn record(&mut self, stream: CopyStream) -> Result<Event, Self::Error>;

@@ -21,6 +21,8 @@ pub enum CoreError {
     OutOfBudget { what: String, need: u64, free: u64 },
     #[error("unknown allocation {0}: it was never allocated or was already freed")]
     UnknownAlloc(u32),
+    #[error("chunk {0} cannot go back to unbacked: a move keeps a chunk's data somewhere")]
+    Unbacking(u32),
     #[error("allocation of 0 bytes: ask for at least 1 byte")]
     ZeroAlloc,
     #[error("policy rejected tenant {0:?}: {1}")]

@@ -22,6 +22,7 @@ pub mod planner;
 pub mod protocol;
 pub mod sched;
 pub mod size;
+pub mod spill;
 pub mod tenant;
 pub mod timeline;
 

@@ -11,6 +11,9 @@
 //! evicts extents whole).
 //! Physical memory held, mapped or spare, is kept within the GPU tier's capacity at the
 //! end of every plan.
+//!
+//! A chunk mapped on the host ([`Move::MapHost`]) gets host memory of its own, kept as a
+//! host spare when it leaves and never counted as GPU memory held.
 
 use crate::device::{CopyStream, Device, Event, PhysChunk};
 use crate::memory::{ChunkId, Memory, Tier};
@@ -24,6 +27,8 @@ struct Mapping {
     phys: PhysChunk,
     /// Chunks of the run not yet evicted or discarded.
     live: u32,
+    /// Host memory (one chunk, [`Move::MapHost`]), not GPU memory.
+    host: bool,
 }
 
 /// Mappings of resident chunks, and spare physical memory freed by eviction.
@@ -37,6 +42,10 @@ pub struct Mover {
     spare: VecDeque<(PhysChunk, u32)>,
     /// Chunks of physical memory held, mapped or spare.
     held: u64,
+    /// Spare host memory of one chunk each, for the next [`Move::MapHost`].
+    host_spare: Vec<PhysChunk>,
+    /// Chunks mapped on the host.
+    host_mapped: u64,
 }
 
 impl Mover {
@@ -83,6 +92,7 @@ impl Mover {
                         }
                     }
                     if let Some((first, m)) = self.unlink(chunk) {
+                        debug_assert!(!m.host, "an eviction is of GPU memory");
                         dev.unmap(first, m.chunks)?;
                         self.spare.push_back((m.phys, m.chunks));
                     }
@@ -90,6 +100,27 @@ impl Mover {
                 Move::Demote(chunk) => {
                     if !mem.chunk(chunk).disk_copy {
                         dev.copy(CopyStream::Evict, chunk, Tier::Host, Tier::Disk)?;
+                    }
+                }
+                Move::MapHost(c) => {
+                    let phys = match self.host_spare.pop() {
+                        Some(p) => p,
+                        None => dev.create_host_chunk()?,
+                    };
+                    dev.map(c, 1, phys)?;
+                    self.host_mapped += 1;
+                    self.maps.insert(c, Mapping { chunks: 1, phys, live: 1, host: true });
+                    self.mapping_of.insert(c, c);
+                    ready.push(self.fill(c, mem.chunk(c).place.tier(), dev)?);
+                }
+                Move::UnmapHost(c) => {
+                    // The copy to the host tier reads the chunk at its address, as an
+                    // eviction does.
+                    dev.copy(CopyStream::Evict, c, Tier::Gpu, Tier::Host)?;
+                    if let Some((first, m)) = self.unlink(c) {
+                        dev.unmap(first, m.chunks)?;
+                        self.host_spare.push(m.phys);
+                        self.host_mapped -= 1;
                     }
                 }
             }
@@ -106,9 +137,23 @@ impl Mover {
         if let Some((first, m)) = self.unlink(chunk) {
             dev.unmap(first, m.chunks)?;
             dev.release_chunk(m.phys)?;
-            self.held -= u64::from(m.chunks);
+            if m.host {
+                self.host_mapped -= 1;
+            } else {
+                self.held -= u64::from(m.chunks);
+            }
         }
         Ok(())
+    }
+
+    /// Chunks mapped on the host.
+    pub fn host_mapped(&self) -> u64 {
+        self.host_mapped
+    }
+
+    /// Chunks of host memory held for chunks mapped on the host, mapped or spare.
+    pub fn host_held(&self) -> u64 {
+        self.host_mapped + self.host_spare.len() as u64
     }
 
     /// Chunks of physical memory held, mapped or spare.
@@ -123,7 +168,7 @@ impl Mover {
         while at < end {
             let (phys, n) = self.take(end - at, mem, dev)?;
             dev.map(ChunkId(at), n, phys)?;
-            self.maps.insert(ChunkId(at), Mapping { chunks: n, phys, live: n });
+            self.maps.insert(ChunkId(at), Mapping { chunks: n, phys, live: n, host: false });
             for x in at..at + n {
                 self.mapping_of.insert(ChunkId(x), ChunkId(at));
             }
@@ -133,7 +178,8 @@ impl Mover {
     }
 
     /// Fills mapped chunk `c`: copies it in from `from` (nothing for a new chunk) and
-    /// records the event after which it is usable.
+    /// records the event after which it is usable. A copy to [`Tier::Gpu`] writes the
+    /// chunk at its address, whatever memory is mapped there.
     fn fill<D: Device>(&mut self, c: ChunkId, from: Option<Tier>, dev: &mut D) -> Result<(ChunkId, Event), D::Error> {
         if let Some(from) = from {
             if from == Tier::Disk {
@@ -202,6 +248,11 @@ mod tests {
         fn create_chunk(&mut self, n: u32) -> Result<PhysChunk, String> {
             self.next += 1;
             self.calls.push(format!("create p{} x{n}", self.next));
+            Ok(PhysChunk(self.next))
+        }
+        fn create_host_chunk(&mut self) -> Result<PhysChunk, String> {
+            self.next += 1;
+            self.calls.push(format!("create host p{}", self.next));
             Ok(PhysChunk(self.next))
         }
         fn release_chunk(&mut self, p: PhysChunk) -> Result<(), String> {
@@ -333,6 +384,33 @@ mod tests {
             mover.discard(ChunkId(c), &mut dev).unwrap();
         }
         assert_eq!((dev.count("unmap"), dev.count("release"), mover.held()), (3, 3, 1), "a mapping goes with its last chunk");
+    }
+
+    #[test]
+    fn host_mappings_reuse_their_memory_and_never_count_as_gpu_memory() {
+        let mut mem = Memory::new(Capacities { gpu: Some(CHUNK_BYTES), ..Default::default() });
+        mem.allocate(TenantId(0), 3 * CHUNK_BYTES).unwrap();
+        mem.relocate(ChunkId(2), Tier::Host).unwrap();
+        let mut dev = Log::default();
+        let mut mover = Mover::default();
+        let plan = Plan { moves: vec![Move::MapHost(ChunkId(0)), Move::MapHost(ChunkId(1))], covered: 2 };
+        assert_eq!(mover.issue(&plan, &mem, &mut dev).unwrap().len(), 2, "each gets its ready event");
+        assert_eq!(dev.calls, vec!["create host p1", "map c0 x1 p1", "record Populate", "create host p2", "map c1 x1 p2", "record Populate"]);
+        assert_eq!((mover.held(), mover.host_mapped(), mover.host_held()), (0, 2, 2));
+        for c in [0, 1] {
+            mem.relocate_to(ChunkId(c), crate::memory::Place::HostMapped).unwrap();
+        }
+        dev.calls.clear();
+        mover.issue(&Plan { moves: vec![Move::UnmapHost(ChunkId(0))], covered: 1 }, &mem, &mut dev).unwrap();
+        assert_eq!(dev.calls, vec!["Evict c0 Gpu->Host", "unmap c0 x1"], "copied out through its address, then unmapped");
+        mem.relocate(ChunkId(0), Tier::Host).unwrap();
+        dev.calls.clear();
+        mover.issue(&Plan { moves: vec![Move::MapHost(ChunkId(2))], covered: 1 }, &mem, &mut dev).unwrap();
+        assert_eq!(dev.calls, vec!["map c2 x1 p1", "Populate c2 Host->Gpu", "record Populate"], "the spare is reused and filled from the host tier");
+        dev.calls.clear();
+        mover.discard(ChunkId(1), &mut dev).unwrap();
+        assert_eq!(dev.calls, vec!["unmap c1 x1", "release p2"]);
+        assert_eq!((mover.held(), mover.host_mapped(), mover.host_held()), (0, 1, 1));
     }
 
     /// Four 1-chunk allocations fill a 4-chunk budget and are evicted for a 4-chunk

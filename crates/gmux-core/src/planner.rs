@@ -30,6 +30,11 @@ pub enum Move {
     Evict { chunk: ChunkId, to: Tier },
     /// Move a host-tier chunk to disk to make room in the host tier.
     Demote(ChunkId),
+    /// Give a chunk that is not in GPU memory host memory at its own addresses, its data
+    /// copied in from the host tier when it has any ([`Place::HostMapped`]).
+    MapHost(ChunkId),
+    /// Copy a [`Place::HostMapped`] chunk back to the host tier and unmap it.
+    UnmapHost(ChunkId),
 }
 
 /// What the planner needs to know about the request.
@@ -70,6 +75,8 @@ pub struct Moved {
     pub disk_reads: u64,
     /// Chunks written to disk.
     pub disk_writes: u64,
+    /// Chunks given host memory at their own addresses.
+    pub mapped_host: u64,
 }
 
 /// Most `Keep` answers a placement may give in one plan before victims are forced out.
@@ -102,6 +109,15 @@ impl Planner {
         let advice: Vec<ChunkId> = self.hooks.prefetch(req.tenant).into_iter().filter(|c| mem.is_live(*c) && mem.chunk(*c).tenant == req.tenant).collect();
         for (i, &c) in req.need.iter().chain(&advice).enumerate() {
             if !seen.insert(c) || mem.chunk(c).place == Place::GPU {
+                continue;
+            }
+            if mem.chunk(c).place == Place::HostMapped {
+                // Its address holds host memory until an `UnmapHost` of an earlier plan.
+                if i < req.required {
+                    plan.covered = i;
+                    self.commit(&mut victims, &plan);
+                    return plan;
+                }
                 continue;
             }
             let owner = mem.chunk(c).tenant;
@@ -151,6 +167,7 @@ impl Planner {
                     }
                     Move::Populate { chunk: c, from }
                 }
+                Place::HostMapped => unreachable!("skipped above"),
             });
             st.take(owner);
         }
@@ -190,31 +207,36 @@ impl Planner {
         let mut moved = Moved::default();
         for m in &plan.moves {
             let (c, to) = match *m {
+                Move::MapHost(c) => {
+                    moved.mapped_host += 1;
+                    (c, Place::HostMapped)
+                }
+                Move::UnmapHost(c) => (c, Place::HOST),
                 Move::Create(c) => {
                     moved.created += 1;
-                    (c, Tier::Gpu)
+                    (c, Place::GPU)
                 }
                 Move::Populate { chunk, from } => {
                     moved.populated += 1;
                     moved.disk_reads += u64::from(from == Tier::Disk);
-                    (chunk, Tier::Gpu)
+                    (chunk, Place::GPU)
                 }
                 Move::Evict { chunk, to } => {
                     let drop = to == Tier::Disk && mem.chunk(chunk).disk_copy;
                     moved.dropped += u64::from(drop);
                     moved.evicted += u64::from(!drop);
                     moved.disk_writes += u64::from(to == Tier::Disk && !drop);
-                    (chunk, to)
+                    (chunk, Place::In(to))
                 }
                 Move::Demote(c) => {
                     moved.disk_writes += u64::from(!mem.chunk(c).disk_copy);
-                    (c, Tier::Disk)
+                    (c, Place::DISK)
                 }
             };
             let from = mem.chunk(c).place;
-            mem.relocate(c, to)?;
-            self.placement.on_move(c, from, Place::In(to));
-            if to == Tier::Gpu {
+            mem.relocate_to(c, to)?;
+            self.placement.on_move(c, from, to);
+            if to == Place::GPU {
                 self.evictor.on_resident(c);
                 self.hooks.activate(c, mem.chunk(c).tenant);
             }

@@ -39,7 +39,7 @@ impl<D: Device> TenantMemory<D> {
         // predicted to use the victim: a command that reaches memory outside its
         // predicted working set still finishes before that memory is copied out and its
         // physical chunk reused.
-        if plan.moves.iter().any(|m| matches!(m, Move::Evict { .. })) {
+        if plan.moves.iter().any(|m| matches!(m, Move::Evict { .. } | Move::UnmapHost(_))) {
             self.dev.evict_after(after);
         }
         let issued = Instant::now();
@@ -74,18 +74,19 @@ impl<D: Device> TenantMemory<D> {
         Ok(own_last)
     }
 
-    /// Counts a plan's moves in the per-allocation missing chunks; returns the
-    /// allocations it fills, split by `own`.
+    /// Counts a plan's moves in the per-allocation missing chunks (a chunk mapped on the
+    /// host is missing); returns the allocations it fills, split by `own`.
     fn account(&mut self, plan: &Plan, own: impl Fn(ChunkId) -> bool) -> (Vec<AllocId>, Vec<AllocId>) {
         let (mut filled, mut fetched): (Vec<AllocId>, Vec<AllocId>) = (Vec::new(), Vec::new());
         for m in &plan.moves {
             let (c, delta) = match *m {
                 Move::Create(c) | Move::Populate { chunk: c, .. } => (c, -1i64),
+                Move::MapHost(c) => (c, 0),
                 Move::Evict { chunk, .. } => (chunk, 1),
-                Move::Demote(_) => continue,
+                Move::Demote(_) | Move::UnmapHost(_) => continue,
             };
             let a = self.mem.chunk(c).alloc;
-            if delta < 0 {
+            if delta <= 0 {
                 let into = if own(c) { &mut filled } else { &mut fetched };
                 into.push(a);
             }
@@ -118,18 +119,22 @@ impl<D: Device> TenantMemory<D> {
     /// Events of populations still under way into any of `allocs` that stream `on` has
     /// not waited for. A device orders work only within a stream: the command that caused
     /// a population waits for it, but a command on another stream using the same memory
-    /// (weights read from several streams, say) must wait too.
+    /// (weights read from several streams, say) must wait too. They count as given to
+    /// `on` only once the command has them ([`TenantMemory::given`]).
     pub(crate) fn landing_waits(&mut self, allocs: &[AllocId], on: Option<D::Stream>) -> Vec<Event> {
         self.settle();
-        let mut out = Vec::new();
+        let waited = |l: &Landing<D::Stream>| on.is_some_and(|k| l.waited.contains(&k));
+        self.landing.iter().filter(|l| !waited(l) && l.allocs.iter().any(|a| allocs.contains(a))).map(|l| l.id).collect()
+    }
+
+    /// Notes that stream `on` waits for `events`, so that later commands on it need not.
+    pub(crate) fn given(&mut self, events: &[Event], on: Option<D::Stream>) {
+        let Some(k) = on else { return };
         for l in &mut self.landing {
-            if on.is_some_and(|k| l.waited.contains(&k)) || !l.allocs.iter().any(|a| allocs.contains(a)) {
-                continue;
+            if events.contains(&l.id) && !l.waited.contains(&k) {
+                l.waited.push(k);
+                self.stats.waits_for_others += 1;
             }
-            out.push(l.id);
-            l.waited.extend(on);
-            self.stats.waits_for_others += 1;
         }
-        out
     }
 }

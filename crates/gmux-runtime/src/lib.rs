@@ -11,10 +11,13 @@
 
 mod execute;
 mod prepare;
+mod spill;
 pub mod switch;
 mod tenancy;
 mod working_set;
 
+#[cfg(test)]
+mod spill_tests;
 #[cfg(test)]
 mod tests;
 
@@ -96,6 +99,12 @@ pub struct Stats {
     pub largest_need: u64,
     /// Plans that evicted in OPT order over a forecast.
     pub forecast_plans: u64,
+    /// Plans that found no extent that could leave whole and emptied the GPU first.
+    pub emptied: u64,
+    /// Commands that ran with part of their working set mapped on the host.
+    pub spilled: u64,
+    /// The most bytes one such command had mapped on the host.
+    pub largest_spill: u64,
     /// Commands released in each of the last three slots in which the daemon let the
     /// process run and it released any, newest first (0: no such slot yet); their median
     /// is the horizon of the next slice's forecast.
@@ -274,6 +283,7 @@ impl<D: Device> TenantMemory<D> {
         s.populated += m.populated;
         s.evicted += m.evicted;
         s.created += m.created;
+        s.mapped_host += m.mapped_host;
         self.stats.peak_resident = self.stats.peak_resident.max(self.resident());
     }
 }

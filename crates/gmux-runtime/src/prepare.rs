@@ -4,7 +4,7 @@ use crate::{Error, TenantMemory, WorkingSet};
 use gmux_core::device::{Device, Event};
 use gmux_core::evict::{Eviction, Evictor, Forecast};
 use gmux_core::history::signature;
-use gmux_core::planner::Request;
+use gmux_core::planner::{Plan, Request};
 use gmux_core::{AllocId, ChunkId, Place, CHUNK_BYTES};
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -26,7 +26,7 @@ impl<D: Device> TenantMemory<D> {
     }
 
     /// The chunks of `ws`, whose allocations are `allocs`.
-    fn chunks_in(&self, ws: &WorkingSet, allocs: &[AllocId]) -> Vec<ChunkId> {
+    pub(crate) fn chunks_in(&self, ws: &WorkingSet, allocs: &[AllocId]) -> Vec<ChunkId> {
         match ws {
             WorkingSet::Spans(spans) => {
                 let mut c: Vec<ChunkId> = spans.iter().flat_map(|s| self.mem.alloc(s.alloc).expect("live allocation").chunks_in(s.offset, s.len)).collect();
@@ -53,24 +53,37 @@ impl<D: Device> TenantMemory<D> {
     /// forecasts what follows this command, in LRU order elsewhere, after the application
     /// work `after()` names. A limit below `grant()` is raised to it first. Returns the
     /// events the command must wait for: its own plan's populations, and earlier ones into
-    /// the same allocations that `on` has not waited for yet.
+    /// the same allocations that `on` has not waited for yet. Chunks of `ws` mapped on the
+    /// host go back to the host tier first (their copies wait for `after()` too).
     pub fn prepare(
         &mut self,
         ws: &WorkingSet,
         on: Option<D::Stream>,
         sig: u64,
         grant: impl FnOnce() -> Option<u64>,
-        after: impl FnOnce() -> Vec<D::Fence>,
+        after: impl FnMut() -> Vec<D::Fence>,
+    ) -> Result<Vec<Event>, Error<D::Error>> {
+        let waits = self.make_resident(ws, on, sig, grant, after)?;
+        self.given(&waits, on);
+        Ok(waits)
+    }
+
+    fn make_resident(
+        &mut self,
+        ws: &WorkingSet,
+        on: Option<D::Stream>,
+        sig: u64,
+        grant: impl FnOnce() -> Option<u64>,
+        mut after: impl FnMut() -> Vec<D::Fence>,
     ) -> Result<Vec<Event>, Error<D::Error>> {
         let allocs = self.allocs_in(ws);
         let allocs = allocs.as_ref();
-        let mut waits = self.landing_waits(allocs, on);
         if allocs.iter().all(|a| self.is_whole(*a)) {
-            return Ok(waits);
+            return Ok(self.landing_waits(allocs, on));
         }
         let mut need = self.chunks_in(ws, allocs);
         if matches!(ws, WorkingSet::Spans(_)) && need.iter().all(|c| self.mem.is_resident(*c)) {
-            return Ok(waits);
+            return Ok(self.landing_waits(allocs, on));
         }
         if let Some(cap) = grant().filter(|c| *c > self.limit) {
             self.set_limit(cap);
@@ -82,13 +95,18 @@ impl<D: Device> TenantMemory<D> {
         if need_bytes > room {
             return Err(Error::NoRoom { need: need_bytes, room });
         }
+        let mut waits = self.landing_waits(allocs, on);
+        if self.mover.host_mapped() > 0 {
+            let back = gmux_core::spill::unmap_from_host(&self.mem, &need);
+            if !back.moves.is_empty() {
+                self.execute(&back, &after(), |_| false, on)?;
+            }
+        }
         let planning = Instant::now();
         self.sync_ticks();
         let (forecast, prefetch) = self.forecast(Some(sig), allocs);
         need.extend(prefetch.iter().flat_map(|a| self.mem.alloc(*a).expect("live allocation").chunks()));
-        let pinned = |_: ChunkId| false;
-        let req = Request { tenant: self.tenant, need: &need, required, pinned: &pinned };
-        let plan = self.planner.plan(&self.mem, &self.tenants, &req, &forecast);
+        let plan = self.plan_for(&need, required, &forecast, &mut after, on)?;
         let plan_ms = planning.elapsed().as_secs_f64() * 1e3;
         if plan.covered < required {
             return Err(Error::NoRoom { need: need_bytes, room });
@@ -102,6 +120,34 @@ impl<D: Device> TenantMemory<D> {
         self.stats.waited += 1;
         waits.extend(landed);
         Ok(waits)
+    }
+
+    /// The plan that makes `need[..required]` resident, and what it can of the rest.
+    /// Extents leave whole (their physical memory is one mapping), so where every extent
+    /// that could leave holds a chunk of `need` (a working set over part of an extent,
+    /// after a command over the limit, say), everything resident leaves first, its copies
+    /// after the application work `after()` names, and the plan is made again.
+    pub(crate) fn plan_for(
+        &mut self,
+        need: &[ChunkId],
+        required: usize,
+        forecast: &Forecast,
+        after: &mut impl FnMut() -> Vec<D::Fence>,
+        on: Option<D::Stream>,
+    ) -> Result<Plan, Error<D::Error>> {
+        let pinned = |_: ChunkId| false;
+        let req = Request { tenant: self.tenant, need, required, pinned: &pinned };
+        let plan = self.planner.plan(&self.mem, &self.tenants, &req, forecast);
+        if plan.covered >= required || required as u64 * CHUNK_BYTES > self.room() {
+            return Ok(plan);
+        }
+        let all_out = self.planner.shrink(&self.mem, &self.tenants, self.tenant, 0, &[], forecast);
+        if all_out.moves.is_empty() {
+            return Ok(plan);
+        }
+        self.stats.emptied += 1;
+        self.execute(&all_out, &after(), |_| false, on)?;
+        Ok(self.planner.plan(&self.mem, &self.tenants, &req, forecast))
     }
 
     /// The forecast after the command with signature `sig` that uses `own` (`None`: after

@@ -39,12 +39,23 @@ pub struct Config {
     pub tenant: String,
     /// `GMUX_PRIORITY`: its strict-priority class (larger first; default 0).
     pub priority: i32,
-    /// `GMUX_OVERSIZE=error`: a command whose working set exceeds the limit returns
-    /// `CUDA_ERROR_OUT_OF_MEMORY`; by default (`exit`) the process ends with a message.
-    pub oversize_error: bool,
+    /// `GMUX_OVERSIZE`: what a command whose working set exceeds the limit does.
+    pub oversize: Oversize,
     /// `GMUX_MEMINFO=limit`: `cuMemGetInfo` reports the limit as the device's size; by
     /// default (`device`) it reports the device's own size.
     pub meminfo_limit: bool,
+}
+
+/// What a command whose working set exceeds the limit does (`GMUX_OVERSIZE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Oversize {
+    /// `host` (default): what the limit cannot hold runs from host memory mapped at its
+    /// own addresses, reached over the link.
+    Host,
+    /// `exit`: the process ends with status 86 and a message.
+    Exit,
+    /// `error`: the call returns `CUDA_ERROR_OUT_OF_MEMORY`.
+    Error,
 }
 
 /// `GMUX_DEBUG`, a comma-separated list; each item trades speed for a narrower search.
@@ -136,11 +147,12 @@ pub fn config() -> &'static Config {
             Some(Ok(p)) => p,
             Some(Err(_)) => crate::log::fatal("GMUX_PRIORITY must be an integer priority class (larger runs first), e.g. 1"),
         };
-        let oversize_error = match var("GMUX_OVERSIZE").as_deref() {
-            None | Some("exit") => false,
-            Some("error") => true,
+        let oversize = match var("GMUX_OVERSIZE").as_deref() {
+            None | Some("host") => Oversize::Host,
+            Some("exit") => Oversize::Exit,
+            Some("error") => Oversize::Error,
             Some(v) => crate::log::fatal(&format!(
-                "GMUX_OVERSIZE={v}: use `exit` (default: end the process with a message) or `error` (return CUDA_ERROR_OUT_OF_MEMORY)"
+                "GMUX_OVERSIZE={v}: use `host` (default: what does not fit runs from host memory), `exit` (end the process with a message) or `error` (return CUDA_ERROR_OUT_OF_MEMORY)"
             )),
         };
         let meminfo_limit = match var("GMUX_MEMINFO").as_deref() {
@@ -155,7 +167,7 @@ pub fn config() -> &'static Config {
             format!("{}-{}", exe.unwrap_or_else(|| "app".into()), std::process::id())
         });
         Config {
-            oversize_error,
+            oversize,
             meminfo_limit,
             daemon: var("GMUX_DAEMON").map(Into::into),
             tenant,

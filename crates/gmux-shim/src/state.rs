@@ -340,10 +340,32 @@ impl Shim {
     /// Makes `ws` resident for a command on stream `on` (`None`: the caller waits on the
     /// host) whose signature is `sig`, within the daemon's grant; evictions wait on the
     /// GPU for every command released so far. Returns the events the command must wait
-    /// for.
+    /// for. A working set over the limit is an error here: the driver's checks of memory
+    /// (graph nodes, pointer attributes) want device memory, not host memory mapped in
+    /// place ([`Shim::prepare_command`]).
     pub fn prepare(&mut self, ws: &WorkingSet, on: Option<StreamKey>, sig: u64) -> Result<Vec<CUevent>, ShimError> {
+        self.make_resident(ws, on, sig, false)
+    }
+
+    /// [`Shim::prepare`] for a command about to be released: a working set over the limit
+    /// runs with the excess mapped on the host (`GMUX_OVERSIZE=host`, the default).
+    pub fn prepare_command(&mut self, ws: &WorkingSet, on: Option<StreamKey>, sig: u64) -> Result<Vec<CUevent>, ShimError> {
+        self.make_resident(ws, on, sig, crate::config::config().oversize == crate::config::Oversize::Host)
+    }
+
+    fn make_resident(&mut self, ws: &WorkingSet, on: Option<StreamKey>, sig: u64, spill: bool) -> Result<Vec<CUevent>, ShimError> {
         let Shim { memory, inflight, .. } = self;
-        let events = memory.prepare(ws, on, sig, crate::agent::granted, || inflight.newest())?;
+        let events = match memory.prepare(ws, on, sig, crate::agent::granted, || inflight.newest()) {
+            Err(gmux_runtime::Error::NoRoom { need, room }) if spill => {
+                let ShimError::TooBig { need, limit } = crate::agent::over_grant(need, room) else {
+                    return Err(crate::agent::over_grant(need, room));
+                };
+                let events = memory.prepare_spilled(ws, on, sig, || inflight.newest())?;
+                note_spill(need, limit, memory.stats.spilled);
+                events
+            }
+            r => r?,
+        };
         self.log_plan();
         Ok(events.into_iter().filter_map(|e| self.memory.dev.cu_event(e)).collect())
     }
@@ -414,6 +436,30 @@ impl Shim {
             s.waits_for_others,
             s.plans,
             s.forecast_plans,
-        )
+        ) + &self.spill_summary()
     }
+
+    /// The summary's part on commands over the limit (empty when there were none).
+    fn spill_summary(&self) -> String {
+        let s = &self.memory.stats;
+        if s.spilled == 0 {
+            return String::new();
+        }
+        format!(", commands over the limit {} (at most {} of one mapped on the host)", s.spilled, format_size(s.largest_spill))
+    }
+}
+
+/// Says, the first time, that a command over the limit runs with part of its working set
+/// in host memory; the later ones go to the debug log.
+fn note_spill(need: u64, limit: u64, spilled: u64) {
+    let level = if spilled == 1 { crate::log::Level::Warn } else { crate::log::Level::Debug };
+    crate::log::emit(
+        level,
+        &format!(
+            "a command needs {} resident at once, over the memory limit of {}: what does not fit runs from host memory mapped at its own addresses, which the GPU reaches over the link (slower); raise --mem-limit (GMUX_MEM_LIMIT) to at least {} to keep it all in GPU memory, or set GMUX_OVERSIZE=exit to stop instead",
+            format_size(need),
+            format_size(limit),
+            format_size(need)
+        ),
+    );
 }

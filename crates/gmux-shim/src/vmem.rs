@@ -65,6 +65,14 @@ impl Vmem {
         (ptr < r.base + r.reserved).then_some(r)
     }
 
+    /// Whether any of `words` is an address in a region: a bounds check first, so that
+    /// data that holds no addresses costs a compare per word.
+    pub fn holds_any(&self, words: &[u64]) -> bool {
+        let (Some((&lo, _)), Some((_, last))) = (self.by_base.first_key_value(), self.by_base.last_key_value()) else { return false };
+        let hi = last.base + last.reserved;
+        words.iter().any(|&w| w >= lo && w < hi && self.find(w).is_some())
+    }
+
     /// The region of an allocation.
     pub fn of(&self, a: AllocId) -> Option<&Region> {
         self.by_alloc.get(&a).and_then(|b| self.by_base.get(b))

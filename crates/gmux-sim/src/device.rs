@@ -134,6 +134,11 @@ impl Device for SimDevice {
         Ok(PhysChunk(self.next_phys))
     }
 
+    /// Costs what GPU memory costs; a command's reads of it over the link are not modelled.
+    fn create_host_chunk(&mut self) -> Result<PhysChunk, SimDeviceError> {
+        self.create_chunk(1)
+    }
+
     fn release_chunk(&mut self, phys: PhysChunk) -> Result<(), SimDeviceError> {
         let dep = self.phys_free.get(&phys.0).copied();
         self.push(Lane::Ctl, 0, self.model.release_us, [dep, None], 0.0);

@@ -18,6 +18,12 @@ fn graph_run(limit: &str, args: &[&str]) -> Ran {
     run_within(&mut sb.gmux(Some(limit), args), PATIENCE)
 }
 
+/// [`graph_run`] with `GMUX_OVERSIZE=exit`: a command over the limit ends the process.
+fn graph_run_strict(limit: &str, args: &[&str]) -> Ran {
+    let sb = Sandbox::new("graph", DEVICE);
+    run_within(sb.gmux(Some(limit), args).env("GMUX_OVERSIZE", "exit"), PATIENCE)
+}
+
 #[test]
 fn graph_launches_bring_in_exactly_what_their_nodes_touch() {
     // Six 4 MiB buffers under 8 MiB: each graph's working set is two buffers, so every
@@ -46,8 +52,16 @@ fn a_graph_larger_than_the_limit_runs_in_parts() {
 }
 
 #[test]
-fn a_graph_node_larger_than_the_limit_is_refused_by_name() {
+fn a_graph_node_larger_than_the_limit_runs_from_host_memory_or_is_refused_by_name() {
+    // One node copies 12 MiB under an 8 MiB limit: the graph cannot be cut, and runs
+    // whole with what the limit cannot hold mapped on the host.
     let r = graph_run("8M", &["graph-split", "--buffers", "2", "--bytes", "12M"]);
+    assert!(r.status.success() && r.stdout.contains("2 buffers checked after 2 launches"), "{}", r.describe());
+    assert!(r.stderr.contains("cannot run in parts") && r.stderr.contains("runs from host memory"), "{}", r.describe());
+    let s = summary(&r);
+    assert!(s.peak_resident <= (8 * MIB) as f64, "{s:?}");
+
+    let r = graph_run_strict("8M", &["graph-split", "--buffers", "2", "--bytes", "12M"]);
     assert_eq!(r.status.code(), Some(86), "{}", r.describe());
     let line = r.stderr.lines().find(|l| l.contains("raise --mem-limit")).unwrap_or_else(|| panic!("{}", r.describe()));
     assert!(line.contains("cuGraphLaunch") && line.contains("8.0 MiB"), "{line}");
@@ -88,8 +102,11 @@ fn graph_nodes_are_mapped_as_they_are_added() {
 
     // Under 12 MiB both buffers do not fit, but what each node touches does (the copy 2 MiB
     // a side, the memset 2 MiB): the nodes are added; the launch, which needs both buffers
-    // whole, is refused by name.
+    // whole, runs with 4 MiB of them mapped on the host, or is refused by name.
     let r = graph_run("12M", &["graph-nodes", "--bytes", "8M", "--copy", "2M"]);
+    assert!(r.status.success() && r.stdout.contains("4194304 bytes checked"), "{}", r.describe());
+    assert!(summary(&r).peak_resident <= (12 * MIB) as f64, "{}", r.describe());
+    let r = graph_run_strict("12M", &["graph-nodes", "--bytes", "8M", "--copy", "2M"]);
     assert!(r.stdout.contains("nodes added"), "{}", r.describe());
     assert_eq!(r.status.code(), Some(86), "{}", r.describe());
     assert!(r.stderr.contains("cuGraphLaunch"), "{}", r.describe());
@@ -97,6 +114,8 @@ fn graph_nodes_are_mapped_as_they_are_added() {
     // A copy at an offset: the driver also checks each side's address before its offset,
     // which the copied bytes do not cover.
     let r = graph_run("12M", &["graph-nodes", "--bytes", "16M", "--copy", "2M", "--offset", "8M"]);
+    assert!(r.status.success() && r.stdout.contains("4194304 bytes checked"), "{}", r.describe());
+    let r = graph_run_strict("12M", &["graph-nodes", "--bytes", "16M", "--copy", "2M", "--offset", "8M"]);
     assert!(r.stdout.contains("nodes added"), "{}", r.describe());
     assert_eq!(r.status.code(), Some(86), "{}", r.describe());
     let sb = Sandbox::new("graph", DEVICE);
@@ -104,7 +123,8 @@ fn graph_nodes_are_mapped_as_they_are_added() {
     assert!(r.status.success() && r.stdout.contains("4194304 bytes checked"), "natively:\n{}", r.describe());
 
     // A node whose own bytes do not fit: refused by name as it is added, not with the
-    // driver's bare invalid-value error.
+    // driver's bare invalid-value error (the driver wants a node's memory on the device,
+    // so it is never mapped on the host).
     let r = graph_run("12M", &["graph-nodes", "--bytes", "16M", "--copy", "8M"]);
     assert!(!r.stdout.contains("nodes added"), "{}", r.describe());
     assert_eq!(r.status.code(), Some(86), "{}", r.describe());

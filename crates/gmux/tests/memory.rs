@@ -156,3 +156,20 @@ fn pointers_in_a_slot_bring_in_only_what_that_slot_names() {
     let r = run_within(&mut sb.app(["packed-tables"]), PATIENCE);
     assert!(r.status.success(), "natively:\n{}", r.describe());
 }
+
+#[test]
+fn pointers_in_a_large_upload_that_starts_with_pointers_are_followed() {
+    // A table of 8200 pointers (65,600 bytes, over the 64 KiB scanned in every upload) to
+    // two 4 MiB buffers; an 8 MiB ballast pushes them out of the 12 MiB limit before each
+    // gather. Unmapped at once (`GMUX_UNMAP=strict`), a buffer the gather's working set
+    // missed would fault on the stand-in.
+    let sb = Sandbox::new("memory", DEVICE);
+    let args = ["large-table", "--buffers", "2", "--bytes", "4M", "--entries", "8200", "--ballast", "8M", "--rounds", "2"];
+    let r = run_within(sb.gmux(Some("12M"), args).env("GMUX_UNMAP", "strict"), PATIENCE);
+    assert!(r.status.success() && r.stdout.contains("large-table: 2 buffers checked"), "{}", r.describe());
+    let s = summary(&r);
+    assert!(s.peak_resident <= (12 * MIB) as f64 && s.evicted >= 2 * 2, "the buffers leave and come back: {s:?}");
+    assert_no_shim_complaints(&r);
+    let r = run_within(&mut sb.app(args), PATIENCE);
+    assert!(r.status.success(), "natively:\n{}", r.describe());
+}

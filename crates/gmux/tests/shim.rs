@@ -285,9 +285,21 @@ fn oversize_advice(r: &Ran) -> &str {
 }
 
 #[test]
-fn a_working_set_above_the_limit_ends_the_process_by_default() {
+fn a_working_set_above_the_limit_runs_with_the_excess_mapped_on_the_host() {
     let sb = Sandbox::new("too-big", DEVICE);
-    let r = run_within(&mut sb.gmux(Some("4M"), ["too-big", "--bytes", "6M"]), PATIENCE);
+    let r = ok(&mut sb.gmux(Some("4M"), ["too-big", "--bytes", "6M", "--check", "1"]));
+    assert!(r.stdout.contains("launch result: 0") && r.stdout.contains("1572864 words checked"), "{}", r.describe());
+    let warning = r.stderr.lines().find(|l| l.contains("runs from host memory")).unwrap_or_else(|| panic!("{}", r.describe()));
+    assert!(warning.contains("6.0 MiB") && warning.contains("4.0 MiB") && warning.contains("GMUX_OVERSIZE=exit"), "{warning}");
+    let s = summary(&r);
+    assert!(s.peak_resident <= (4 * MIB) as f64, "{s:?}");
+    assert!(r.stderr.contains("commands over the limit 1 (at most 2.0 MiB of one mapped on the host)"), "{}", r.describe());
+}
+
+#[test]
+fn a_working_set_above_the_limit_ends_the_process_with_gmux_oversize_exit() {
+    let sb = Sandbox::new("too-big", DEVICE);
+    let r = run_within(sb.gmux(Some("4M"), ["too-big", "--bytes", "6M"]).env("GMUX_OVERSIZE", "exit"), PATIENCE);
     assert_eq!(r.status.code(), Some(86), "the oversize exit status:\n{}", r.describe());
     assert!(!r.stdout.contains("launch result"), "the program must not go on past the launch:\n{}", r.describe());
     assert!(oversize_advice(&r).contains("status 86"), "{}", r.describe());

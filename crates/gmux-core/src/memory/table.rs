@@ -159,25 +159,34 @@ impl Memory {
     ///
     /// Moving to disk a chunk that has a clean disk copy takes no new disk space (a drop).
     pub fn relocate(&mut self, c: ChunkId, to: Tier) -> Result<(), CoreError> {
+        self.relocate_to(c, Place::In(to))
+    }
+
+    /// Moves `c` to place `to` (not [`Place::Unbacked`]), checking the capacity of the
+    /// tier that will hold its data.
+    pub fn relocate_to(&mut self, c: ChunkId, to: Place) -> Result<(), CoreError> {
         let ch = self.chunk(c).clone();
-        if ch.place == Place::In(to) {
+        let Some(to_tier) = to.tier() else { return Err(CoreError::Unbacking(c.0)) };
+        if ch.place == to {
             return Ok(());
         }
-        let takes_space = !(to == Tier::Disk && ch.disk_copy);
-        if takes_space && self.free_chunks(to) == Some(0) {
-            return Err(CoreError::OutOfBudget { what: format!("{to:?} tier"), need: CHUNK_BYTES, free: 0 });
+        let from_tier = ch.place.tier();
+        let same_memory = from_tier == Some(to_tier);
+        let takes_space = !(same_memory || to_tier == Tier::Disk && ch.disk_copy);
+        if takes_space && self.free_chunks(to_tier) == Some(0) {
+            return Err(CoreError::OutOfBudget { what: format!("{to_tier:?} tier"), need: CHUNK_BYTES, free: 0 });
         }
-        if let Place::In(from) = ch.place {
-            if !(from == Tier::Disk) {
+        if !same_memory {
+            if let Some(from) = from_tier.filter(|t| *t != Tier::Disk) {
                 self.count(ch.tenant, from, -1);
             }
         }
         if takes_space {
-            self.count(ch.tenant, to, 1);
+            self.count(ch.tenant, to_tier, 1);
         }
         let m = self.chunks[c.0 as usize].as_mut().expect("live");
-        m.place = Place::In(to);
-        if to == Tier::Disk {
+        m.place = to;
+        if to == Place::DISK {
             m.disk_copy = true;
         }
         Ok(())
@@ -189,11 +198,9 @@ impl Memory {
         let mut per: Vec<Usage> = vec![Usage::default(); self.per_tenant.len()];
         for (_, ch) in self.chunks() {
             let u = &mut per[ch.tenant.0 as usize];
-            if let Place::In(t) = ch.place {
-                if t != Tier::Disk {
-                    used.chunks[t.index()] += 1;
-                    u.chunks[t.index()] += 1;
-                }
+            if let Some(t) = ch.place.tier().filter(|t| *t != Tier::Disk) {
+                used.chunks[t.index()] += 1;
+                u.chunks[t.index()] += 1;
             }
             if ch.place == Place::DISK && !ch.disk_copy {
                 return Err("chunk on disk without a disk copy".into());
@@ -235,10 +242,8 @@ impl Memory {
     }
 
     fn uncount_chunk(&mut self, ch: &Chunk) {
-        if let Place::In(t) = ch.place {
-            if t != Tier::Disk {
-                self.count(ch.tenant, t, -1);
-            }
+        if let Some(t) = ch.place.tier().filter(|t| *t != Tier::Disk) {
+            self.count(ch.tenant, t, -1);
         }
         if ch.disk_copy {
             self.count(ch.tenant, Tier::Disk, -1);

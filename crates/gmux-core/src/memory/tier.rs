@@ -30,6 +30,10 @@ pub enum Place {
     Unbacked,
     /// In a tier.
     In(Tier),
+    /// In host memory mapped at the chunk's own addresses: commands reach it over the
+    /// link, slower than GPU memory, and it does not count against the GPU budget. A
+    /// command whose working set exceeds the limit runs with the excess here.
+    HostMapped,
 }
 
 impl Place {
@@ -39,6 +43,15 @@ impl Place {
     pub const HOST: Place = Place::In(Tier::Host);
     /// In the spill file.
     pub const DISK: Place = Place::In(Tier::Disk);
+
+    /// The tier whose memory holds the data (`None`: no memory yet).
+    pub fn tier(self) -> Option<Tier> {
+        match self {
+            Place::Unbacked => None,
+            Place::In(t) => Some(t),
+            Place::HostMapped => Some(Tier::Host),
+        }
+    }
 }
 
 /// Capacity of each tier in bytes; `None` is unlimited.

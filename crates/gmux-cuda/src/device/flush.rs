@@ -130,18 +130,28 @@ impl CudaDevice {
         Ok(())
     }
 
+    /// Maps every incoming chunk, then grants access: GPU memory in merged runs, host
+    /// memory mapping by mapping (a run never mixes the two).
     fn map_all(&mut self, ops: &[Op]) -> Result<(), CudaError> {
         let mut runs: Vec<(CUdeviceptr, usize)> = Vec::new();
+        let mut host_runs: Vec<(CUdeviceptr, usize)> = Vec::new();
         for op in ops {
             if let Op::Map(c, n, p) = *op {
                 let bytes = n as usize * CHUNK;
                 for va in self.addresses(c) {
                     self.settle_at(va, bytes)?;
                     check(self.times.time(Call::Map, || crate::real!(cuMemMap(va, bytes, 0, p.0, 0))), "cuMemMap")?;
-                    runs.push((va, bytes));
+                    if self.host_phys.contains(&p.0) {
+                        host_runs.push((va, bytes));
+                    } else {
+                        runs.push((va, bytes));
+                    }
                 }
                 self.mapped.insert(c, (p.0, n));
             }
+        }
+        for run in host_runs {
+            self.grant(vec![run])?;
         }
         self.grant(runs)
     }

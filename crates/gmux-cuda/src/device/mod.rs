@@ -86,6 +86,9 @@ pub struct CudaDevice {
     /// Physical memory released while still mapped (its unmap waits for its eviction
     /// copy): the driver frees it only at the unmap.
     released_mapped: HashSet<u64>,
+    /// Physical memory on the host ([`Device::create_host_chunk`]), not counted as the
+    /// device's.
+    host_phys: HashSet<u64>,
     /// A flush is running in the middle of a plan's issue ([`Device::create_chunk`]).
     mid_plan: bool,
     /// Population events such a flush recorded before the plan said which it keeps.
@@ -139,6 +142,7 @@ impl CudaDevice {
             pending_unmap: Vec::new(),
             pending_vas: HashSet::new(),
             released_mapped: HashSet::new(),
+            host_phys: HashSet::new(),
             mid_plan: false,
             early_events: Vec::new(),
             event_refs: HashMap::new(),
@@ -254,13 +258,24 @@ impl Device for CudaDevice {
         Ok(PhysChunk(h))
     }
 
+    /// Pinned host memory (`cuMemCreate` at location `HOST`, 2 MiB), which the device
+    /// reaches over the link once mapped and granted like its own.
+    fn create_host_chunk(&mut self) -> Result<PhysChunk, CudaError> {
+        let prop = CUmemAllocationProp::host();
+        let mut h = 0;
+        check(crate::real!(cuMemCreate(&mut h, CHUNK, &prop, 0)), "cuMemCreate (host memory for a command over the limit)")?;
+        self.host_phys.insert(h);
+        Ok(PhysChunk(h))
+    }
+
     /// Releases at once: the driver frees the memory when its last mapping goes, which
     /// for an evicted handle is the deferred unmap after its eviction copy (the next
     /// [`Device::create_chunk`] waits for it).
     fn release_chunk(&mut self, phys: PhysChunk) -> Result<(), CudaError> {
         self.phys_free_after.remove(&phys.0);
+        let on_host = self.host_phys.remove(&phys.0);
         let mapped = self.mapped.values().any(|(p, _)| *p == phys.0) || self.pending_unmap.iter().any(|u| u.phys == phys.0);
-        if mapped {
+        if mapped && !on_host {
             self.released_mapped.insert(phys.0);
         }
         check(crate::real!(cuMemRelease(phys.0)), "cuMemRelease")

@@ -75,7 +75,7 @@ fn run_now(
     let (waits, sig) = loop {
         let st = g.as_mut().expect("created");
         let sig = st.signature(kind, &ws);
-        match st.prepare(&ws, Some(StreamKey::of(stream, ptsz)), sig) {
+        match st.prepare_command(&ws, Some(StreamKey::of(stream, ptsz)), sig) {
             Ok(w) => break (w, sig),
             Err(ShimError::Wait { need }) => {
                 // Over this process's grant: wait for the daemon outside the lock (the
@@ -257,7 +257,7 @@ fn plan_graph(exec: CUgraphExec) -> GraphLaunch {
         Err(why) => {
             super::refuse::once(
                 &format!("split {why}"),
-                &format!("cuGraphLaunch: the graph does not fit the limit and cannot run in parts: {why}"),
+                &format!("cuGraphLaunch: the graph does not fit the limit and cannot run in parts ({why}): it runs whole"),
                 crate::log::Level::Warn,
             );
             GraphLaunch::Whole(ws)

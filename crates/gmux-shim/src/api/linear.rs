@@ -88,7 +88,10 @@ pub const SCAN_UPLOAD_BYTES: usize = 64 << 10;
 /// A host-to-device copy (`sync`: the synchronous call, on the default stream). A small
 /// upload (descriptors, pointer arrays, TMA tensor maps) is scanned: gmux memory it points
 /// to becomes part of the working set of every later command that reads the destination
-/// allocation. One larger than the limit is streamed through it.
+/// allocation. A larger one is scanned whole where its first [`SCAN_UPLOAD_BYTES`] hold
+/// such pointers: an array of structures that each hold one (cuRAND's MTGP32 generator
+/// states point at its parameters), not weights or inputs. One larger than the limit is
+/// streamed through it.
 ///
 /// # Safety
 /// `host` is readable for `n` bytes.
@@ -96,22 +99,35 @@ pub unsafe fn upload(real: impl FnOnce() -> CUresult, dst: CUdeviceptr, host: *c
     let h = host as usize;
     // SAFETY: the piece lies within the caller's buffers.
     let issue = |off: u64, len: u64, s: CUstream| crate::real!(cuMemcpyHtoDAsync_v2(dst + off, (h + off as usize) as *const c_void, len as usize, s));
-    if !host.is_null() && (8..=SCAN_UPLOAD_BYTES).contains(&n) {
+    if !host.is_null() && n >= 8 {
         // SAFETY: `host` is non-null and, per this function's contract, readable for `n` bytes.
-        let bytes = unsafe { std::slice::from_raw_parts(host as *const u8, n) };
-        let mut found: Vec<CUdeviceptr> = bytes.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes"))).collect();
-        if crate::tensormap::any() {
-            let mut k = 0;
-            while k + crate::tensormap::MAP_BYTES <= n {
-                found.extend(crate::tensormap::lookup(&bytes[k..k + crate::tensormap::MAP_BYTES]));
-                k += crate::tensormap::MAP_ALIGN;
-            }
-        }
-        if let Ok(mut g) = shim() {
-            g.as_mut().expect("created").add_refs(dst, &found);
-        }
+        scan_upload(dst, unsafe { std::slice::from_raw_parts(host as *const u8, n) });
     }
     linear(real, &Linear { what: "cuMemcpyHtoD", device: &[dst], bytes: n as u64, issue: &issue }, stream, ptsz, sync)
+}
+
+/// Records the gmux pointers (and TMA tensor maps) that an upload of `bytes` to `dst`
+/// holds, as [`upload`] says.
+fn scan_upload(dst: CUdeviceptr, bytes: &[u8]) {
+    let words = |b: &[u8]| -> Vec<CUdeviceptr> { b.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes"))).collect() };
+    let mut found = words(&bytes[..bytes.len().min(SCAN_UPLOAD_BYTES)]);
+    let large = bytes.len() > SCAN_UPLOAD_BYTES;
+    if !large && crate::tensormap::any() {
+        let mut k = 0;
+        while k + crate::tensormap::MAP_BYTES <= bytes.len() {
+            found.extend(crate::tensormap::lookup(&bytes[k..k + crate::tensormap::MAP_BYTES]));
+            k += crate::tensormap::MAP_ALIGN;
+        }
+    }
+    let Ok(mut g) = shim() else { return };
+    let st = g.as_mut().expect("created");
+    if large {
+        if !st.vmem.holds_any(&found) {
+            return;
+        }
+        found.extend(words(&bytes[SCAN_UPLOAD_BYTES..]));
+    }
+    st.add_refs(dst, &found);
 }
 
 /// A device-to-host copy; one larger than the limit is streamed through it.

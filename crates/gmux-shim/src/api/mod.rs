@@ -34,13 +34,14 @@ pub fn report(e: ShimError, what: &str) -> CUresult {
 /// limit (`GMUX_OVERSIZE=exit`, the default).
 pub const OVERSIZE_EXIT: i32 = 86;
 
-/// A command whose working set exceeds the limit. By default the process ends, loudly:
-/// a program that ignores the error code would otherwise go on with a result that differs
+/// A command whose working set exceeds the limit under `GMUX_OVERSIZE=exit` or `error`
+/// (or that host memory could not take). The process ends, loudly: a
+/// program that ignores the error code would otherwise go on with a result that differs
 /// from native. `GMUX_OVERSIZE=error` returns `CUDA_ERROR_OUT_OF_MEMORY` instead.
 fn oversize(what: &str, need: u64, limit: u64) -> CUresult {
     let (need_s, limit_s) = (format_size(need), format_size(limit));
     let cause = format!("{what} needs {need_s} resident at once but the memory limit is {limit_s}; raise --mem-limit (GMUX_MEM_LIMIT) to at least {need_s}");
-    if crate::config::config().oversize_error {
+    if crate::config::config().oversize == crate::config::Oversize::Error {
         crate::log!(Error, "{cause}");
         return CUDA_ERROR_OUT_OF_MEMORY;
     }

@@ -79,6 +79,7 @@ impl Engine<'_> {
                     let write = to == Tier::Disk && !self.mem.chunk(chunk).disk_copy;
                     DeviceModel::ns(CHUNK_BYTES, m.d2h_gbps) + if write { DeviceModel::ns(CHUNK_BYTES, m.disk_write_gbps) } else { 0.0 }
                 }
+                Move::MapHost(_) | Move::UnmapHost(_) => unreachable!("only a plan for a command over the limit maps on the host"),
                 Move::Demote(c) => {
                     if self.mem.chunk(c).disk_copy {
                         0.0

@@ -54,6 +54,9 @@ impl Device for ProcessDevice {
     fn create_chunk(&mut self, chunks: u32) -> Result<PhysChunk, SimDeviceError> {
         self.dev.borrow_mut().create_chunk(chunks)
     }
+    fn create_host_chunk(&mut self) -> Result<PhysChunk, SimDeviceError> {
+        self.dev.borrow_mut().create_host_chunk()
+    }
     fn release_chunk(&mut self, phys: PhysChunk) -> Result<(), SimDeviceError> {
         self.dev.borrow_mut().release_chunk(phys)
     }

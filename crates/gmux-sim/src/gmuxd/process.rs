@@ -173,8 +173,13 @@ impl Process {
             let sig = self.mem.signature(0, &ws);
             self.mem.dev.begin(now);
             let fence: Vec<f64> = self.inflight.back().map(|c| c.end).into_iter().collect();
-            let cap = self.grant.cap;
-            match self.mem.prepare(&ws, Some(0), sig, || Some(cap), || fence) {
+            let (cap, most) = (self.grant.cap, self.grant.most);
+            let prepared = match self.mem.prepare(&ws, Some(0), sig, || Some(cap), || fence.clone()) {
+                // Larger than any grant: the excess is mapped on the host, as the shim does.
+                Err(Error::NoRoom { need, .. }) if need > most => self.mem.prepare_spilled(&ws, Some(0), sig, || fence.clone()),
+                r => r,
+            };
+            match prepared {
                 Ok(events) => {
                     let ready = events.iter().map(|e| self.mem.dev.time(*e)).fold(now, f64::max);
                     let start = ready.max(*gpu_free).max(cmd.arrival_ns.unwrap_or(0.0));

@@ -13,20 +13,22 @@
 //! the final read-backs and frees), `sync`,
 //! `info [--total BYTES]`, `dlsym-direct`, `procaddr-ptsz`,
 //! `extra-params [--ballast BYTES]` (a buffer filled before each launch, to push the
-//! others out under a memory limit), `too-big --bytes N` (one `add` over N bytes; exits 0
-//! if the launch returns CUDA_ERROR_OUT_OF_MEMORY),
+//! others out under a memory limit), `too-big --bytes N [--check 1]` (one `add` over N bytes;
+//! exits 0 if the launch returns CUDA_ERROR_OUT_OF_MEMORY or succeeds, with `--check`
+//! after a pattern was copied in and every word came back right),
 //! `fault-unmapped [--mode launch|noaccess|copy|stale]` (expected to be aborted),
 //! `loop --buffers N --bytes B --rounds R [--reverse-every K] [--free]` (a training-like loop:
 //! every round adds 1 to each buffer in the same order, reversed every K rounds if K is
 //! given, so that a forecast from history is sometimes wrong; then every buffer is
 //! checked, and freed with `--free`), `graph --bytes B --rounds R`, `graph-split
 //! --buffers N --bytes B`, `graph-temp --bytes B`, `graph-nodes --bytes B --copy C` (CUDA graphs: see `graphs.rs`), `app-vmm --handles N --bytes B` and
-//! `big-copy --bytes B`, `global-refs --buffers N --bytes B --rounds R` (see `memory.rs`).
+//! `big-copy --bytes B`, `global-refs --buffers N --bytes B --rounds R` (see `memory.rs`),
+//! `packed-tables` and `large-table` (see `tables.rs`).
 //!
 //! The driver binding is in `app.rs` and the kernels in `kernels.rs`; each scenario is
 //! documented in its file: `oversub.rs` (`oversub`, `shared-read`, `loop`), `sync.rs`
 //! (`sync`), `probes.rs` (`info`, `dlsym-direct`, `procaddr-ptsz`, `extra-params`,
-//! `too-big`, `fault-unmapped`), `graphs.rs` and `memory.rs`.
+//! `too-big`, `fault-unmapped`), `graphs.rs`, `memory.rs` and `tables.rs`.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -41,6 +43,7 @@ mod memory;
 mod oversub;
 mod probes;
 mod sync;
+mod tables;
 
 use app::*;
 use kernels::*;
@@ -112,7 +115,8 @@ fn main() {
         "big-copy" => memory::big_copy(&app, &opts),
         "big-box" => memory::big_box(&app, &opts),
         "global-refs" => memory::global_refs(&app, &opts),
-        "packed-tables" => memory::packed_tables(&app, &opts),
+        "packed-tables" => tables::packed_tables(&app, &opts),
+        "large-table" => tables::large_table(&app, &opts),
         other => fail(format!("unknown subcommand {other:?}")),
     };
     std::process::exit(if ok { 0 } else { 1 })

@@ -26,12 +26,6 @@
 //! buffers of `--ballast` bytes (together enough to push the buffers out of the limit)
 //! followed by `gather`, which adds 1 to each buffer through the pointers it reads from
 //! the global; every buffer checked at the end.
-//!
-//! `packed-tables`: `--buffers` buffers of `--bytes` (an even count), and two pointer
-//! tables of a few bytes each, small enough to share one chunk: the first holds the
-//! addresses of the first half of the buffers, the second of the other half. `--rounds`
-//! rounds of `gather` through the first table (adding 1) and through the second (adding
-//! 2); every buffer checked at the end. Prints `packed-tables: N buffers checked`.
 
 use super::*;
 
@@ -316,43 +310,5 @@ pub fn global_refs(app: &App, o: &Opts) -> bool {
         }
     }
     println!("global-refs: {buffers} buffers checked after {rounds} rounds");
-    true
-}
-
-pub fn packed_tables(app: &App, o: &Opts) -> bool {
-    let buffers = o.num("buffers", 4) as usize / 2 * 2;
-    let bytes = o.bytes("bytes", 2 << 20) as usize;
-    let rounds = o.num("rounds", 3) as u32;
-    let s = app.stream(0);
-    let b: Vec<u64> = (0..buffers).map(|_| app.alloc(bytes)).collect();
-    for (i, p) in b.iter().enumerate() {
-        app.htod(*p, &vec![i as u32 * 1000; bytes / 4]);
-    }
-    let half = buffers / 2;
-    let tables: Vec<u64> = b
-        .chunks(half)
-        .map(|part| {
-            let t = app.alloc(part.len() * 8);
-            app.htod(t, &part.iter().flat_map(|p| [*p as u32, (*p >> 32) as u32]).collect::<Vec<u32>>());
-            t
-        })
-        .collect();
-    for _ in 0..rounds {
-        for (k, &table) in tables.iter().enumerate() {
-            let (mut t, mut n, mut v) = (table, half as u64, k as u32 + 1);
-            app.launch(app.k.gather, s, &mut [ptr(&mut t), ptr(&mut n), ptr(&mut v)]);
-        }
-    }
-    app.sync(s);
-    for (i, p) in b.iter().enumerate() {
-        let got = app.dtoh(*p, bytes / 4);
-        let added = rounds * if i < half { 1 } else { 2 };
-        let expect = |j: usize| i as u32 * 1000 + if j < 1024 { added } else { 0 };
-        if let Some(j) = (0..got.len()).find(|&j| got[j] != expect(j)) {
-            eprintln!("standin_app: packed-tables: buffer {i} word {j} is {} where {} was expected", got[j], expect(j));
-            return false;
-        }
-    }
-    println!("packed-tables: {buffers} buffers checked");
     true
 }

@@ -287,15 +287,35 @@ pub fn extra_params(app: &App, o: &Opts) -> bool {
 pub fn too_big(app: &App, o: &Opts) -> bool {
     let bytes = o.bytes("bytes", 64 << 20) / 4 * 4;
     let p = app.alloc(bytes as usize);
+    let check = o.get("check").is_some();
+    let model: Vec<u32> = (0..(bytes / 4) as u32).map(|j| j.wrapping_mul(7)).collect();
+    if check {
+        app.htod(p, &model);
+    }
     let (mut q, mut n, mut v) = (p, bytes / 4, 1u32);
     let mut params = [ptr(&mut q), ptr(&mut n), ptr(&mut v)];
     // SAFETY: `params` holds a pointer to a live value for each of `add`'s parameters (8, 8 and
     // 4 bytes), which the launch copies. No `extra`.
     let r = unsafe { (app.cu.launch_kernel)(app.k.add, 1, 1, 1, 128, 1, 1, 0, null_mut(), params.as_mut_ptr(), null_mut()) };
     app.ctx_sync();
-    app.free(p);
     println!("too-big: {bytes} bytes, launch result: {r}");
-    r == CUDA_ERROR_OUT_OF_MEMORY
+    let ok = match r {
+        CUDA_ERROR_OUT_OF_MEMORY => true,
+        CUDA_SUCCESS if !check => true,
+        CUDA_SUCCESS => {
+            let got = app.dtoh(p, model.len());
+            let bad = (0..model.len()).find(|&j| got[j] != model[j].wrapping_add(1));
+            if let Some(j) = bad {
+                eprintln!("standin_app: too-big: word {j} is {} where {} was expected", got[j], model[j].wrapping_add(1));
+            } else {
+                println!("too-big: {} words checked", model.len());
+            }
+            bad.is_none()
+        }
+        _ => false,
+    };
+    app.free(p);
+    ok
 }
 
 pub fn fault_unmapped(app: &App, o: &Opts) -> bool {

@@ -81,6 +81,8 @@ struct Phys {
     size: u64,
     mappings: u32,
     released: bool,
+    /// Host memory (`cuMemCreate` at location `HOST`): not the device's.
+    host: bool,
 }
 
 struct Pinned {

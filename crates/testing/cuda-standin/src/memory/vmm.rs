@@ -35,8 +35,8 @@ impl Memory {
         Ok(())
     }
 
-    fn new_phys(&mut self, size: u64) -> Res<u64> {
-        if self.live + size > self.limit {
+    fn new_phys(&mut self, size: u64, host: bool) -> Res<u64> {
+        if !host && self.live + size > self.limit {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
         // SAFETY: an anonymous mapping at an address of the kernel's choosing touches no
@@ -44,9 +44,11 @@ impl Memory {
         let base = unsafe { map_anon(size as usize) }.ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
         let handle = self.next_handle;
         self.next_handle += 1;
-        self.live += size;
-        PEAK_LIVE.fetch_max(self.live, Ordering::Relaxed);
-        self.phys.insert(handle, Phys { base: base as usize, size, mappings: 0, released: false });
+        if !host {
+            self.live += size;
+            PEAK_LIVE.fetch_max(self.live, Ordering::Relaxed);
+        }
+        self.phys.insert(handle, Phys { base: base as usize, size, mappings: 0, released: false, host });
         Ok(handle)
     }
 
@@ -58,19 +60,23 @@ impl Memory {
             // now out of `phys`. With no mappings left no page reaches it, and `&mut self`
             // rules out a `read` or `write` (which borrow `self`) still copying through it.
             unsafe { libc::munmap(p.base as *mut libc::c_void, p.size as usize) };
-            self.live -= p.size;
+            if !p.host {
+                self.live -= p.size;
+            }
         }
     }
 
-    /// `cuMemCreate`.
+    /// `cuMemCreate`: memory of device 0, or host memory (location `HOST`, whose id is
+    /// ignored) that device addresses may map.
     pub fn create(&mut self, size: u64, prop: &CUmemAllocationProp) -> Res<u64> {
         if size == 0 || !aligned(size, GRANULARITY) || prop.type_ != CU_MEM_ALLOCATION_TYPE_PINNED {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        if prop.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE || prop.location.id != 0 {
-            return Err(CUDA_ERROR_INVALID_DEVICE);
+        match prop.location.type_ {
+            CU_MEM_LOCATION_TYPE_HOST if prop.requested_handle_types == 0 => self.new_phys(size, true),
+            CU_MEM_LOCATION_TYPE_DEVICE if prop.location.id == 0 => self.new_phys(size, false),
+            _ => Err(CUDA_ERROR_INVALID_DEVICE),
         }
-        self.new_phys(size)
     }
 
     /// `cuMemRelease`: the memory goes when its last mapping does.
@@ -172,7 +178,7 @@ impl Memory {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let rounded = round_up(size, GRANULARITY);
-        let handle = self.new_phys(rounded)?;
+        let handle = self.new_phys(rounded, false)?;
         let base = self.reserve(rounded, 0)?;
         self.insert_map(base, rounded, 0, handle, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
         self.ranges.get_mut(&base).unwrap().alloc = Some((size, handle));
