@@ -23,6 +23,8 @@ use std::sync::{Mutex, MutexGuard};
 pub use gmux_runtime::{Span, WorkingSet};
 
 mod addresses;
+mod report;
+use report::note_spill;
 pub mod packs;
 
 /// Why a command or allocation could not be served.
@@ -413,53 +415,4 @@ impl Shim {
     pub fn allocated(&self) -> u64 {
         self.memory.allocated()
     }
-
-    /// The one-line summary printed at exit.
-    pub fn summary(&self) -> String {
-        let s = &self.memory.stats;
-        let m = s.moved;
-        format!(
-            "limit {}, allocated {}, peak allocated {}, peak resident {}, commands {} ({} waited for memory), evicted {} ({}), populated {} ({}), created {}, pinned host {}, streams {}, waits for others' populations {}, plans {} ({} in OPT order from history)",
-            format_size(self.limit()),
-            format_size(self.allocated()),
-            format_size(s.peak_allocated),
-            format_size(s.peak_resident),
-            s.commands,
-            s.waited,
-            m.evicted,
-            format_size(m.evicted * CHUNK_BYTES),
-            m.populated,
-            format_size(m.populated * CHUNK_BYTES),
-            m.created,
-            format_size(self.memory.dev.pinned_bytes()),
-            self.inflight.streams(),
-            s.waits_for_others,
-            s.plans,
-            s.forecast_plans,
-        ) + &self.spill_summary()
-    }
-
-    /// The summary's part on commands over the limit (empty when there were none).
-    fn spill_summary(&self) -> String {
-        let s = &self.memory.stats;
-        if s.spilled == 0 {
-            return String::new();
-        }
-        format!(", commands over the limit {} (at most {} of one mapped on the host)", s.spilled, format_size(s.largest_spill))
-    }
-}
-
-/// Says, the first time, that a command over the limit runs with part of its working set
-/// in host memory; the later ones go to the debug log.
-fn note_spill(need: u64, limit: u64, spilled: u64) {
-    let level = if spilled == 1 { crate::log::Level::Warn } else { crate::log::Level::Debug };
-    crate::log::emit(
-        level,
-        &format!(
-            "a command needs {} resident at once, over the memory limit of {}: what does not fit runs from host memory mapped at its own addresses, which the GPU reaches over the link (slower); raise --mem-limit (GMUX_MEM_LIMIT) to at least {} to keep it all in GPU memory, or set GMUX_OVERSIZE=exit to stop instead",
-            format_size(need),
-            format_size(limit),
-            format_size(need)
-        ),
-    );
 }
