@@ -23,7 +23,13 @@ const SWEEP: usize = 8;
 #[derive(Debug)]
 pub struct History {
     sigs: VecDeque<u64>,
-    sets: VecDeque<Box<[AllocId]>>,
+    /// The allocations of the commands remembered, back to back (no allocation per
+    /// command: recording is on every launch's path).
+    flat: VecDeque<AllocId>,
+    /// Where each remembered command's allocations end, as a count of every allocation
+    /// recorded so far; `flat` starts at `flat_first`.
+    ends: VecDeque<u64>,
+    flat_first: u64,
     /// Absolute index of `sigs[0]`.
     first: u64,
     /// Context hash → absolute index of the command that completed it.
@@ -44,7 +50,9 @@ impl History {
     pub fn new(keep: usize, window: usize) -> Self {
         History {
             sigs: VecDeque::new(),
-            sets: VecDeque::new(),
+            flat: VecDeque::new(),
+            ends: VecDeque::new(),
+            flat_first: 0,
             first: 0,
             seen: IdMap::default(),
             seen_alone: IdMap::default(),
@@ -62,20 +70,23 @@ impl History {
         let index = self.first + self.sigs.len() as u64;
         self.last_match = [self.seen.insert(ctx, index), self.seen_alone.insert(sig, index)];
         self.sigs.push_back(sig);
-        self.sets.push_back(allocs.into());
+        self.flat.extend(allocs);
+        self.ends.push_back(self.ends.back().copied().unwrap_or(self.flat_first) + allocs.len() as u64);
         for a in allocs {
             *self.ids.entry(*a).or_default() += 1;
         }
         if self.sigs.len() > self.keep {
             self.sigs.pop_front();
-            for a in self.sets.pop_front().expect("longer than keep").iter() {
-                if let Some(n) = self.ids.get_mut(a) {
+            let end = self.ends.pop_front().expect("longer than keep");
+            for a in self.flat.drain(..(end - self.flat_first) as usize) {
+                if let Some(n) = self.ids.get_mut(&a) {
                     *n -= 1;
                     if *n == 0 {
-                        self.ids.remove(a);
+                        self.ids.remove(&a);
                     }
                 }
             }
+            self.flat_first = end;
             self.first += 1;
         }
         if self.seen.len() > 4 * self.keep {
@@ -114,8 +125,12 @@ impl History {
     /// allocations past the newest command's highest (lowest), in sweep order and
     /// wrapping around, each as many commands ahead as the sweep's pace puts it.
     pub fn sweep(&self) -> Option<Vec<(AllocId, usize)>> {
-        let mut fronts: Vec<(AllocId, AllocId)> =
-            self.sets.iter().rev().take(4 * SWEEP).filter_map(|s| Some((*s.iter().min()?, *s.iter().max()?))).take(SWEEP).collect();
+        let newest = self.sigs.len();
+        let mut fronts: Vec<(AllocId, AllocId)> = (newest.saturating_sub(4 * SWEEP)..newest)
+            .rev()
+            .filter_map(|i| Some((self.set(i).min()?, self.set(i).max()?)))
+            .take(SWEEP)
+            .collect();
         if fronts.len() < SWEEP {
             return None;
         }
@@ -143,8 +158,15 @@ impl History {
         let start = at.checked_sub(self.first)? as usize + 1;
         let end = (start + self.window).min(self.sigs.len());
         let mut seen = HashSet::new();
-        let ahead = self.sets.range(start..end).enumerate().flat_map(|(k, s)| s.iter().map(move |a| (*a, k)));
+        let ahead = (start..end).enumerate().flat_map(|(k, i)| self.set(i).map(move |a| (a, k)));
         Some(ahead.filter(|(a, _)| seen.insert(*a)).collect())
+    }
+
+    /// The allocations of the `i`-th command remembered (0: the oldest).
+    fn set(&self, i: usize) -> impl Iterator<Item = AllocId> + '_ {
+        let start = if i == 0 { self.flat_first } else { self.ends[i - 1] };
+        let (from, to) = ((start - self.flat_first) as usize, (self.ends[i] - self.flat_first) as usize);
+        self.flat.range(from..to).copied()
     }
 
     /// Commands remembered.

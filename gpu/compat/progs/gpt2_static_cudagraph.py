@@ -8,12 +8,14 @@ attention over preallocated key/value tensors of the full length, indexed by a p
 held in a device tensor, so that the same graph serves every position. The step is
 captured once with torch.cuda.graph (after warm-up on a side stream) and replayed for the
 prompt and for every new token. At the end the whole sequence goes through the model's
-own forward once, and the program prints how many greedy tokens that forward agrees with.
+own forward once, and the program prints how many greedy tokens that forward agrees with,
+and the time per step of the loop over the prompt and the new tokens.
 Saves the generated ids, per-step largest logits, the last logits and the forward's ids.
 """
 
 import argparse
 import math
+import time
 
 import common
 
@@ -89,6 +91,9 @@ def main():
 
         generated, max_logits = [], []
         current = prompts[:, 0]
+        if common.on_gpu():
+            torch.cuda.synchronize()
+        started = time.perf_counter()
         for t in range(T - 1):
             tok.copy_(current)
             pos.fill_(t)
@@ -99,6 +104,9 @@ def main():
                 current = nxt.clone()
                 generated.append(current)
                 max_logits.append(logits.max(dim=-1).values.clone())
+        if common.on_gpu():
+            torch.cuda.synchronize()
+        common.kv("decode_ms_per_step", f"{(time.perf_counter() - started) * 1e3 / (T - 1):.4f}")
         last_logits = logits[0].clone()
         ids = torch.stack(generated, dim=1)  # [B, N]
 
