@@ -449,3 +449,14 @@ fn connections_cost_no_threads() {
     assert!(during <= before + 2, "{during} daemon threads with 600 connections open, {before} before");
     drop(open);
 }
+
+#[test]
+fn a_command_larger_than_any_grant_runs_with_the_excess_mapped_on_the_host() {
+    // One 24 MiB kernel under a 16 MiB daemon budget: no grant can hold it, so the shim
+    // maps what the grant cannot hold on the host instead of waiting for ever.
+    let d = Daemon::start("daemon-spill", &["--hbm", "16M"]);
+    let out = d.tenant("big", &["too-big", "--bytes", "24M", "--check", "1"]).finish("big");
+    assert!(out.contains("launch result: 0") && out.contains("6291456 words checked"), "{out}");
+    assert!(out.contains("runs from host memory") && out.contains("commands over the limit 1"), "{out}");
+    assert!(d.peak_held() <= 16 << 20, "the daemon's budget held: {}", d.ctl(&["ps"]).stdout);
+}
