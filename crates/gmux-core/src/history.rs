@@ -126,11 +126,8 @@ impl History {
     /// wrapping around, each as many commands ahead as the sweep's pace puts it.
     pub fn sweep(&self) -> Option<Vec<(AllocId, usize)>> {
         let newest = self.sigs.len();
-        let mut fronts: Vec<(AllocId, AllocId)> = (newest.saturating_sub(4 * SWEEP)..newest)
-            .rev()
-            .filter_map(|i| Some((self.set(i).min()?, self.set(i).max()?)))
-            .take(SWEEP)
-            .collect();
+        let mut fronts: Vec<(AllocId, AllocId)> =
+            (newest.saturating_sub(4 * SWEEP)..newest).rev().filter_map(|i| Some((self.set(i).min()?, self.set(i).max()?))).take(SWEEP).collect();
         if fronts.len() < SWEEP {
             return None;
         }
