@@ -75,8 +75,6 @@ pub struct Moved {
     pub disk_reads: u64,
     /// Chunks written to disk.
     pub disk_writes: u64,
-    /// Chunks given host memory at their own addresses.
-    pub mapped_host: u64,
 }
 
 /// Most `Keep` answers a placement may give in one plan before victims are forced out.
@@ -207,10 +205,7 @@ impl Planner {
         let mut moved = Moved::default();
         for m in &plan.moves {
             let (c, to) = match *m {
-                Move::MapHost(c) => {
-                    moved.mapped_host += 1;
-                    (c, Place::HostMapped)
-                }
+                Move::MapHost(c) => (c, Place::HostMapped),
                 Move::UnmapHost(c) => (c, Place::HOST),
                 Move::Create(c) => {
                     moved.created += 1;

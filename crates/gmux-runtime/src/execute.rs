@@ -129,7 +129,7 @@ impl<D: Device> TenantMemory<D> {
 
     /// Notes that stream `on` waits for `events`, so that later commands on it need not.
     pub(crate) fn given(&mut self, events: &[Event], on: Option<D::Stream>) {
-        let Some(k) = on else { return };
+        let Some(k) = on.filter(|_| !events.is_empty()) else { return };
         for l in &mut self.landing {
             if events.contains(&l.id) && !l.waited.contains(&k) {
                 l.waited.push(k);

@@ -99,8 +99,6 @@ pub struct Stats {
     pub largest_need: u64,
     /// Plans that evicted in OPT order over a forecast.
     pub forecast_plans: u64,
-    /// Plans that found no extent that could leave whole and emptied the GPU first.
-    pub emptied: u64,
     /// Commands that ran with part of their working set mapped on the host.
     pub spilled: u64,
     /// The most bytes one such command had mapped on the host.
@@ -283,7 +281,6 @@ impl<D: Device> TenantMemory<D> {
         s.populated += m.populated;
         s.evicted += m.evicted;
         s.created += m.created;
-        s.mapped_host += m.mapped_host;
         self.stats.peak_resident = self.stats.peak_resident.max(self.resident());
     }
 }

@@ -145,7 +145,6 @@ impl<D: Device> TenantMemory<D> {
         if all_out.moves.is_empty() {
             return Ok(plan);
         }
-        self.stats.emptied += 1;
         self.execute(&all_out, &after(), |_| false, on)?;
         Ok(self.planner.plan(&self.mem, &self.tenants, &req, forecast))
     }

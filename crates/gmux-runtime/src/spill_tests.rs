@@ -1,6 +1,6 @@
 //! Commands over the limit: the excess mapped on the host, and what comes back.
 
-use crate::tests::{copies, memory, run, Calls};
+use crate::tests::{allocs_named, copies, memory, run, Calls};
 use crate::{Error, Span, TenantMemory, WorkingSet};
 use gmux_core::device::Event;
 use gmux_core::{AllocId, Place, CHUNK_BYTES};
@@ -84,9 +84,7 @@ proptest! {
         let mut m = memory(limit);
         let allocs: Vec<AllocId> = sizes.iter().map(|s| m.allocate(s * CHUNK_BYTES).unwrap()).collect();
         for (i, cmd) in cmds.iter().enumerate() {
-            let mut ws: Vec<AllocId> = cmd.iter().map(|k| allocs[k % allocs.len()]).collect();
-            ws.sort_unstable();
-            ws.dedup();
+            let ws = allocs_named(cmd, &allocs);
             run_any(&mut m, &WorkingSet::Allocs(ws.clone()), (i % 2) as u32).map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
             for a in &ws {
                 for c in chunks_of(&m, *a) {

@@ -102,6 +102,15 @@ pub(crate) fn run(m: &mut TenantMemory<Calls>, allocs: &[AllocId], on: u32) -> R
     Ok(waits)
 }
 
+/// The allocations a generated command names (indices taken modulo their count), sorted,
+/// without repeats.
+pub(crate) fn allocs_named(cmd: &[usize], allocs: &[AllocId]) -> Vec<AllocId> {
+    let mut ws: Vec<AllocId> = cmd.iter().map(|k| allocs[k % allocs.len()]).collect();
+    ws.sort_unstable();
+    ws.dedup();
+    ws
+}
+
 pub(crate) fn copies(m: &TenantMemory<Calls>, what: &str) -> usize {
     m.dev.log.iter().filter(|l| l.contains(what)).count()
 }
@@ -232,9 +241,7 @@ proptest! {
         let mut m = memory(limit);
         let allocs: Vec<AllocId> = sizes.iter().map(|s| m.allocate(s * CHUNK_BYTES).unwrap()).collect();
         for (i, cmd) in cmds.iter().enumerate() {
-            let mut ws: Vec<AllocId> = cmd.iter().map(|k| allocs[k % allocs.len()]).collect();
-            ws.sort_unstable();
-            ws.dedup();
+            let ws = allocs_named(cmd, &allocs);
             let need: u64 = ws.iter().map(|a| m.alloc(*a).unwrap().count as u64).sum();
             let r = run(&mut m, &ws, (i % 2) as u32);
             prop_assert_eq!(r.is_ok(), need <= limit, "need {} of {}", need, limit);

@@ -352,13 +352,13 @@ impl Shim {
     /// [`Shim::prepare`] for a command about to be released: a working set over the limit
     /// runs with the excess mapped on the host (`GMUX_OVERSIZE=host`, the default).
     pub fn prepare_command(&mut self, ws: &WorkingSet, on: Option<StreamKey>, sig: u64) -> Result<Vec<CUevent>, ShimError> {
-        self.make_resident(ws, on, sig, crate::config::config().oversize == crate::config::Oversize::Host)
+        self.make_resident(ws, on, sig, true)
     }
 
     fn make_resident(&mut self, ws: &WorkingSet, on: Option<StreamKey>, sig: u64, spill: bool) -> Result<Vec<CUevent>, ShimError> {
         let Shim { memory, inflight, .. } = self;
         let events = match memory.prepare(ws, on, sig, crate::agent::granted, || inflight.newest()) {
-            Err(gmux_runtime::Error::NoRoom { need, room }) if spill => {
+            Err(gmux_runtime::Error::NoRoom { need, room }) if spill && crate::config::config().oversize == crate::config::Oversize::Host => {
                 let ShimError::TooBig { need, limit } = crate::agent::over_grant(need, room) else {
                     return Err(crate::agent::over_grant(need, room));
                 };

@@ -67,10 +67,10 @@ impl Vmem {
 
     /// Whether any of `words` is an address in a region: a bounds check first, so that
     /// data that holds no addresses costs a compare per word.
-    pub fn holds_any(&self, words: &[u64]) -> bool {
+    pub fn holds_any(&self, mut words: impl Iterator<Item = u64>) -> bool {
         let (Some((&lo, _)), Some((_, last))) = (self.by_base.first_key_value(), self.by_base.last_key_value()) else { return false };
         let hi = last.base + last.reserved;
-        words.iter().any(|&w| w >= lo && w < hi && self.find(w).is_some())
+        words.any(|w| w >= lo && w < hi && self.find(w).is_some())
     }
 
     /// The region of an allocation.

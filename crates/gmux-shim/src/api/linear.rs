@@ -109,25 +109,30 @@ pub unsafe fn upload(real: impl FnOnce() -> CUresult, dst: CUdeviceptr, host: *c
 /// Records the gmux pointers (and TMA tensor maps) that an upload of `bytes` to `dst`
 /// holds, as [`upload`] says.
 fn scan_upload(dst: CUdeviceptr, bytes: &[u8]) {
-    let words = |b: &[u8]| -> Vec<CUdeviceptr> { b.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes"))).collect() };
-    let mut found = words(&bytes[..bytes.len().min(SCAN_UPLOAD_BYTES)]);
-    let large = bytes.len() > SCAN_UPLOAD_BYTES;
-    if !large && crate::tensormap::any() {
+    if bytes.len() > SCAN_UPLOAD_BYTES {
+        let Ok(mut g) = shim() else { return };
+        let st = g.as_mut().expect("created");
+        if st.vmem.holds_any(words(&bytes[..SCAN_UPLOAD_BYTES])) {
+            st.add_refs(dst, &words(bytes).collect::<Vec<_>>());
+        }
+        return;
+    }
+    let mut found: Vec<CUdeviceptr> = words(bytes).collect();
+    if crate::tensormap::any() {
         let mut k = 0;
         while k + crate::tensormap::MAP_BYTES <= bytes.len() {
             found.extend(crate::tensormap::lookup(&bytes[k..k + crate::tensormap::MAP_BYTES]));
             k += crate::tensormap::MAP_ALIGN;
         }
     }
-    let Ok(mut g) = shim() else { return };
-    let st = g.as_mut().expect("created");
-    if large {
-        if !st.vmem.holds_any(&found) {
-            return;
-        }
-        found.extend(words(&bytes[SCAN_UPLOAD_BYTES..]));
+    if let Ok(mut g) = shim() {
+        g.as_mut().expect("created").add_refs(dst, &found);
     }
-    st.add_refs(dst, &found);
+}
+
+/// The 8-byte words of `bytes`, as addresses.
+fn words(bytes: &[u8]) -> impl Iterator<Item = CUdeviceptr> + '_ {
+    bytes.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")))
 }
 
 /// A device-to-host copy; one larger than the limit is streamed through it.

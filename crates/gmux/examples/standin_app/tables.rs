@@ -20,10 +20,7 @@ pub fn packed_tables(app: &App, o: &Opts) -> bool {
     let bytes = o.bytes("bytes", 2 << 20) as usize;
     let rounds = o.num("rounds", 3) as u32;
     let s = app.stream(0);
-    let b: Vec<u64> = (0..buffers).map(|_| app.alloc(bytes)).collect();
-    for (i, p) in b.iter().enumerate() {
-        app.htod(*p, &vec![i as u32 * 1000; bytes / 4]);
-    }
+    let b = filled(app, buffers, bytes);
     let half = buffers / 2;
     let tables: Vec<u64> = b
         .chunks(half)
@@ -40,17 +37,7 @@ pub fn packed_tables(app: &App, o: &Opts) -> bool {
         }
     }
     app.sync(s);
-    for (i, p) in b.iter().enumerate() {
-        let got = app.dtoh(*p, bytes / 4);
-        let added = rounds * if i < half { 1 } else { 2 };
-        let expect = |j: usize| i as u32 * 1000 + if j < 1024 { added } else { 0 };
-        if let Some(j) = (0..got.len()).find(|&j| got[j] != expect(j)) {
-            eprintln!("standin_app: packed-tables: buffer {i} word {j} is {} where {} was expected", got[j], expect(j));
-            return false;
-        }
-    }
-    println!("packed-tables: {buffers} buffers checked");
-    true
+    checked(app, "packed-tables", &b, bytes, |i| rounds * if i < half { 1 } else { 2 })
 }
 
 pub fn large_table(app: &App, o: &Opts) -> bool {
@@ -60,10 +47,7 @@ pub fn large_table(app: &App, o: &Opts) -> bool {
     let rounds = o.num("rounds", 2) as u32;
     let ballast_bytes = o.bytes("ballast", 8 << 20) as usize;
     let s = app.stream(0);
-    let b: Vec<u64> = (0..buffers).map(|_| app.alloc(bytes)).collect();
-    for (i, p) in b.iter().enumerate() {
-        app.htod(*p, &vec![i as u32 * 1000; bytes / 4]);
-    }
+    let b = filled(app, buffers, bytes);
     let table = app.alloc(entries * 8);
     app.htod(table, &(0..entries).flat_map(|k| [b[k % buffers] as u32, (b[k % buffers] >> 32) as u32]).collect::<Vec<u32>>());
     let ballast = app.alloc(ballast_bytes);
@@ -73,15 +57,29 @@ pub fn large_table(app: &App, o: &Opts) -> bool {
         app.launch(app.k.gather, s, &mut [ptr(&mut t), ptr(&mut n), ptr(&mut v)]);
     }
     app.sync(s);
+    checked(app, "large-table", &b, bytes, |i| rounds * (entries / buffers + usize::from(i < entries % buffers)) as u32)
+}
+
+/// `n` buffers of `bytes`, buffer `i` filled with `i * 1000`.
+fn filled(app: &App, n: usize, bytes: usize) -> Vec<u64> {
+    let b: Vec<u64> = (0..n).map(|_| app.alloc(bytes)).collect();
+    for (i, p) in b.iter().enumerate() {
+        app.htod(*p, &vec![i as u32 * 1000; bytes / 4]);
+    }
+    b
+}
+
+/// Checks buffers filled with `i * 1000` (buffer `i`) after gathers added `added(i)` to the
+/// first 1024 words of each; prints `NAME: N buffers checked`.
+fn checked(app: &App, name: &str, b: &[u64], bytes: usize, added: impl Fn(usize) -> u32) -> bool {
     for (i, p) in b.iter().enumerate() {
         let got = app.dtoh(*p, bytes / 4);
-        let added = rounds * (entries / buffers + usize::from(i < entries % buffers)) as u32;
-        let expect = |j: usize| i as u32 * 1000 + if j < 1024 { added } else { 0 };
+        let expect = |j: usize| i as u32 * 1000 + if j < 1024 { added(i) } else { 0 };
         if let Some(j) = (0..got.len()).find(|&j| got[j] != expect(j)) {
-            eprintln!("standin_app: large-table: buffer {i} word {j} is {} where {} was expected", got[j], expect(j));
+            eprintln!("standin_app: {name}: buffer {i} word {j} is {} where {} was expected", got[j], expect(j));
             return false;
         }
     }
-    println!("large-table: {buffers} buffers checked");
+    println!("{name}: {} buffers checked", b.len());
     true
 }
