@@ -47,6 +47,13 @@ impl Track {
     }
 }
 
+/// A released command's position: its stream and sequence number there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket {
+    key: StreamKey,
+    seq: u64,
+}
+
 /// In-flight commands of every stream.
 #[derive(Debug, Default)]
 pub struct Inflight {
@@ -173,6 +180,38 @@ impl Inflight {
             return self.settle_all().map(|_| None);
         }
         Ok(self.tracks[&key].fences.back().map(|f| f.1))
+    }
+
+    /// The last released command that used `a`, as a position to test with
+    /// [`Inflight::passed`]; `None` when no released command used it.
+    pub fn last_use(&self, a: AllocId) -> Option<Ticket> {
+        self.last_use.get(&a).map(|&(key, seq)| Ticket { key, seq })
+    }
+
+    /// Whether the command at `t` is known to have finished, from the fences recorded so
+    /// far (polled, never waited for; no fence is recorded).
+    pub fn passed(&mut self, t: Ticket) -> Result<bool, CudaError> {
+        if self.tracks.get(&t.key).is_none_or(|k| t.seq < k.done) {
+            return Ok(true);
+        }
+        self.retire(t.key, usize::MAX)?;
+        Ok(t.seq < self.tracks[&t.key].done)
+    }
+
+    /// Waits until the command at `t` has finished, fencing its stream if no fence covers
+    /// it yet.
+    pub fn wait(&mut self, t: Ticket) -> Result<(), CudaError> {
+        if self.passed(t)? {
+            return Ok(());
+        }
+        let track = &self.tracks[&t.key];
+        let ev = match track.fences.iter().find(|f| f.0 > t.seq) {
+            Some(f) => f.1,
+            None if matches!(t.key, StreamKey::PerThread(_)) => return self.settle_all(),
+            None => self.fence(t.key, std::ptr::null_mut())?,
+        };
+        check(crate::real!(cuEventSynchronize(ev)), "cuEventSynchronize")?;
+        self.retire(t.key, usize::MAX)
     }
 
     /// The newest fence of every stream with unfinished commands, fencing what has none:

@@ -29,7 +29,7 @@ use execute::Landing;
 use gmux_core::device::Device;
 use gmux_core::evict::{Eviction, Evictor};
 use gmux_core::history::History;
-use gmux_core::idhash::IdMap;
+use gmux_core::idhash::{IdMap, IdSet};
 use gmux_core::memory::{Alloc, Capacities};
 use gmux_core::mover::Mover;
 use gmux_core::placement::PlacementKind;
@@ -128,6 +128,8 @@ pub struct TenantMemory<D: Device> {
     outside: u64,
     /// Bytes the application asked for, live allocations.
     allocated: u64,
+    /// Allocations the application freed that are kept for reuse ([`TenantMemory::retire`]).
+    retired: IdSet<AllocId>,
     /// Populations that may still be under way, oldest first.
     landing: VecDeque<Landing<D::Stream>>,
     /// Released commands, the forecast for OPT eviction.
@@ -159,6 +161,7 @@ impl<D: Device> TenantMemory<D> {
             limit: limit / CHUNK_BYTES * CHUNK_BYTES,
             outside: 0,
             allocated: 0,
+            retired: IdSet::default(),
             landing: VecDeque::new(),
             history: History::new(HISTORY_KEEP, HISTORY_WINDOW),
             settings,
@@ -228,6 +231,27 @@ impl<D: Device> TenantMemory<D> {
         Ok(id)
     }
 
+    /// Keeps allocation `a`, which the application freed, for a later request of as many
+    /// chunks: its chunks stay where they are, and its bytes no longer count as allocated.
+    pub fn retire(&mut self, a: AllocId) -> Result<(), Error<D::Error>> {
+        let bytes = self.mem.alloc(a).map_err(|_| Error::Unknown(a))?.bytes;
+        if self.retired.insert(a) {
+            self.allocated -= bytes;
+        }
+        Ok(())
+    }
+
+    /// Hands retired allocation `a` out again for a request of `bytes` (as many chunks).
+    pub fn reuse(&mut self, a: AllocId, bytes: u64) -> Result<(), Error<D::Error>> {
+        if !self.retired.remove(&a) {
+            return Err(Error::Unknown(a));
+        }
+        self.mem.resize(a, bytes).map_err(|_| Error::Unknown(a))?;
+        self.allocated += bytes;
+        self.stats.peak_allocated = self.stats.peak_allocated.max(self.allocated);
+        Ok(())
+    }
+
     /// Frees allocation `a` once every copy of it is done. The caller has waited for the
     /// application's commands that use it.
     pub fn free(&mut self, a: AllocId) -> Result<(), Error<D::Error>> {
@@ -241,7 +265,10 @@ impl<D: Device> TenantMemory<D> {
         for c in alloc.chunks() {
             self.dev.forget(c);
         }
-        self.allocated -= self.mem.free(a).expect("live allocation").bytes;
+        let bytes = self.mem.free(a).expect("live allocation").bytes;
+        if !self.retired.remove(&a) {
+            self.allocated -= bytes;
+        }
         self.missing.remove(&a);
         self.alloc_tick.remove(&a);
         for l in &mut self.landing {

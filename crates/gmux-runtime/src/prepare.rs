@@ -25,6 +25,21 @@ impl<D: Device> TenantMemory<D> {
         }
     }
 
+    /// `ws` without what has been freed since it was made.
+    pub fn live_part(&self, ws: &WorkingSet) -> WorkingSet {
+        match ws {
+            WorkingSet::Allocs(a) => WorkingSet::Allocs(a.iter().copied().filter(|a| self.is_live(*a)).collect()),
+            WorkingSet::Spans(s) => WorkingSet::Spans(s.iter().copied().filter(|s| self.is_live(s.alloc)).collect()),
+            WorkingSet::Tenant => WorkingSet::Tenant,
+        }
+    }
+
+    /// Bytes of the allocations of `ws` that are not resident (whole allocations: an
+    /// upper bound for a working set of spans).
+    pub fn absent_bytes(&self, ws: &WorkingSet) -> u64 {
+        self.allocs_in(ws).iter().map(|a| u64::from(self.missing.get(a).copied().unwrap_or(0))).sum::<u64>() * CHUNK_BYTES
+    }
+
     /// The chunks of `ws`, whose allocations are `allocs`.
     pub(crate) fn chunks_in(&self, ws: &WorkingSet, allocs: &[AllocId]) -> Vec<ChunkId> {
         match ws {

@@ -204,7 +204,7 @@ impl Shim {
             match other {
                 Some(o) => self.unalias(b, o)?,
                 None => {
-                    self.free(b)?;
+                    self.free_range(b)?;
                 }
             }
             self.app_vmm.unmapped(b);

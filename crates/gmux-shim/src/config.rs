@@ -44,6 +44,10 @@ pub struct Config {
     /// `GMUX_MEMINFO=limit`: `cuMemGetInfo` reports the limit as the device's size; by
     /// default (`device`) it reports the device's own size.
     pub meminfo_limit: bool,
+    /// `GMUX_RECYCLE`: bytes of freed allocations kept, with their memory, for the next
+    /// request of the same size; `None`: the room under the limit that live allocations
+    /// leave.
+    pub recycle: Option<u64>,
 }
 
 /// What a command whose working set exceeds the limit does (`GMUX_OVERSIZE`).
@@ -73,11 +77,14 @@ pub struct Debug {
     pub resolve: bool,
     /// `panic:SYMBOL`: panic inside gmux's handling of SYMBOL (checks the C boundary).
     pub panic_in: Option<String>,
+    /// `working-sets`: one line per kernel launch on stderr with the allocations its
+    /// pointers fall in ([`crate::predict::log_working_set`]).
+    pub working_sets: bool,
 }
 
 fn debug_flags() -> Debug {
     let mut d = Debug::default();
-    const AIDS: &str = "sync-before, sync-after, runN, all-events, resolve, panic:SYMBOL";
+    const AIDS: &str = "sync-before, sync-after, runN, all-events, resolve, working-sets, panic:SYMBOL";
     for item in var("GMUX_DEBUG").unwrap_or_default().split(',').map(str::trim).filter(|s| !s.is_empty()) {
         match item {
             "sync-before" => d.sync_before = true,
@@ -85,6 +92,7 @@ fn debug_flags() -> Debug {
             v if v.starts_with("run") && v[3..].parse::<usize>().is_ok_and(|n| n > 0) => d.run = v[3..].parse().ok(),
             "all-events" => d.all_events = true,
             "resolve" => d.resolve = true,
+            "working-sets" => d.working_sets = true,
             v if v.starts_with("panic:") && v.len() > 6 => d.panic_in = Some(v[6..].to_string()),
             v => crate::log::fatal(&format!("GMUX_DEBUG={v}: use a comma-separated list of {AIDS}")),
         }
@@ -181,6 +189,7 @@ pub fn config() -> &'static Config {
             mover,
             whole_tenant,
             host_block: size_var("GMUX_HOST_BLOCK").unwrap_or(256 << 20),
+            recycle: size_var("GMUX_RECYCLE"),
             debug: debug_flags(),
         }
     })

@@ -93,7 +93,7 @@ exports! {
     cuMemAllocPitch_v2(d: *mut Dp, pitch: *mut usize, w: usize, h: usize, e: c_uint) => |_| mem::alloc_pitch(d, pitch, w, h, e);
     cuMemAllocAsync(d: *mut Dp, n: usize, s: CUstream) => |_| mem::alloc_async(d, n as u64, s, false);
     cuMemAllocAsync_ptsz(d: *mut Dp, n: usize, s: CUstream) => |_| mem::alloc_async(d, n as u64, s, true);
-    cuMemFree_v2(d: Dp) => |real| mem::free(real, d);
+    cuMemFree_v2(d: Dp) => |real| mem::free(real, d, None);
     cuMemFreeAsync(d: Dp, s: CUstream) => |real| mem::free_async(real, d, s, false);
     cuMemFreeAsync_ptsz(d: Dp, s: CUstream) => |real| mem::free_async(real, d, s, true);
     cuMemGetInfo_v2(free: *mut usize, total: *mut usize) => |real| mem::info(real, free, total);

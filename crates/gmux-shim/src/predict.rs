@@ -128,6 +128,27 @@ unsafe fn extra_buffer(extra: *mut *mut c_void) -> Option<(*const u8, usize)> {
     (!buf.is_null()).then_some((buf, len.unwrap_or(0)))
 }
 
+/// Writes one line for a kernel launch of `f` to stderr (`GMUX_DEBUG=working-sets`), for
+/// comparing predicted working sets with what the program knows of its buffers:
+/// `gmux-ws<TAB>NAME<TAB>PTR:BASE:BYTES,…<TAB>RESIDENT`, one `PTR:BASE:BYTES` for each
+/// parameter word that points into an allocation (`BASE` and `BYTES` as the program
+/// allocated it: a slot of a pack, a range of its own), and `RESIDENT` the bytes of the
+/// chunks gmux makes resident for the launch (`allocs`, with what they refer to).
+pub fn log_working_set(st: &crate::state::Shim, f: CUfunction, ptrs: &[u64], allocs: &[gmux_core::AllocId]) {
+    use std::fmt::Write;
+    let mut hits = String::new();
+    for &p in ptrs {
+        if let Some(r) = st.region_of(p) {
+            let _ = write!(hits, "{}{p:#x}:{:#x}:{}", if hits.is_empty() { "" } else { "," }, r.base, r.bytes);
+        }
+    }
+    let resident: u64 = allocs.iter().filter_map(|a| st.memory.alloc(*a)).map(|a| u64::from(a.count) * gmux_core::CHUNK_BYTES).sum();
+    let line = format!("gmux-ws\t{}\t{hits}\t{resident}\n", kernel_name(f));
+    // SAFETY: `line` is a live buffer of `line.len()` bytes; fd 2 is the process's stderr,
+    // written whole in one call, so that lines of other writers never split it.
+    unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+}
+
 /// A kernel's name for messages, or `?`.
 pub fn kernel_name(f: CUfunction) -> String {
     let mut p: *const std::ffi::c_char = std::ptr::null();

@@ -23,6 +23,7 @@ use std::sync::{Mutex, MutexGuard};
 pub use gmux_runtime::{Span, WorkingSet};
 
 mod addresses;
+mod freeing;
 mod report;
 use report::note_spill;
 pub mod packs;
@@ -76,6 +77,12 @@ pub struct Shim {
     /// Managed allocations (`cuMemAllocManaged`), whole chunks each: the driver moves
     /// them, and they count against the limit as if always resident.
     managed: HashMap<CUdeviceptr, u64>,
+    /// Allocations freed in stream order, waiting for their commands.
+    pending: freeing::Pending,
+    /// Freed ranges kept for reuse.
+    recycled: freeing::Recycled,
+    /// Allocations CUDA graphs may use at every launch, never freed.
+    graph_memory: std::collections::HashSet<CUdeviceptr>,
     /// Allocations whose contents point into other allocations.
     refs: IdMap<AllocId, IdSet<AllocId>>,
     /// The same for slots of packs, by the slot's address.
@@ -171,6 +178,9 @@ impl Shim {
             graphs: Default::default(),
             app_vmm: Default::default(),
             managed: HashMap::new(),
+            pending: Default::default(),
+            recycled: Default::default(),
+            graph_memory: Default::default(),
             refs: IdMap::default(),
             slot_refs: HashMap::new(),
             global_refs: HashMap::new(),
@@ -226,24 +236,29 @@ impl Shim {
     }
 
     /// An address for `bytes`, no memory taken until first use: a slot of a pack for a
-    /// small allocation, else a range of its own.
-    pub fn alloc(&mut self, bytes: u64) -> Result<CUdeviceptr, ShimError> {
+    /// small allocation, else a range of its own; `on`: the stream of a `cuMemAllocAsync`.
+    pub fn alloc(&mut self, bytes: u64, on: Option<StreamKey>) -> Result<CUdeviceptr, ShimError> {
         if bytes == 0 {
             return Err(ShimError::Invalid(CUDA_ERROR_INVALID_VALUE));
         }
         if bytes > packs::PACKED_MAX {
-            return self.alloc_range(bytes);
+            return self.alloc_range(bytes, on);
         }
         if let Some(p) = self.packs.place(bytes) {
             return Ok(p);
         }
-        let pack = self.alloc_range(CHUNK_BYTES)?;
+        let pack = self.alloc_range(CHUNK_BYTES, None)?;
         self.packs.add(pack);
         Ok(self.packs.place(bytes).expect("an empty pack holds any packed size"))
     }
 
-    /// Reserves an address range for `bytes` of an allocation of its own.
-    fn alloc_range(&mut self, bytes: u64) -> Result<CUdeviceptr, ShimError> {
+    /// Reserves an address range for `bytes` of an allocation of its own (one freed
+    /// before where one fits, `on` that stream too: see [`Shim::reuse`]).
+    fn alloc_range(&mut self, bytes: u64, on: Option<StreamKey>) -> Result<CUdeviceptr, ShimError> {
+        if let Some(base) = self.reuse(bytes, on)? {
+            return Ok(base);
+        }
+        self.trim_recycled(bytes)?;
         let reserved = bytes.div_ceil(CHUNK_BYTES) * CHUNK_BYTES;
         let base = gmux_cuda::vm::reserve(reserved)?;
         if let Err(e) = self.back(base, bytes, false) {
@@ -285,53 +300,6 @@ impl Shim {
         }
     }
 
-    /// Frees the allocation at `base` once no released command uses it; the addresses
-    /// too, unless the application reserved them. Returns the base of the range gmux
-    /// released, if one was (a freed slot releases its pack once the pack is empty).
-    pub fn free(&mut self, base: CUdeviceptr) -> Result<Option<CUdeviceptr>, ShimError> {
-        if self.packs.is_pack_address(base) {
-            let slot = self.packs.find(base).filter(|s| s.base == base).copied().ok_or(ShimError::Invalid(CUDA_ERROR_INVALID_VALUE))?;
-            // As a native free, the commands that may use the slot finish first.
-            if let Some(alloc) = self.vmem.find(slot.pack).map(|r| r.alloc) {
-                if let Some(ev) = self.inflight.busy(alloc)? {
-                    gmux_cuda::driver::wait_event(ev)?;
-                }
-            }
-            self.slot_refs.remove(&base);
-            return match self.packs.free(base) {
-                Some(pack) => self.free_range(pack).map(|()| Some(pack)),
-                None => Ok(None),
-            };
-        }
-        self.free_range(base).map(|()| Some(base))
-    }
-
-    /// Frees the allocation whose range starts at `base`.
-    fn free_range(&mut self, base: CUdeviceptr) -> Result<(), ShimError> {
-        let r = match self.vmem.find(base) {
-            Some(r) if r.base == base => *r,
-            _ => return Err(ShimError::Invalid(CUDA_ERROR_INVALID_VALUE)),
-        };
-        if let Some(ev) = self.inflight.busy(r.alloc)? {
-            gmux_cuda::driver::wait_event(ev)?;
-        }
-        self.memory.free(r.alloc)?;
-        self.vmem.remove(base);
-        self.refs.remove(&r.alloc);
-        self.global_refs.retain(|_, v| {
-            v.retain(|a| *a != r.alloc);
-            !v.is_empty()
-        });
-        for set in self.refs.values_mut().chain(self.slot_refs.values_mut()) {
-            set.remove(&r.alloc);
-        }
-        self.inflight.forget(r.alloc);
-        if !r.app {
-            gmux_cuda::vm::release(base, r.reserved)?;
-        }
-        Ok(())
-    }
-
     /// The history signature of a command running `kind` (a kernel's handle, or a
     /// constant per kind of operation) over `ws`; 0 when no history is kept
     /// (`GMUX_EVICT=lru`), so that no launch pays for it.
@@ -356,6 +324,13 @@ impl Shim {
     }
 
     fn make_resident(&mut self, ws: &WorkingSet, on: Option<StreamKey>, sig: u64, spill: bool) -> Result<Vec<CUevent>, ShimError> {
+        let live;
+        let ws = if self.room_for(ws)? {
+            live = self.memory.live_part(ws);
+            &live
+        } else {
+            ws
+        };
         let Shim { memory, inflight, .. } = self;
         let events = match memory.prepare(ws, on, sig, crate::agent::granted, || inflight.newest()) {
             Err(gmux_runtime::Error::NoRoom { need, room }) if spill && crate::config::config().oversize == crate::config::Oversize::Host => {

@@ -49,6 +49,13 @@ impl Vmem {
         Some(r)
     }
 
+    /// Sets the bytes asked for of the region at `base`; returns its allocation.
+    pub fn resize(&mut self, base: CUdeviceptr, bytes: u64) -> Option<AllocId> {
+        let r = self.by_base.get_mut(&base)?;
+        r.bytes = bytes;
+        Some(r.alloc)
+    }
+
     /// Makes the alias at `base` its allocation's own region, in place of the one there.
     pub fn promote(&mut self, base: CUdeviceptr) {
         let Some(r) = self.by_base.get_mut(&base) else { return };

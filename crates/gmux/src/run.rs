@@ -24,6 +24,13 @@ pub struct RunArgs {
     /// Run alone under --mem-limit, without registering with gmuxd.
     #[arg(long)]
     pub standalone: bool,
+    /// PyTorch allocates each tensor on its own (PYTORCH_CUDA_ALLOC_CONF=
+    /// backend:cudaMallocAsync, unless the program's environment sets the variable), so
+    /// that a kernel's working set is its tensors rather than the caching allocator's
+    /// segments. torch.compile's reduce-overhead mode (CUDA graph trees) does not run on
+    /// that allocator.
+    #[arg(long)]
+    pub tensor_allocs: bool,
     /// The program and its arguments (after `--`).
     #[arg(required = true, num_args = 1.., trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -71,9 +78,15 @@ pub fn parse_limit(text: &str) -> Result<u64, Failure> {
 /// working set would then hold whole; without preallocation it grows as needed.
 pub const FRAMEWORK_DEFAULTS: &[(&str, &str)] = &[("XLA_PYTHON_CLIENT_PREALLOCATE", "false")];
 
-/// Sets on `cmd` each of [`FRAMEWORK_DEFAULTS`] that `is_set` says the user has not set.
-fn framework_defaults(cmd: &mut std::process::Command, is_set: impl Fn(&str) -> bool) {
-    for (name, value) in FRAMEWORK_DEFAULTS.iter().filter(|(n, _)| !is_set(n)) {
+/// The setting of `--tensor-allocs`: PyTorch's stream-ordered allocator, one allocation
+/// per tensor.
+pub const TENSOR_ALLOCS: (&str, &str) = ("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync");
+
+/// Sets on `cmd` each of [`FRAMEWORK_DEFAULTS`], and [`TENSOR_ALLOCS`] if `tensors`, that
+/// `is_set` says the user has not set.
+fn framework_defaults(cmd: &mut std::process::Command, tensors: bool, is_set: impl Fn(&str) -> bool) {
+    let extra = tensors.then_some(&TENSOR_ALLOCS);
+    for (name, value) in FRAMEWORK_DEFAULTS.iter().chain(extra).filter(|(n, _)| !is_set(n)) {
         cmd.env(name, value);
     }
 }
@@ -93,7 +106,7 @@ pub fn command(args: &RunArgs) -> Result<std::process::Command, Failure> {
     }
     let mut cmd = std::process::Command::new(&args.command[0]);
     cmd.args(&args.command[1..]).env("LD_PRELOAD", preload);
-    framework_defaults(&mut cmd, |n| std::env::var_os(n).is_some());
+    framework_defaults(&mut cmd, args.tensor_allocs, |n| std::env::var_os(n).is_some());
     if let Some(l) = limit {
         cmd.env("GMUX_MEM_LIMIT", l.to_string());
     }
@@ -129,13 +142,18 @@ mod tests {
 
     #[test]
     fn framework_defaults_never_override_the_user() {
-        let env = |is_set: bool| {
+        let env = |tensors: bool, is_set: bool| {
             let mut cmd = std::process::Command::new("true");
-            framework_defaults(&mut cmd, |_| is_set);
-            cmd.get_envs().map(|(k, v)| (k.to_owned(), v.map(|v| v.to_owned()))).collect::<Vec<_>>()
+            framework_defaults(&mut cmd, tensors, |_| is_set);
+            let mut v = cmd.get_envs().map(|(k, v)| (k.to_string_lossy().into_owned(), v.map(|v| v.to_string_lossy().into_owned()))).collect::<Vec<_>>();
+            v.sort();
+            v
         };
-        assert_eq!(env(false), vec![("XLA_PYTHON_CLIENT_PREALLOCATE".into(), Some("false".into()))]);
-        assert!(env(true).is_empty(), "a setting of the user's stays");
+        let xla = ("XLA_PYTHON_CLIENT_PREALLOCATE".to_string(), Some("false".to_string()));
+        let torch = ("PYTORCH_CUDA_ALLOC_CONF".to_string(), Some("backend:cudaMallocAsync".to_string()));
+        assert_eq!(env(false, false), vec![xla.clone()]);
+        assert_eq!(env(true, false), vec![torch, xla], "--tensor-allocs");
+        assert!(env(true, true).is_empty(), "a setting of the user's stays");
     }
 
     #[test]

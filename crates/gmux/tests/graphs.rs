@@ -93,6 +93,19 @@ fn memory_allocated_during_a_capture_is_mapped_for_the_copies_captured_into_it()
 }
 
 #[test]
+fn memory_allocated_in_stream_order_inside_a_capture_stays_the_graphs() {
+    // cuMemAllocAsync on the capturing stream is served by gmux at capture time, the
+    // captured cuMemFreeAsync leaves it to the graph, and 4 MiB under 16 MiB: no pressure;
+    // under 8 MiB the temporary and the buffer do not fit beside the new allocation.
+    for limit in ["16M", "8M"] {
+        let r = graph_run(limit, &["graph-temp", "--bytes", "4M", "--ordered"]);
+        assert!(r.status.success(), "--mem-limit {limit}: {}", r.describe());
+        assert_eq!(number(&r.stdout, "graph-temp: "), 4 * MIB, "{}", r.describe());
+        assert!(!r.stderr.contains("not supported"), "{}", r.describe());
+    }
+}
+
+#[test]
 fn graph_nodes_are_mapped_as_they_are_added() {
     // Two 8 MiB buffers: the whole graph fits 24 MiB.
     let r = graph_run("24M", &["graph-nodes", "--bytes", "8M", "--copy", "2M"]);

@@ -173,3 +173,54 @@ fn pointers_in_a_large_upload_that_starts_with_pointers_are_followed() {
     let r = run_within(&mut sb.app(args), PATIENCE);
     assert!(r.status.success(), "natively:\n{}", r.describe());
 }
+
+/// `created` (chunks backed for the first time) and `freed ranges reused` of the summary.
+fn created_and_reused(r: &Ran) -> (u64, u64) {
+    let line = r.stderr.lines().find(|l| l.starts_with("gmux: limit ")).unwrap_or_else(|| panic!("{}", r.describe()));
+    let reused = if line.contains("freed ranges reused ") { number(line, "freed ranges reused ") } else { 0 };
+    (summary(r).created, reused)
+}
+
+#[test]
+fn a_buffer_freed_in_stream_order_is_not_handed_out_while_a_kernel_uses_it() {
+    let r = under_gmux("64M", &["free-async", "--bytes", "4M", "--ms", "300"]);
+    assert!(r.status.success(), "{}", r.describe());
+    assert!(r.stdout.contains("pattern intact, during the kernel: new, after: reused"), "{}", r.describe());
+    assert_no_shim_complaints(&r);
+}
+
+#[test]
+fn tensors_allocated_and_freed_in_stream_order_reuse_their_ranges_and_keep_their_data() {
+    // Eight persistent buffers (23 MiB with the pack of the three small ones) and, every
+    // round, a fresh buffer of each size, five of them ranges of their own; under 64M
+    // nothing is evicted, under 16M the persistent buffers go out and come back.
+    let (mut created, mut evicted) = (Vec::new(), Vec::new());
+    for (limit, recycle) in [("64M", None), ("64M", Some("0")), ("16M", None), ("16M", Some("0"))] {
+        let sb = Sandbox::new("memory", DEVICE);
+        let mut cmd = sb.gmux(Some(limit), ["churn", "--rounds", "20"]);
+        if let Some(v) = recycle {
+            cmd.env("GMUX_RECYCLE", v);
+        }
+        let r = run_within(&mut cmd, PATIENCE);
+        let what = format!("--mem-limit {limit}, GMUX_RECYCLE={recycle:?}");
+        assert!(r.status.success() && r.stdout.contains("churn: 8 buffers checked"), "{what}: {}", r.describe());
+        let line = r.stderr.lines().find(|l| l.starts_with("gmux: limit ")).expect("summary");
+        assert_eq!(size_at(line, "allocated "), (23 * MIB) as f64, "{what}: freed buffers no longer count, kept or not: {line}");
+        assert!(summary(&r).peak_resident <= size_at(line, "gmux: limit "), "{what}: {line}");
+        created.push(created_and_reused(&r));
+        evicted.push(summary(&r).evicted);
+        assert_no_shim_complaints(&r);
+    }
+    // Kernels given the addresses of freed buffers, under pressure: freed ranges go to make
+    // room while such a kernel's working set names them.
+    let sb = Sandbox::new("memory", DEVICE);
+    let r = run_within(&mut sb.gmux(Some("32M"), ["churn", "--rounds", "20", "--stale"]), PATIENCE);
+    assert!(r.status.success() && r.stdout.contains("churn: 8 buffers checked"), "--stale: {}", r.describe());
+    assert_no_shim_complaints(&r);
+    let [(kept, reused), (fresh, none), ..] = created[..] else { unreachable!() };
+    assert_eq!(none, 0, "GMUX_RECYCLE=0 keeps nothing");
+    assert!(reused >= 19 * 5, "after the first round, the five ranges of every round are freed ones: {reused}");
+    assert!(kept * 5 < fresh, "reused ranges need no new memory: {kept} chunks created against {fresh}");
+    assert!(evicted[2] > 0, "under 16M the persistent buffers go out: {evicted:?}");
+    assert!(evicted[2] <= evicted[3], "kept ranges go before a plan evicts, so they add no evictions: {evicted:?}");
+}

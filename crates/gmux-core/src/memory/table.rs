@@ -94,6 +94,20 @@ impl Memory {
         Ok(a)
     }
 
+    /// Gives allocation `id` a new requested size within its chunks: the allocation is
+    /// handed out again for a request of `bytes`.
+    pub fn resize(&mut self, id: AllocId, bytes: u64) -> Result<(), CoreError> {
+        let a = self.allocs.get_mut(id.0 as usize).and_then(Option::as_mut).ok_or(CoreError::UnknownAlloc(id.0))?;
+        if bytes == 0 {
+            return Err(CoreError::ZeroAlloc);
+        }
+        if chunks_for(bytes) != u64::from(a.count) {
+            return Err(CoreError::OutOfBudget { what: format!("allocation {} reused", id.0), need: bytes, free: u64::from(a.count) * CHUNK_BYTES });
+        }
+        a.bytes = bytes;
+        Ok(())
+    }
+
     /// The allocation with this id.
     pub fn alloc(&self, id: AllocId) -> Result<&Alloc, CoreError> {
         self.allocs.get(id.0 as usize).and_then(Option::as_ref).ok_or(CoreError::UnknownAlloc(id.0))

@@ -148,6 +148,9 @@ pub unsafe fn kernel(
             match unsafe { scan(layout, params, extra, |w| ptrs.push(w)) } {
                 true => {
                     let allocs = st.allocs_of(&ptrs);
+                    if config().debug.working_sets {
+                        crate::predict::log_working_set(st, f, &ptrs, &allocs);
+                    }
                     if allocs.is_empty() && crate::log::level() >= crate::log::Level::Debug {
                         let name = kernel_name(f);
                         super::refuse::once(&name, &format!("kernel {name}: no gmux memory found in its parameters"), crate::log::Level::Debug);
@@ -265,12 +268,13 @@ fn plan_graph(exec: CUgraphExec) -> GraphLaunch {
     }
 }
 
-/// After a stream synchronize: its commands are done.
+/// After a stream synchronize: its commands are done, and what was freed in stream order
+/// before them is released.
 pub fn synced(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool) -> CUresult {
     let r = real();
     if r == CUDA_SUCCESS {
         if let Some(st) = crate::state::existing().as_mut() {
-            let _ = crate::capture::relaxed(|| st.inflight.synced(stream, ptsz));
+            let _ = crate::capture::relaxed(|| st.inflight.synced(stream, ptsz).map_err(Into::into).and_then(|()| st.reap()));
         }
         crate::agent::poke();
         crate::record::synced();
@@ -294,12 +298,13 @@ pub fn stream_destroyed(real: impl FnOnce() -> CUresult, stream: CUstream) -> CU
     real()
 }
 
-/// After a context synchronize: every command is done.
+/// After a context synchronize: every command is done, and every free in stream order is
+/// released.
 pub fn synced_all(real: impl FnOnce() -> CUresult) -> CUresult {
     let r = real();
     if r == CUDA_SUCCESS {
         if let Some(st) = crate::state::existing().as_mut() {
-            let _ = crate::capture::relaxed(|| st.inflight.synced_all());
+            let _ = crate::capture::relaxed(|| st.inflight.synced_all().map_err(Into::into).and_then(|()| st.reap()));
         }
         crate::agent::poke();
         crate::record::synced();

@@ -9,6 +9,15 @@ use crate::state::{existing, shim};
 /// # Safety
 /// `d` is writable or null.
 pub unsafe fn alloc(d: *mut CUdeviceptr, bytes: u64) -> CUresult {
+    // SAFETY: as this function's contract.
+    unsafe { alloc_on(d, bytes, None) }
+}
+
+/// [`alloc`] for use in stream order after the work on `on` so far, if given.
+///
+/// # Safety
+/// `d` is writable or null.
+unsafe fn alloc_on(d: *mut CUdeviceptr, bytes: u64, on: Option<crate::inflight::StreamKey>) -> CUresult {
     if d.is_null() {
         return CUDA_ERROR_INVALID_VALUE;
     }
@@ -16,7 +25,7 @@ pub unsafe fn alloc(d: *mut CUdeviceptr, bytes: u64) -> CUresult {
         Ok(g) => g,
         Err(code) => return code,
     };
-    match crate::capture::relaxed(|| g.as_mut().expect("created").alloc(bytes)) {
+    match crate::capture::relaxed(|| g.as_mut().expect("created").alloc(bytes, on)) {
         Ok(p) => {
             // SAFETY: `d` is non-null and, per this function's contract, writable.
             unsafe { *d = p };
@@ -48,20 +57,17 @@ pub unsafe fn alloc_pitch(d: *mut CUdeviceptr, pitch: *mut usize, width: usize, 
     r
 }
 
-/// `cuMemFree`: waits for the commands that use it, then unmaps and releases.
-pub fn free(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr) -> CUresult {
+/// `cuMemFree`, or with `on` the stream of a `cuMemFreeAsync`, as
+/// [`Shim::free`](crate::state::Shim::free) says.
+pub fn free(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr, on: Option<crate::inflight::StreamKey>) -> CUresult {
     let mut g = existing();
     match g.as_mut() {
         // The program's own mappings go with cuMemUnmap, as with the driver.
         Some(st) if st.vmem.find(ptr).is_some_and(|r| r.app) => CUDA_ERROR_INVALID_VALUE,
-        Some(st) if st.vmem.find(ptr).is_some() => match crate::capture::relaxed(|| st.free(ptr)) {
-            Ok(released) => {
-                if let Some(base) = released {
-                    crate::record::free(base);
-                }
-                CUDA_SUCCESS
-            }
-            Err(e) => report(e, "cuMemFree"),
+        Some(st) if st.is_kept_for_graphs(ptr) => CUDA_SUCCESS,
+        Some(st) if st.vmem.find(ptr).is_some() => match crate::capture::relaxed(|| st.free(ptr, on)) {
+            Ok(()) => CUDA_SUCCESS,
+            Err(e) => report(e, if on.is_some() { "cuMemFreeAsync" } else { "cuMemFree" }),
         },
         Some(st) if st.is_managed(ptr) => {
             let r = real();
@@ -166,31 +172,40 @@ pub unsafe fn tensor_map(real: impl FnOnce() -> CUresult, map: *mut std::ffi::c_
     r
 }
 
-/// `cuMemAllocAsync`: as `cuMemAlloc`, except inside stream capture.
+/// `cuMemAllocAsync`: as `cuMemAlloc`, in stream order on `stream`. Inside stream capture
+/// the driver would add a graph memory node, which allocates outside gmux at every
+/// launch; gmux allocates at capture time instead, and the graph's kernels find the
+/// memory at the address they were captured with. That memory stays allocated for the
+/// rest of the process (frees of it are ignored), as a graph relaunched with
+/// auto-free-on-launch needs it at every launch.
 ///
 /// # Safety
 /// `d` is writable or null.
 pub unsafe fn alloc_async(d: *mut CUdeviceptr, bytes: u64, stream: CUstream, ptsz: bool) -> CUresult {
-    if crate::capture::captured(stream, ptsz) {
-        return in_capture("cuMemAllocAsync");
+    if !crate::capture::captured(stream, ptsz) {
+        // SAFETY: `d` is writable or null, per this function's contract and `alloc_on`'s.
+        return unsafe { alloc_on(d, bytes, Some(crate::inflight::StreamKey::of(stream, ptsz))) };
     }
-    // SAFETY: `d` is writable or null, per this function's contract and `alloc`'s.
-    unsafe { alloc(d, bytes) }
+    // SAFETY: as above.
+    let r = unsafe { alloc_on(d, bytes, None) };
+    if r == CUDA_SUCCESS {
+        if let Some(st) = existing().as_mut() {
+            // SAFETY: `alloc_on` succeeded, so `d` is non-null and holds the address.
+            st.keep_for_graphs(unsafe { *d });
+        }
+    }
+    r
 }
 
-/// `cuMemFreeAsync`: as `cuMemFree`, except inside stream capture.
+/// `cuMemFreeAsync`: as `cuMemFree`, in stream order on `stream`. Memory allocated inside
+/// stream capture stays ([`alloc_async`]); memory freed inside a capture stays too, as the
+/// graph may use it at every launch.
 pub fn free_async(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr, stream: CUstream, ptsz: bool) -> CUresult {
-    if crate::capture::captured(stream, ptsz) && existing().as_ref().is_some_and(|st| st.vmem.find(ptr).is_some()) {
-        return in_capture("cuMemFreeAsync");
+    if let Some(st) = existing().as_mut() {
+        if st.vmem.find(ptr).is_some() && (st.is_kept_for_graphs(ptr) || crate::capture::captured(stream, ptsz)) {
+            st.keep_for_graphs(ptr);
+            return CUDA_SUCCESS;
+        }
     }
-    free(real, ptr)
-}
-
-/// Stream-ordered allocation captured into a graph (a memory node) would allocate
-/// outside gmux at every launch.
-fn in_capture(name: &str) -> CUresult {
-    super::refuse::call(
-        &format!("{name} inside stream capture"),
-        "a graph memory node allocates device memory outside gmux, which the limit cannot count; allocate before capture (PyTorch: the default caching allocator, not backend:cudaMallocAsync, with CUDA graphs)",
-    )
+    free(real, ptr, Some(crate::inflight::StreamKey::of(stream, ptsz)))
 }

@@ -28,7 +28,16 @@ impl Shim {
             s.waits_for_others,
             s.plans,
             s.forecast_plans,
-        ) + &self.spill_summary()
+        ) + &self.recycle_summary()
+            + &self.spill_summary()
+    }
+
+    /// The summary's part on freed ranges handed out again (empty when none were).
+    fn recycle_summary(&self) -> String {
+        match self.recycled.reused {
+            0 => String::new(),
+            n => format!(", freed ranges reused {n} ({} kept at exit)", format_size(self.recycled.bytes())),
+        }
     }
 
     /// The summary's part on commands over the limit (empty when there were none).

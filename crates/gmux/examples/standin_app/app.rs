@@ -66,6 +66,8 @@ cuda_api! {
     mem_get_info = "cuMemGetInfo" / "cuMemGetInfo_v2": fn(*mut usize, *mut usize);
     mem_alloc = "cuMemAlloc" / "cuMemAlloc_v2": fn(*mut CUdeviceptr, usize);
     mem_free = "cuMemFree" / "cuMemFree_v2": fn(CUdeviceptr);
+    mem_alloc_async = "cuMemAllocAsync" / "cuMemAllocAsync": fn(*mut CUdeviceptr, usize, CUstream);
+    mem_free_async = "cuMemFreeAsync" / "cuMemFreeAsync": fn(CUdeviceptr, CUstream);
     mem_get_address_range = "cuMemGetAddressRange" / "cuMemGetAddressRange_v2": fn(*mut CUdeviceptr, *mut usize, CUdeviceptr);
     pointer_get_attribute = "cuPointerGetAttribute" / "cuPointerGetAttribute": fn(*mut c_void, c_uint, CUdeviceptr);
     mem_alloc_host = "cuMemAllocHost" / "cuMemAllocHost_v2": fn(*mut *mut c_void, usize);
@@ -235,6 +237,20 @@ impl App {
     pub fn free(&self, p: u64) {
         // SAFETY: only values: a device address, which the driver checks.
         check(unsafe { (self.cu.mem_free)(p) }, "cuMemFree");
+    }
+
+    /// `cuMemAllocAsync` on `s`.
+    pub fn alloc_async(&self, bytes: usize, s: CUstream) -> u64 {
+        let mut p = 0;
+        // SAFETY: the driver writes the new address to `p`, a live local; `s` is a handle.
+        check(unsafe { (self.cu.mem_alloc_async)(&mut p, bytes, s) }, "cuMemAllocAsync");
+        p
+    }
+
+    /// `cuMemFreeAsync` on `s`.
+    pub fn free_async(&self, p: u64, s: CUstream) {
+        // SAFETY: only values: a device address and a stream, which the driver checks.
+        check(unsafe { (self.cu.mem_free_async)(p, s) }, "cuMemFreeAsync");
     }
 
     pub fn stream(&self, flags: u32) -> CUstream {

@@ -9,10 +9,13 @@
 //! twice: under a limit below their sum gmux runs it in parts; a single buffer above the
 //! limit cannot be split, and gmux refuses the launch by name.
 //!
-//! `graph-temp`: a buffer allocated in the middle of a capture (in relaxed mode, as
-//! PyTorch's allocator does) and copied to and from in it: the driver checks at capture
-//! that a copy's memory is mapped. A stray `cuStreamEndCapture` on a stream that is not
-//! capturing comes before the copies.
+//! `graph-temp [--ordered]`: a buffer allocated in the middle of a capture (in relaxed
+//! mode, as PyTorch's allocator does; with `--ordered`, with `cuMemAllocAsync` on the
+//! capturing stream and freed with `cuMemFreeAsync` at its end, as PyTorch's
+//! `backend:cudaMallocAsync` does) and copied to and from in it: the driver checks at
+//! capture that a copy's memory is mapped. A stray `cuStreamEndCapture` on a stream that
+//! is not capturing comes before the copies. With `--ordered`, a buffer allocated between
+//! the two launches must not get the temporary's address.
 //!
 //! `graph-nodes --bytes B --copy C [--offset O]`: a graph built node by node over two
 //! buffers of B bytes, one written and one never touched: a memcpy node copies C bytes at
@@ -244,11 +247,14 @@ pub fn temporary(app: &App, o: &Opts) -> bool {
     let b = app.alloc(bytes);
     let model: Vec<u32> = (0..n as u32).map(|j| j.wrapping_mul(7)).collect();
     app.htod(b, &model);
+    let ordered = o.get("ordered").is_some();
+    let mut temp = 0;
     let graph = g.capture(|| {
         let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
         // SAFETY: the driver swaps the thread's mode with `mode`, a live local.
         check(unsafe { (app.cu.thread_exchange_stream_capture_mode)(&mut mode) }, "cuThreadExchangeStreamCaptureMode");
-        let t = app.alloc(bytes);
+        let t = if ordered { app.alloc_async(bytes, g.s) } else { app.alloc(bytes) };
+        temp = t;
         // SAFETY: the driver swaps the thread's mode with `mode`, a live local.
         check(unsafe { (app.cu.thread_exchange_stream_capture_mode)(&mut mode) }, "cuThreadExchangeStreamCaptureMode");
         // Ending a capture on a stream that is not capturing fails and ends none.
@@ -260,9 +266,20 @@ pub fn temporary(app: &App, o: &Opts) -> bool {
         g.copy(t, b);
         g.add(t, 1);
         g.copy(b, t);
+        if ordered {
+            app.free_async(t, g.s);
+        }
     });
     let e = g.instantiate(graph);
     g.launch(e);
+    if ordered {
+        // The temporary is the graph's: a new allocation must not take its address.
+        let other = app.alloc_async(bytes, g.s);
+        if other == temp {
+            fail("graph-temp: an allocation after the capture got the captured temporary's address");
+        }
+        g.memset(other, 0xffff_ffff);
+    }
     g.launch(e);
     app.sync(g.s);
     let got = app.dtoh(b, n as usize);

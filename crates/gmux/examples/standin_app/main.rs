@@ -23,12 +23,13 @@
 //! checked, and freed with `--free`), `graph --bytes B --rounds R`, `graph-split
 //! --buffers N --bytes B`, `graph-temp --bytes B`, `graph-nodes --bytes B --copy C` (CUDA graphs: see `graphs.rs`), `app-vmm --handles N --bytes B` and
 //! `big-copy --bytes B`, `global-refs --buffers N --bytes B --rounds R` (see `memory.rs`),
-//! `packed-tables` and `large-table` (see `tables.rs`).
+//! `packed-tables` and `large-table` (see `tables.rs`), `free-async` and `churn` (see
+//! `churn.rs`).
 //!
 //! The driver binding is in `app.rs` and the kernels in `kernels.rs`; each scenario is
 //! documented in its file: `oversub.rs` (`oversub`, `shared-read`, `loop`), `sync.rs`
 //! (`sync`), `probes.rs` (`info`, `dlsym-direct`, `procaddr-ptsz`, `extra-params`,
-//! `too-big`, `fault-unmapped`), `graphs.rs`, `memory.rs` and `tables.rs`.
+//! `too-big`, `fault-unmapped`), `graphs.rs`, `memory.rs`, `tables.rs` and `churn.rs`.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -37,6 +38,7 @@ use std::ptr::null_mut;
 use cuda_abi::*;
 
 mod app;
+mod churn;
 mod graphs;
 mod kernels;
 mod memory;
@@ -117,6 +119,8 @@ fn main() {
         "global-refs" => memory::global_refs(&app, &opts),
         "packed-tables" => tables::packed_tables(&app, &opts),
         "large-table" => tables::large_table(&app, &opts),
+        "free-async" => churn::free_async(&app, &opts),
+        "churn" => churn::churn(&app, &opts),
         other => fail(format!("unknown subcommand {other:?}")),
     };
     std::process::exit(if ok { 0 } else { 1 })

@@ -97,8 +97,9 @@ pub fn gmux_bin() -> PathBuf {
 }
 
 /// Variables of the shim and the stand-in that a test must not inherit from its caller.
-const GMUX_VARS: [&str; 19] = [
+const GMUX_VARS: [&str; 20] = [
     "GMUX_DEBUG",
+    "GMUX_RECYCLE",
     "GMUX_MEMINFO",
     "GMUX_OVERSIZE",
     "GMUX_DAEMON",

@@ -48,6 +48,27 @@ fn code_of(r: CUresult) -> Result<(), CUresult> {
 }
 
 /// Like `cudaFree`, it waits for outstanding work first.
+/// `cuMemAllocAsync`: as `cuMemAlloc` (the memory exists at once, which stream order
+/// allows).
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocAsync(dptr: *mut CUdeviceptr, bytesize: usize, _stream: CUstream) -> CUresult {
+    cuMemAlloc_v2(dptr, bytesize)
+}
+
+/// `cuMemFreeAsync`: frees once the stream's work so far is done (waiting for it here,
+/// which stream order allows).
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
+    tri!(ctx::require_current());
+    let s = tri!(super::resolve_stream(stream, super::NullStream::Legacy));
+    tri!(capture::before_sync(s));
+    tri!(exec::sync_stream(s));
+    if dptr == 0 {
+        return CUDA_SUCCESS;
+    }
+    code(mem_mut().free(dptr))
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     tri!(ctx::require_current());
