@@ -198,6 +198,21 @@ impl Inflight {
         Ok(t.seq < self.tracks[&t.key].done)
     }
 
+    /// Polls every stream's oldest fences once (never waits, records nothing), so that
+    /// [`Inflight::seen_passed`] answers from what is known now.
+    pub fn poll(&mut self) -> Result<(), CudaError> {
+        let keys: Vec<StreamKey> = self.tracks.iter().filter(|(_, t)| t.done < t.next).map(|(k, _)| *k).collect();
+        for k in keys {
+            self.retire(k, usize::MAX)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the command at `t` was seen finished, without asking the driver.
+    pub fn seen_passed(&self, t: Ticket) -> bool {
+        self.tracks.get(&t.key).is_none_or(|k| t.seq < k.done)
+    }
+
     /// Waits until the command at `t` has finished, fencing its stream if no fence covers
     /// it yet.
     pub fn wait(&mut self, t: Ticket) -> Result<(), CudaError> {

@@ -148,12 +148,8 @@ impl Shim {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let mut done = Vec::new();
-        for (&base, p) in &self.pending {
-            if self.inflight.passed(p.last_use)? {
-                done.push(base);
-            }
-        }
+        self.inflight.poll()?;
+        let done: Vec<CUdeviceptr> = self.pending.iter().filter(|(_, p)| self.inflight.seen_passed(p.last_use)).map(|(b, _)| *b).collect();
         for base in done {
             self.pending.remove(&base);
             self.release(base)?;
