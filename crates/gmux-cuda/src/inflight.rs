@@ -191,11 +191,10 @@ impl Inflight {
     /// Whether the command at `t` is known to have finished, from the fences recorded so
     /// far (polled, never waited for; no fence is recorded).
     pub fn passed(&mut self, t: Ticket) -> Result<bool, CudaError> {
-        if self.tracks.get(&t.key).is_none_or(|k| t.seq < k.done) {
-            return Ok(true);
+        if !self.seen_passed(t) {
+            self.retire(t.key, usize::MAX)?;
         }
-        self.retire(t.key, usize::MAX)?;
-        Ok(t.seq < self.tracks[&t.key].done)
+        Ok(self.seen_passed(t))
     }
 
     /// Polls every stream's oldest fences once (never waits, records nothing), so that

@@ -198,11 +198,11 @@ pub unsafe fn alloc_async(d: *mut CUdeviceptr, bytes: u64, stream: CUstream, pts
 }
 
 /// `cuMemFreeAsync`: as `cuMemFree`, in stream order on `stream`. Memory allocated inside
-/// stream capture stays ([`alloc_async`]); memory freed inside a capture stays too, as the
-/// graph may use it at every launch.
+/// stream capture stays ([`alloc_async`], and [`free`] ignores it); memory freed inside a
+/// capture stays too, as the graph may use it at every launch.
 pub fn free_async(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr, stream: CUstream, ptsz: bool) -> CUresult {
-    if let Some(st) = existing().as_mut() {
-        if st.vmem.find(ptr).is_some() && (st.is_kept_for_graphs(ptr) || crate::capture::captured(stream, ptsz)) {
+    if crate::capture::captured(stream, ptsz) {
+        if let Some(st) = existing().as_mut().filter(|st| st.vmem.find(ptr).is_some()) {
             st.keep_for_graphs(ptr);
             return CUDA_SUCCESS;
         }

@@ -57,10 +57,7 @@ impl Recycled {
     pub fn trim(&mut self, cap: u64) -> Vec<CUdeviceptr> {
         let mut out = Vec::new();
         while self.chunks > cap / CHUNK_BYTES {
-            let (n, b) = self.ranges.pop_front().expect("over the cap, so not empty");
-            self.bases.remove(&b);
-            self.chunks -= u64::from(n);
-            out.push(b);
+            out.push(self.oldest().expect("over the cap, so not empty"));
         }
         out
     }
