@@ -5,8 +5,9 @@
 #   bash scripts/gpu-launch.sh              (this build's shim, then the baseline's, twice)
 #   BASE=0 bash scripts/gpu-launch.sh       (this build alone)
 #
-# Runs `gmux bench launch` (native against `gmux run --standalone`, alternating, the
-# median of ROUNDS runs of LAUNCHES launches each) from .gpu-bin/, once with this build's
+# Runs `gmux bench launch` (ROUNDS rounds, default 7, of native then `gmux run
+# --standalone`, LAUNCHES launches each, the launching thread pinned to one CPU; added =
+# the median of each round's difference) from .gpu-bin/, once with this build's
 # libgmux.so and once with .gpu-bin-base/libgmux.so (GMUX_SHIM), in the order new, base,
 # new, base. Carry .gpu-bin (scripts/gpu-pack.sh) and .gpu-bin-base. Tables go to
 # $OUT/launch-*.txt and JSON to $OUT/launch-*.json; the summary is printed last.
@@ -26,7 +27,7 @@ for run in $runs; do
     echo "gpu-launch: no $shim; build it and carry its folder" >&2
     exit 2
   fi
-  GMUX_SHIM=$shim timeout 240 .gpu-bin/gmux bench launch --launches "${LAUNCHES:-200000}" --rounds "${ROUNDS:-3}" \
+  GMUX_SHIM=$shim timeout 240 .gpu-bin/gmux bench launch --launches "${LAUNCHES:-200000}" --rounds "${ROUNDS:-7}" \
     --out "$WORK/$run" >"$OUT/launch-$run.txt" 2>"$WORK/$run.stderr"
   echo "$run: exit $?"
   cp "$WORK/$run/launch.json" "$OUT/launch-$run.json" 2>/dev/null

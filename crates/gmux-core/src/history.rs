@@ -10,7 +10,7 @@
 
 use crate::idhash::IdMap;
 use crate::memory::AllocId;
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashSet, VecDeque};
 
 /// Commands of context: the one about to run and this many before it.
 const CONTEXT: usize = 2;
@@ -41,8 +41,12 @@ pub struct History {
     /// Where the context of the newest command last ended before it, and where the
     /// newest command alone last ran (see [`History::after_last`]).
     last_match: [Option<u64>; 2],
-    /// Allocations the remembered commands touch, with how many touch each.
-    ids: BTreeMap<AllocId, u32>,
+    /// How many remembered commands touch each allocation (a hash map: updated for
+    /// every allocation of every command).
+    uses: IdMap<AllocId, u32>,
+    /// The allocations in `uses`, in order (for the sweep; changed only when one joins
+    /// or leaves).
+    ids: BTreeSet<AllocId>,
 }
 
 impl History {
@@ -59,7 +63,8 @@ impl History {
             keep: keep.max(1),
             window,
             last_match: [None; 2],
-            ids: BTreeMap::new(),
+            uses: IdMap::default(),
+            ids: BTreeSet::new(),
         }
     }
 
@@ -70,18 +75,25 @@ impl History {
         let index = self.first + self.sigs.len() as u64;
         self.last_match = [self.seen.insert(ctx, index), self.seen_alone.insert(sig, index)];
         self.sigs.push_back(sig);
-        self.flat.extend(allocs);
+        for &a in allocs {
+            self.flat.push_back(a);
+        }
         self.ends.push_back(self.ends.back().copied().unwrap_or(self.flat_first) + allocs.len() as u64);
         for a in allocs {
-            *self.ids.entry(*a).or_default() += 1;
+            let n = self.uses.entry(*a).or_default();
+            *n += 1;
+            if *n == 1 {
+                self.ids.insert(*a);
+            }
         }
         if self.sigs.len() > self.keep {
             self.sigs.pop_front();
             let end = self.ends.pop_front().expect("longer than keep");
             for a in self.flat.drain(..(end - self.flat_first) as usize) {
-                if let Some(n) = self.ids.get_mut(&a) {
+                if let Some(n) = self.uses.get_mut(&a) {
                     *n -= 1;
                     if *n == 0 {
+                        self.uses.remove(&a);
                         self.ids.remove(&a);
                     }
                 }
@@ -136,11 +148,11 @@ impl History {
         let down = fronts.windows(2).all(|w| w[1].0 < w[0].0);
         let (from, to, order): (AllocId, AllocId, Vec<AllocId>) = if up {
             let (from, to) = (fronts[0].1, fronts[SWEEP - 1].1);
-            let past = self.ids.range(to..).skip(1).chain(self.ids.range(..=to)).map(|(a, _)| *a);
+            let past = self.ids.range(to..).skip(1).chain(self.ids.range(..=to)).copied();
             (from, to, past.collect())
         } else if down {
             let (from, to) = (fronts[SWEEP - 1].0, fronts[0].0);
-            let past = self.ids.range(..from).rev().chain(self.ids.range(from..).rev()).map(|(a, _)| *a);
+            let past = self.ids.range(..from).rev().chain(self.ids.range(from..).rev()).copied();
             (from, to, past.collect())
         } else {
             return None;

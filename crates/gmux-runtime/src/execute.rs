@@ -122,7 +122,9 @@ impl<D: Device> TenantMemory<D> {
     /// (weights read from several streams, say) must wait too. They count as given to
     /// `on` only once the command has them ([`TenantMemory::given`]).
     pub(crate) fn landing_waits(&mut self, allocs: &[AllocId], on: Option<D::Stream>) -> Vec<Event> {
-        self.settle();
+        if !self.settle() {
+            return Vec::new();
+        }
         let waited = |l: &Landing<D::Stream>| on.is_some_and(|k| l.waited.contains(&k));
         self.landing.iter().filter(|l| !waited(l) && l.allocs.iter().any(|a| allocs.contains(a))).map(|l| l.id).collect()
     }

@@ -23,7 +23,7 @@ mod tests;
 
 pub use execute::PlanTimes;
 pub use tenancy::STEP_BYTES;
-pub use working_set::{Span, WorkingSet};
+pub use working_set::{Allocs, Span, WorkingSet};
 
 use execute::Landing;
 use gmux_core::device::Device;

@@ -26,7 +26,7 @@ fn a_command_over_the_limit_runs_with_the_excess_mapped_on_the_host() {
     let mut m = memory(4);
     let a = m.allocate(6 * CHUNK_BYTES).unwrap();
     let b = m.allocate(2 * CHUNK_BYTES).unwrap();
-    let all_a = WorkingSet::Allocs(vec![a]);
+    let all_a = WorkingSet::Allocs(smallvec::smallvec![a]);
     assert!(matches!(run(&mut m, &[a], 0), Err(Error::NoRoom { need, room }) if (need, room) == (6 * CHUNK_BYTES, 4 * CHUNK_BYTES)));
     run_any(&mut m, &all_a, 0).unwrap();
     assert_eq!((m.resident(), m.host_mapped()), (4 * CHUNK_BYTES, 2 * CHUNK_BYTES), "the first four chunks in GPU memory, two on the host");
@@ -70,7 +70,7 @@ fn a_refused_command_still_waits_for_the_populations_under_way() {
     run(&mut m, &[tmp], 1).unwrap();
     let populated = run(&mut m, &[a], 1).unwrap();
     assert_eq!(populated.len(), 1, "a comes back on stream 1");
-    let ws = WorkingSet::Allocs(vec![a, big]);
+    let ws = WorkingSet::Allocs(smallvec::smallvec![a, big]);
     assert!(matches!(m.prepare(&ws, Some(2), 0, || None, || vec![2]), Err(Error::NoRoom { .. })));
     let waits = m.prepare_spilled(&ws, Some(2), 0, || vec![2]).unwrap();
     assert!(waits.contains(&populated[0]), "stream 2 waits for a's population: {waits:?}");
@@ -85,7 +85,7 @@ proptest! {
         let allocs: Vec<AllocId> = sizes.iter().map(|s| m.allocate(s * CHUNK_BYTES).unwrap()).collect();
         for (i, cmd) in cmds.iter().enumerate() {
             let ws = allocs_named(cmd, &allocs);
-            run_any(&mut m, &WorkingSet::Allocs(ws.clone()), (i % 2) as u32).map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+            run_any(&mut m, &WorkingSet::Allocs(ws.as_slice().into()), (i % 2) as u32).map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
             for a in &ws {
                 for c in chunks_of(&m, *a) {
                     let p = m.mem.chunk(c).place;

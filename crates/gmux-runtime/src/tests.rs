@@ -95,7 +95,7 @@ pub(crate) fn memory(limit_chunks: u64) -> TenantMemory<Calls> {
 }
 
 pub(crate) fn run(m: &mut TenantMemory<Calls>, allocs: &[AllocId], on: u32) -> Result<Vec<Event>, Error<String>> {
-    let ws = WorkingSet::Allocs(allocs.to_vec());
+    let ws = WorkingSet::Allocs(allocs.into());
     let sig = m.signature(7, &ws);
     let waits = m.prepare(&ws, Some(on), sig, || None, || vec![on])?;
     m.released(&ws, sig);
@@ -155,7 +155,7 @@ fn a_working_set_larger_than_the_limit_is_refused_with_its_size() {
     }
     assert_eq!(m.resident(), 0, "nothing moved");
     let grant = || Some(6 * CHUNK_BYTES);
-    let ws = WorkingSet::Allocs(vec![a]);
+    let ws = WorkingSet::Allocs(smallvec::smallvec![a]);
     m.prepare(&ws, None, 0, grant, Vec::new).unwrap();
     assert_eq!((m.limit(), m.resident()), (6 * CHUNK_BYTES, 5 * CHUNK_BYTES), "a larger grant raises the limit first");
 }

@@ -2,11 +2,15 @@
 
 use gmux_core::AllocId;
 
+/// The allocations of a working set: held inline up to a kernel's usual count, so that
+/// a launch allocates no heap memory for them.
+pub type Allocs = smallvec::SmallVec<[AllocId; 16]>;
+
 /// What a command touches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WorkingSet {
     /// These allocations.
-    Allocs(Vec<AllocId>),
+    Allocs(Allocs),
     /// Byte ranges of allocations (a piece of a copy or memset streamed through the limit).
     Spans(Vec<Span>),
     /// Everything (a command gmux cannot analyse).

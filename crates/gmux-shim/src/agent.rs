@@ -63,6 +63,11 @@ fn agent() -> Option<&'static Agent> {
     AGENT.get()
 }
 
+/// Whether this process is a tenant of gmuxd (one atomic load).
+pub fn attached() -> bool {
+    agent().is_some()
+}
+
 impl Agent {
     fn lock(&self) -> std::sync::MutexGuard<'_, Link> {
         self.link.lock().unwrap_or_else(|p| p.into_inner())

@@ -368,7 +368,7 @@ impl Shim {
     /// more commands in flight than allowed.
     pub fn released(&mut self, stream: CUstream, ptsz: bool, ws: &WorkingSet, sig: u64) -> Result<Option<CUevent>, ShimError> {
         let allocs = self.memory.released(ws, sig);
-        if self.inflight.idle() {
+        if crate::agent::attached() && self.inflight.idle() {
             crate::agent::poke();
         }
         let wait = self.inflight.released(stream, ptsz, &allocs, crate::agent::inflight_bound())?;

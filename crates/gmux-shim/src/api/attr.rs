@@ -31,7 +31,7 @@ unsafe fn answer(st: &Shim, r: &Region, attr: u32, data: *mut c_void, ptr: CUdev
 
 /// Makes the allocation resident and waits, so the driver can answer about it.
 fn resident(st: &mut Shim, r: &Region) -> CUresult {
-    match st.prepare(&WorkingSet::Allocs(vec![r.alloc]), None, 0) {
+    match st.prepare(&WorkingSet::Allocs(smallvec::smallvec![r.alloc]), None, 0) {
         Ok(waits) => waits.into_iter().map(|ev| crate::real!(cuEventSynchronize(ev))).find(|r| *r != CUDA_SUCCESS).unwrap_or(CUDA_SUCCESS),
         Err(e) => report(e, "cuPointerGetAttribute"),
     }

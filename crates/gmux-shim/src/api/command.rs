@@ -142,7 +142,8 @@ pub unsafe fn kernel(
             if config().whole_tenant {
                 return WorkingSet::Tenant;
             }
-            let mut ptrs = Vec::new();
+            // Parameter words, inline up to a large kernel's count (no heap memory per launch).
+            let mut ptrs = smallvec::SmallVec::<[u64; 32]>::new();
             let layout = st.layouts.of(f);
             // SAFETY: the launch arguments are valid per the caller's contract.
             match unsafe { scan(layout, params, extra, |w| ptrs.push(w)) } {

@@ -4,14 +4,14 @@
 use super::Shim;
 use crate::cuda::CUdeviceptr;
 use gmux_core::AllocId;
-use gmux_runtime::Span;
+use gmux_runtime::{Allocs, Span};
 
 impl Shim {
     /// The allocations that any of `ptrs` points into, with the allocations they refer to
     /// (see [`Shim::add_refs`]). A pointer into the application's own mappings brings the
     /// mappings back to back with it that a buffer there may reach ([`crate::vmem::Vmem::extent_of`]).
-    pub fn allocs_of(&self, ptrs: &[CUdeviceptr]) -> Vec<AllocId> {
-        let mut v = Vec::with_capacity(ptrs.len());
+    pub fn allocs_of(&self, ptrs: &[CUdeviceptr]) -> Allocs {
+        let mut v = Allocs::new();
         for &p in ptrs {
             let Some(r) = self.vmem.find(p) else { continue };
             if r.app {
@@ -31,8 +31,8 @@ impl Shim {
 
     /// The allocations that byte ranges `(start, len)` cross, with the allocations they
     /// refer to (see [`Shim::add_refs`]).
-    pub fn allocs_over(&self, ranges: &[(CUdeviceptr, u64)]) -> Vec<AllocId> {
-        let mut v: Vec<AllocId> = ranges.iter().flat_map(|&(p, n)| self.vmem.overlapping(p, n)).map(|r| r.alloc).collect();
+    pub fn allocs_over(&self, ranges: &[(CUdeviceptr, u64)]) -> Allocs {
+        let mut v: Allocs = ranges.iter().flat_map(|&(p, n)| self.vmem.overlapping(p, n)).map(|r| r.alloc).collect();
         for &(p, n) in ranges.iter().filter(|_| !self.slot_refs.is_empty()) {
             for s in self.packs.overlapping(p, n) {
                 v.extend(self.slot_refs.get(&s.base).into_iter().flatten().copied());
@@ -58,12 +58,14 @@ impl Shim {
         spans
     }
 
-    fn with_referred(&self, v: &mut Vec<AllocId>) {
+    fn with_referred(&self, v: &mut Allocs) {
         if !self.refs.is_empty() {
             let referred: Vec<AllocId> = v.iter().filter_map(|a| self.refs.get(a)).flatten().copied().collect();
             v.extend(referred);
         }
-        v.extend(self.global_refs.values().flatten().copied());
+        if !self.global_refs.is_empty() {
+            v.extend(self.global_refs.values().flatten().copied());
+        }
         if v.len() > 1 {
             v.sort_unstable();
             v.dedup();

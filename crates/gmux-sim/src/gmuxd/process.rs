@@ -169,7 +169,7 @@ impl Process {
             let mut ids: Vec<AllocId> = cmd.ws.iter().map(|a| self.allocs[a.alloc]).collect();
             ids.sort_unstable();
             ids.dedup();
-            let ws = WorkingSet::Allocs(ids);
+            let ws = WorkingSet::Allocs(ids.into());
             let sig = self.mem.signature(0, &ws);
             self.mem.dev.begin(now);
             let fence: Vec<f64> = self.inflight.back().map(|c| c.end).into_iter().collect();

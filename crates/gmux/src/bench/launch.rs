@@ -5,6 +5,11 @@
 //! Two kernels, from PTX text loaded at run time: `empty` takes no arguments (gmux has
 //! nothing to make resident), `buffer` takes a pointer to a 2 MiB allocation (resident
 //! after the first launch: the path of a launch whose memory is already there).
+//!
+//! A process's launch rate moves by tenths of a microsecond from one process to the
+//! next (which core it lands on, that core's clock), more than what gmux adds. So the
+//! launching thread of both children runs pinned to the same CPU, and the added cost is the median over rounds of
+//! the difference within a round (native and gmux back to back), with its range.
 
 use crate::Failure;
 use serde::{Deserialize, Serialize};
@@ -19,9 +24,12 @@ pub struct LaunchArgs {
     /// Launches per measurement.
     #[arg(long, default_value_t = 200_000)]
     pub launches: u64,
-    /// Measurements of each (native, then gmux), alternating.
-    #[arg(long, default_value_t = 3)]
+    /// Rounds: each measures native, then gmux.
+    #[arg(long, default_value_t = 7)]
     pub rounds: u32,
+    /// The CPU both children run on (default: the last one this process may use).
+    #[arg(long)]
+    pub cpu: Option<usize>,
     /// `--mem-limit` of the gmux runs.
     #[arg(long, default_value = "8G")]
     pub mem_limit: String,
@@ -36,6 +44,9 @@ pub struct LoopArgs {
     /// Launches per kernel.
     #[arg(long, default_value_t = 200_000)]
     pub launches: u64,
+    /// The CPU to run on.
+    #[arg(long)]
+    pub cpu: Option<usize>,
 }
 
 /// One kernel's loop in one process.
@@ -65,15 +76,19 @@ const KERNELS: [&str; 2] = ["empty", "buffer"];
 pub fn run(a: &LaunchArgs) -> Result<(), Failure> {
     let exe = std::env::current_exe().map_err(|e| Failure::Runtime(format!("cannot locate the gmux executable: {e}")))?;
     std::fs::create_dir_all(&a.out).map_err(|e| Failure::Runtime(format!("cannot create {}: {e}", a.out.display())))?;
+    let cpu = a.cpu.or_else(last_cpu);
     let child = |gmux: bool| {
         let mut c = Command::new(&exe);
         if gmux {
             c.args(["run", "--standalone", "--mem-limit", &a.mem_limit, "--"]).arg(&exe);
         }
         c.args(["bench", "launch-loop", "--launches", &a.launches.to_string()]);
+        if let Some(cpu) = cpu {
+            c.args(["--cpu", &cpu.to_string()]);
+        }
         c
     };
-    let mut runs: Vec<(&str, Measured)> = Vec::new();
+    let mut runs: Vec<(&str, u32, Measured)> = Vec::new();
     for round in 1..=a.rounds {
         for (who, gmux) in [("native", false), ("gmux", true)] {
             let out = child(gmux).output().map_err(|e| Failure::Runtime(format!("cannot run the {who} launch loop: {e}")))?;
@@ -87,27 +102,35 @@ pub fn run(a: &LaunchArgs) -> Result<(), Failure> {
             for line in String::from_utf8_lossy(&out.stdout).lines() {
                 let m: Measured = serde_json::from_str(line).map_err(|e| Failure::Runtime(format!("the {who} launch loop printed {line:?}: {e}")))?;
                 eprintln!("round {round}/{}: {who:<6} {:<6} {:.3} µs per launch", a.rounds, m.kernel, m.us_per_launch);
-                runs.push((who, m));
+                runs.push((who, round, m));
             }
         }
     }
-    let median = |who: &str, kernel: &str, f: fn(&Measured) -> f64| {
-        let mut v: Vec<f64> = runs.iter().filter(|(w, m)| *w == who && m.kernel == kernel).map(|(_, m)| f(m)).collect();
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    let pick = |who: &str, kernel: &str, f: fn(&Measured) -> f64| -> Vec<f64> {
+        runs.iter().filter(|(w, _, m)| *w == who && m.kernel == kernel).map(|(_, _, m)| f(m)).collect()
     };
-    let device = runs.first().map_or(String::new(), |(_, m)| m.device.clone());
-    println!("{} launches per run, median of {} runs each, {device}", a.launches, a.rounds);
-    println!("{:<7} {:>11} {:>9} {:>9} {:>16} {:>14}", "kernel", "native µs", "gmux µs", "added µs", "native submit µs", "gmux submit µs");
+    let device = runs.first().map_or(String::new(), |(_, _, m)| m.device.clone());
+    let pinned = cpu.map_or("not pinned".to_string(), |c| format!("both on CPU {c}"));
+    println!("{} launches per run, {} rounds (native, then gmux), {pinned}, {device}", a.launches, a.rounds);
+    println!("{:<7} {:>10} {:>9} {:>10} {:>17} {:>11} {:>10}", "kernel", "native µs", "gmux µs", "added µs", "added range µs", "native sub", "gmux sub");
     let mut rows = Vec::new();
     for k in KERNELS {
-        let (n, g) = (median("native", k, |m| m.us_per_launch), median("gmux", k, |m| m.us_per_launch));
-        let (ns, gs) = (median("native", k, |m| m.submit_us), median("gmux", k, |m| m.submit_us));
-        println!("{k:<7} {n:>11.3} {g:>9.3} {:>9.3} {ns:>16.3} {gs:>14.3}", g - n);
-        rows.push(serde_json::json!({ "kernel": k, "native_us": n, "gmux_us": g, "added_us": g - n, "native_submit_us": ns, "gmux_submit_us": gs }));
+        let (native, gmux) = (pick("native", k, |m| m.us_per_launch), pick("gmux", k, |m| m.us_per_launch));
+        let added: Vec<f64> = gmux.iter().zip(&native).map(|(g, n)| g - n).collect();
+        let (n, g, d) = (median(&native), median(&gmux), median(&added));
+        let (lo, hi) = (added.iter().copied().fold(f64::INFINITY, f64::min), added.iter().copied().fold(f64::NEG_INFINITY, f64::max));
+        let (ns, gs) = (median(&pick("native", k, |m| m.submit_us)), median(&pick("gmux", k, |m| m.submit_us)));
+        println!("{k:<7} {n:>10.3} {g:>9.3} {d:>10.3} {:>17} {ns:>11.3} {gs:>10.3}", format!("{lo:.3} to {hi:.3}"));
+        rows.push(serde_json::json!({
+            "kernel": k, "native_us": n, "gmux_us": g, "added_us": d, "added_min_us": lo, "added_max_us": hi,
+            "native_submit_us": ns, "gmux_submit_us": gs,
+        }));
     }
-    let all: Vec<serde_json::Value> = runs.iter().map(|(w, m)| serde_json::json!({ "who": w, "run": m })).collect();
-    let json = serde_json::json!({ "benchmark": "launch", "device": device, "launches": a.launches, "rounds": a.rounds, "mem_limit": a.mem_limit, "rows": rows, "runs": all });
+    let all: Vec<serde_json::Value> = runs.iter().map(|(w, r, m)| serde_json::json!({ "who": w, "round": r, "run": m })).collect();
+    let json = serde_json::json!({
+        "benchmark": "launch", "device": device, "launches": a.launches, "rounds": a.rounds, "cpu": cpu, "mem_limit": a.mem_limit,
+        "rows": rows, "runs": all,
+    });
     let path = a.out.join("launch.json");
     std::fs::write(&path, serde_json::to_string_pretty(&json).expect("serializable"))
         .map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", path.display())))?;
@@ -115,9 +138,51 @@ pub fn run(a: &LaunchArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The median of `v` (NaN when empty).
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// The highest-numbered CPU this process may run on.
+fn last_cpu() -> Option<usize> {
+    // SAFETY: a zeroed `cpu_set_t` is a valid empty set, and the call writes at most its size.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid `cpu_set_t` of the size passed.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        return None;
+    }
+    // SAFETY: `set` was filled by the kernel; `CPU_ISSET` reads within it for every index
+    // below `CPU_SETSIZE`.
+    (0..libc::CPU_SETSIZE as usize).rev().find(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+}
+
+/// Pins the calling thread to `cpu`.
+fn pin(cpu: usize) -> Result<(), Failure> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(Failure::Usage(format!("--cpu {cpu}: there are at most {} CPUs; give one this machine has", libc::CPU_SETSIZE)));
+    }
+    // SAFETY: a zeroed `cpu_set_t` is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` is below `CPU_SETSIZE`, checked above.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a valid `cpu_set_t` of the size passed.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        return Err(Failure::Usage(format!("--cpu {cpu}: cannot run there ({}); give a CPU this process may use", std::io::Error::last_os_error())));
+    }
+    Ok(())
+}
+
 /// The child: each kernel's loop, one JSON line each.
 pub fn run_loop(a: &LoopArgs) -> Result<(), Failure> {
-    for m in Driver::open()?.measure(a.launches.max(1))? {
+    let driver = Driver::open()?;
+    // Only the launching thread: the driver's and gmux's own threads, started by now,
+    // stay where the system puts them.
+    if let Some(cpu) = a.cpu {
+        pin(cpu)?;
+    }
+    for m in driver.measure(a.launches.max(1))? {
         println!("{}", serde_json::to_string(&m).expect("serializable"));
     }
     Ok(())

@@ -138,12 +138,19 @@ impl Sandbox {
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
     {
-        let mut c = Command::new(gmux_bin());
-        c.args(sub);
+        let mut c = self.gmux_cli(sub);
         if let Some(l) = limit {
             c.args(["--mem-limit", l]);
         }
         c.arg("--").arg(app_bin()).args(args);
+        c
+    }
+
+    /// `gmux ARGS` with this sandbox's shim (`GMUX_SHIM`), stand-in and socket, and
+    /// `GMUX_LOG=info`.
+    pub fn gmux_cli(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(gmux_bin());
+        c.args(args);
         for v in GMUX_VARS {
             c.env_remove(v);
         }

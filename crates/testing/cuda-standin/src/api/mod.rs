@@ -15,6 +15,7 @@ mod graph;
 mod graph_exec;
 mod launch;
 mod memory;
+mod module;
 mod procaddr;
 mod standin;
 mod stream;
