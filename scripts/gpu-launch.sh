@@ -6,8 +6,9 @@
 #   BASE=0 bash scripts/gpu-launch.sh       (this build alone)
 #
 # Runs `gmux bench launch` (ROUNDS rounds, default 7, of native then `gmux run
-# --standalone`, LAUNCHES launches each, the launching thread pinned to one CPU; added =
-# the median of each round's difference) from .gpu-bin/, once with this build's
+# --standalone`, LAUNCHES launches each, the launching thread pinned to one CPU; added
+# within gmux's child: through gmux against through the driver's own entry point, block by
+# block) from .gpu-bin/, once with this build's
 # libgmux.so and once with .gpu-bin-base/libgmux.so (GMUX_SHIM), in the order new, base,
 # new, base. Carry .gpu-bin (scripts/gpu-pack.sh) and .gpu-bin-base. Tables go to
 # $OUT/launch-*.txt and JSON to $OUT/launch-*.json; the summary is printed last.
@@ -35,5 +36,5 @@ done
 echo "== summary (µs per launch; added = gmux - native in the same run)"
 for run in $runs; do
   echo "-- $run"
-  head -n 4 "$OUT/launch-$run.txt"
+  head -n 5 "$OUT/launch-$run.txt"
 done

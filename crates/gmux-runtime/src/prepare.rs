@@ -63,6 +63,16 @@ impl<D: Device> TenantMemory<D> {
         signature(kind, &self.allocs_in(ws))
     }
 
+    /// Whether a command over `ws` is a hit: every allocation of it resident and no
+    /// population under way, so that [`TenantMemory::prepare`] would plan nothing and
+    /// give no waits (the launch path's shortcut).
+    pub fn is_hit(&mut self, ws: &WorkingSet) -> bool {
+        match ws {
+            WorkingSet::Allocs(a) => !self.settle() && a.iter().all(|a| self.is_whole(*a)),
+            _ => false,
+        }
+    }
+
     /// Makes `ws` resident for a command on stream `on` (`None`: the caller waits on the
     /// host) whose signature is `sig`. Victims leave in OPT order where the history
     /// forecasts what follows this command, in LRU order elsewhere, after the application

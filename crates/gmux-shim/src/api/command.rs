@@ -75,6 +75,9 @@ fn run_now(
     let (waits, sig) = loop {
         let st = g.as_mut().expect("created");
         let sig = st.signature(kind, &ws);
+        if st.memory.is_hit(&ws) {
+            break (Vec::new(), sig);
+        }
         match st.prepare_command(&ws, Some(StreamKey::of(stream, ptsz)), sig) {
             Ok(w) => break (w, sig),
             Err(ShimError::Wait { need }) => {

@@ -5,6 +5,7 @@
 mod fuzz;
 mod lab;
 mod launch;
+mod launch_loop;
 mod micro;
 mod priority;
 mod scale;
@@ -26,7 +27,7 @@ pub enum BenchCommand {
     Launch(launch::LaunchArgs),
     /// The launch loop `gmux bench launch` runs in each child process.
     #[command(hide = true)]
-    LaunchLoop(launch::LoopArgs),
+    LaunchLoop(launch_loop::LoopArgs),
 }
 
 /// Runs a benchmark.
@@ -37,6 +38,6 @@ pub fn bench(cmd: &BenchCommand) -> Result<(), Failure> {
         BenchCommand::DaemonScale(a) => scale::run(a),
         BenchCommand::DaemonFuzz(a) => fuzz::run(a),
         BenchCommand::Launch(a) => launch::run(a),
-        BenchCommand::LaunchLoop(a) => launch::run_loop(a),
+        BenchCommand::LaunchLoop(a) => launch_loop::run(a),
     }
 }
