@@ -33,7 +33,7 @@ for run in $runs; do
   echo "$run: exit $?"
   cp "$WORK/$run/launch.json" "$OUT/launch-$run.json" 2>/dev/null
 done
-echo "== summary (µs per launch; added = gmux - native in the same run)"
+echo "== summary (µs per launch; added, within: gmux's child, through gmux minus through the driver's own entry point)"
 for run in $runs; do
   echo "-- $run"
   head -n 5 "$OUT/launch-$run.txt"

@@ -251,4 +251,31 @@ proptest! {
             prop_assert!(m.resident() <= m.limit() && m.held() <= m.limit());
         }
     }
+
+    /// A hit (the launch path's shortcut past `prepare`) is a command that `prepare` would
+    /// give no waits and no device work; once every population has landed, a command is a
+    /// hit exactly when all of its allocations are resident.
+    #[test]
+    fn a_hit_is_a_command_prepare_has_nothing_to_do_for(sizes in prop::collection::vec(1u64..4, 2..6), cmds in prop::collection::vec((prop::collection::vec(0usize..6, 1..3), any::<bool>()), 1..40)) {
+        let mut m = memory(9);
+        let allocs: Vec<AllocId> = sizes.iter().map(|s| m.allocate(s * CHUNK_BYTES).unwrap()).collect();
+        for (i, (cmd, landed)) in cmds.iter().enumerate() {
+            if *landed {
+                m.dev.done_below = u64::MAX;
+            }
+            let ws = WorkingSet::Allocs(allocs_named(cmd, &allocs).as_slice().into());
+            let resident = m.allocs_in(&ws).iter().all(|a| m.is_whole(*a));
+            let hit = m.is_hit(&ws);
+            if *landed {
+                prop_assert_eq!(hit, resident);
+            }
+            let (calls, on) = (m.dev.log.len(), (i % 2) as u32);
+            let waits = m.prepare(&ws, Some(on), 0, || None, || vec![on]).unwrap();
+            if hit {
+                prop_assert!(waits.is_empty() && m.dev.log.len() == calls, "a hit waited for {:?} or moved: {:?}", waits, &m.dev.log[calls..]);
+            }
+            m.released(&ws, 0);
+            m.dev.done_below = 0;
+        }
+    }
 }

@@ -20,7 +20,7 @@ use std::process::Command;
 /// Options of `gmux bench launch`.
 #[derive(Debug, clap::Args)]
 pub struct LaunchArgs {
-    /// Launches per measurement.
+    /// Launches per kernel and entry point in each child (a multiple of 20: in 20 blocks).
     #[arg(long, default_value_t = 200_000)]
     pub launches: u64,
     /// Rounds: each measures native, then gmux.

@@ -17,7 +17,7 @@ use std::time::Instant;
 /// Options of the child that launches (`gmux bench launch-loop`).
 #[derive(Debug, clap::Args)]
 pub struct LoopArgs {
-    /// Launches per kernel through each entry point.
+    /// Launches per kernel through each entry point (a multiple of 20: in 20 blocks).
     #[arg(long, default_value_t = 200_000)]
     pub launches: u64,
     /// The CPU the launching thread runs on.
@@ -69,11 +69,15 @@ pub fn run(a: &LoopArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The median of `v` (NaN when empty).
+/// The median of `v`: the mean of the two middle values of an even count (NaN when empty).
 pub fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 /// Pins the calling thread to `cpu`.
@@ -101,20 +105,26 @@ extern "C" {
     fn dlvsym(handle: Ptr, symbol: *const c_char, version: *const c_char) -> Ptr;
 }
 
-/// glibc's own `dlsym`, found in libc itself: an override of `dlsym` (gmux's) is not
-/// consulted.
+/// glibc's own `dlsym`, found in libc itself (in libdl before glibc 2.34): an override of
+/// `dlsym` (gmux's) is not consulted.
 fn glibc_dlsym() -> Result<DlsymFn, Failure> {
-    // SAFETY: dlopen with a NUL-terminated name; RTLD_NOLOAD only returns libc, already loaded.
-    let libc_handle = unsafe { libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
-    for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
-        // SAFETY: a live handle (or null, which dlvsym answers with null) and constant names.
-        let p = unsafe { dlvsym(libc_handle, c"dlsym".as_ptr(), version.as_ptr()) };
-        if !p.is_null() {
-            // SAFETY: glibc's dlsym has this signature.
-            return Ok(unsafe { std::mem::transmute::<Ptr, DlsymFn>(p) });
+    for lib in [c"libc.so.6", c"libdl.so.2"] {
+        // SAFETY: dlopen with a NUL-terminated name; RTLD_NOLOAD only finds a library
+        // already loaded.
+        let handle = unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if handle.is_null() {
+            continue;
+        }
+        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+            // SAFETY: a live handle and constant, NUL-terminated names.
+            let p = unsafe { dlvsym(handle, c"dlsym".as_ptr(), version.as_ptr()) };
+            if !p.is_null() {
+                // SAFETY: glibc's dlsym has this signature.
+                return Ok(unsafe { std::mem::transmute::<Ptr, DlsymFn>(p) });
+            }
         }
     }
-    Err(Failure::Runtime("cannot find glibc's own dlsym in libc.so.6".into()))
+    Err(Failure::Runtime("cannot find glibc's own dlsym in libc.so.6 or libdl.so.2".into()))
 }
 
 /// The driver entry points the loop calls: the program's `cuLaunchKernel` (gmux's under
@@ -197,7 +207,10 @@ impl Driver {
     }
 
     /// Each kernel's `n` launches through each entry point, in [`BLOCKS`] pairs of blocks
-    /// (which of the two goes first alternates), after a warm-up of 2,000 each.
+    /// (which of the two goes first alternates), after a warm-up of 2,000 each, through
+    /// the program's entry point first: under gmux that makes the buffer resident, and
+    /// nothing evicts it (it is all this process allocates), so the driver's own launches
+    /// find it mapped.
     fn measure(&self, n: u64) -> Result<Vec<Measured>, Failure> {
         let per = n / BLOCKS;
         let mut out = Vec::new();

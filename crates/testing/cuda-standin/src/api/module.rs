@@ -1,6 +1,7 @@
 //! `cuModuleLoadData` over PTX text: each `.entry` becomes a kernel that does nothing,
-//! with the parameter sizes its declaration gives. Enough for programs that load their
-//! own PTX to time launches (`gmux bench launch`) on the stand-in.
+//! with the parameter sizes its declaration gives (scalars, and `.b8` arrays as structs
+//! are declared). Enough for programs that load their own PTX to time launches (`gmux
+//! bench launch`) on the stand-in; anything else (a cubin) is refused as an invalid image.
 
 use std::ffi::{c_char, c_void, CStr, CString};
 
@@ -17,18 +18,35 @@ fn type_bytes(ty: &str) -> Option<usize> {
     (bits.is_multiple_of(8) && bits > 0).then_some(bits / 8)
 }
 
+/// Bytes of one parameter declaration: `.param [.align N] .TYPE name[COUNT]`.
+fn param_bytes(decl: &str) -> Option<usize> {
+    let mut words = decl.split_whitespace().filter(|w| *w != ".param");
+    let mut ty = words.next()?;
+    if ty == ".align" {
+        words.next()?;
+        ty = words.next()?;
+    }
+    let count = match words.next()?.split_once('[') {
+        Some((_, n)) => n.strip_suffix(']')?.parse().ok()?,
+        None => 1,
+    };
+    Some(type_bytes(ty)? * count)
+}
+
 /// The entries of PTX text `ptx`: name and parameter sizes. `None` where a declaration
-/// cannot be read.
+/// cannot be read, or where there is no entry (not PTX text).
 pub fn entries(ptx: &str) -> Option<Vec<(String, Vec<usize>)>> {
     let mut out = Vec::new();
     for decl in ptx.split(".entry").skip(1) {
-        let (name, rest) = decl.split_once('(').unwrap_or((decl.split('{').next()?, ")"));
-        let params = rest.split(')').next()?;
-        let sizes =
-            params.split(',').map(str::trim).filter(|p| !p.is_empty()).map(|p| p.split_whitespace().nth(1).and_then(type_bytes)).collect::<Option<Vec<_>>>()?;
+        let head = decl.split('{').next()?;
+        let (name, params) = match head.split_once('(') {
+            Some((name, rest)) => (name, rest.split(')').next()?),
+            None => (head, ""),
+        };
+        let sizes = params.split(',').map(str::trim).filter(|p| !p.is_empty()).map(param_bytes).collect::<Option<Vec<_>>>()?;
         out.push((name.trim().to_owned(), sizes));
     }
-    Some(out)
+    (!out.is_empty()).then_some(out)
 }
 
 /// Registers every entry of the PTX text at `image` (NUL-terminated) as a kernel that does
@@ -56,5 +74,8 @@ mod tests {
         let ptx = ".version 7.0\n.visible .entry a() { ret; }\n.visible .entry b(.param .u64 p, .param .f32 x, .param .b8 c) { ret; }";
         assert_eq!(entries(ptx), Some(vec![("a".into(), vec![]), ("b".into(), vec![8, 4, 1])]));
         assert_eq!(entries(".entry c(.param .weird p) {}"), None);
+        assert_eq!(entries(".entry d(.param .align 8 .b8 s[24]) { ret; }"), Some(vec![("d".into(), vec![24])]));
+        assert_eq!(entries(".entry e { call f(x); }"), Some(vec![("e".into(), vec![])]));
+        assert_eq!(entries("\x7fELF no entries"), None, "not PTX text");
     }
 }
