@@ -28,6 +28,7 @@ footprint_bytes (torch.cuda.max_memory_reserved()), and the window's fields.
 """
 
 import argparse
+import os
 import sys
 import time
 
@@ -43,23 +44,13 @@ SEED = 1234
 
 
 def gpt2(a, dropout, init):
-    """A GPT-2-shaped causal LM with random weights (nothing is downloaded)."""
-    from transformers import GPT2Config, GPT2LMHeadModel
+    """A GPT-2-shaped causal LM with random weights (nothing is downloaded), configured as
+    the compatibility corpus's programs are."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "compat", "progs"))
+    import common
+    from transformers import GPT2LMHeadModel
 
-    config = GPT2Config(
-        vocab_size=a.vocab,
-        n_positions=1024,
-        n_embd=a.width,
-        n_layer=a.layers,
-        n_head=a.heads,
-        resid_pdrop=dropout,
-        embd_pdrop=dropout,
-        attn_pdrop=dropout,
-        bos_token_id=0,
-        eos_token_id=0,
-        pad_token_id=0,
-        initializer_range=init,
-    )
+    config = common.gpt2_config(n_layer=a.layers, n_embd=a.width, n_head=a.heads, vocab=a.vocab, dropout=dropout, init=init)
     torch.manual_seed(SEED)
     return GPT2LMHeadModel(config).to(tc.DEVICE)
 
@@ -105,39 +96,37 @@ def llm_decode(a, window, count):
             yield
 
 
+def train(loss, opt, batch, count):
+    """Training steps forever: forward (`loss()`), backward, optimizer step, synchronize."""
+    while True:
+        value = loss()
+        opt.zero_grad(set_to_none=True)
+        value.backward()
+        opt.step()
+        tc.sync()
+        count(batch)
+        yield
+
+
 def train_vision(a, window, count):
     import torchvision
 
     torch.manual_seed(SEED)
     make = torchvision.models.resnet50 if a.kind == "train-resnet50" else torchvision.models.vit_b_16
     model = make(weights=None).to(tc.DEVICE).train()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     g = torch.Generator().manual_seed(SEED)
     x = torch.randn(a.batch, 3, 224, 224, generator=g).to(tc.DEVICE)
     y = torch.randint(0, 1000, (a.batch,), generator=g).to(tc.DEVICE)
-    while True:
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        tc.sync()
-        count(a.batch)
-        yield
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    return train(lambda: F.cross_entropy(model(x), y), opt, a.batch, count)
 
 
 def finetune_gpt2(a, window, count):
     model = gpt2(a, 0.1, 0.02).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
     g = torch.Generator().manual_seed(SEED)
     ids = torch.randint(1, a.vocab, (a.batch, a.seq), generator=g).to(tc.DEVICE)
-    while True:
-        loss = model(ids, labels=ids).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        tc.sync()
-        count(a.batch)
-        yield
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    return train(lambda: model(ids, labels=ids).loss, opt, a.batch, count)
 
 
 KINDS = {
