@@ -10,13 +10,33 @@
 
 use crate::idhash::IdMap;
 use crate::memory::AllocId;
-use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeSet, VecDeque};
 
 /// Commands of context: the one about to run and this many before it.
 const CONTEXT: usize = 2;
 
 /// Commands with allocations that a sweep is recognized over.
 const SWEEP: usize = 8;
+
+/// Earlier runs of a context weighed against each other (see [`History::best_run`]).
+const CANDIDATES: usize = 128;
+
+/// Commands before a run of a context compared with those before the present.
+const SIMILAR: u64 = 32;
+
+/// Commands after which [`History::after_last`] forecasts anew.
+const STALE: u64 = 64;
+
+/// Allocations in order of first use, each with how many commands ahead.
+type Ahead = Vec<(AllocId, usize)>;
+
+/// No earlier run.
+const NONE: u64 = u64::MAX;
+
+/// Places of [`SIMILAR`] that must agree for the alignment found last to be kept
+/// without a search.
+const KEEP_ALIGNED: usize = SIMILAR as usize * 3 / 4;
 
 /// Released commands, newest last, and where each context of [`CONTEXT`] + 1 signatures
 /// last ended.
@@ -36,6 +56,18 @@ pub struct History {
     seen: IdMap<u64, u64>,
     /// Signature → absolute index of its newest command (the back-off of `seen`).
     seen_alone: IdMap<u64, u64>,
+    /// For each remembered command, where its context ran the time before ([`NONE`]: it
+    /// did not), and where its signature alone did: the chains of earlier runs.
+    prev: VecDeque<[u64; 2]>,
+    /// The last run chosen, as (present, run): later presents try the same distance
+    /// first.
+    aligned: Cell<Option<(u64, u64)>>,
+    /// Scratch of [`History::following`]: per allocation id, the stamp of the last
+    /// forecast that saw it, and the current stamp (no set to clear or hash).
+    marks: RefCell<(Vec<u32>, u32)>,
+    /// The last forecast of [`History::after_last`] that spans a period: the newest
+    /// command then, the period, the forecast.
+    last_forecast: RefCell<Option<(u64, usize, Ahead)>>,
     keep: usize,
     window: usize,
     /// Where the context of the newest command last ended before it, and where the
@@ -60,6 +92,10 @@ impl History {
             first: 0,
             seen: IdMap::default(),
             seen_alone: IdMap::default(),
+            prev: VecDeque::new(),
+            aligned: Cell::new(None),
+            marks: RefCell::new((Vec::new(), 0)),
+            last_forecast: RefCell::new(None),
             keep: keep.max(1),
             window,
             last_match: [None; 2],
@@ -74,6 +110,7 @@ impl History {
         let ctx = self.context(sig);
         let index = self.first + self.sigs.len() as u64;
         self.last_match = [self.seen.insert(ctx, index), self.seen_alone.insert(sig, index)];
+        self.prev.push_back(self.last_match.map(|m| m.unwrap_or(NONE)));
         self.sigs.push_back(sig);
         for &a in allocs {
             self.flat.push_back(a);
@@ -88,6 +125,7 @@ impl History {
         }
         if self.sigs.len() > self.keep {
             self.sigs.pop_front();
+            self.prev.pop_front();
             let end = self.ends.pop_front().expect("longer than keep");
             for a in self.flat.drain(..(end - self.flat_first) as usize) {
                 if let Some(n) = self.uses.get_mut(&a) {
@@ -113,23 +151,85 @@ impl History {
 
     /// The allocations predicted for the commands after the one with signature `next`, in
     /// order of first use, without repeats, each with how many commands ahead it is first
-    /// used (0: the command right after `next`). The prediction stops where the past
-    /// reaches the present (one period) or after `window` commands. When the context
-    /// never ran before, what followed `next` alone last time; when `next` never ran
-    /// either, the sweep in progress ([`History::sweep`]), else `None`.
+    /// used (0: the command right after `next`). What followed an earlier run of the same
+    /// context is predicted to follow again: of its last [`CANDIDATES`] runs, the one
+    /// whose [`SIMILAR`] commands before it match those before the present best (a step
+    /// of a loop over layers, not the same point in the layer before). The prediction
+    /// stops where the past reaches the present (one period) or after `window` commands.
+    /// When the context never ran before, what followed `next` alone; when `next` never
+    /// ran either, the sweep in progress ([`History::sweep`]), else `None`.
     pub fn predict(&self, next: u64) -> Option<Vec<(AllocId, usize)>> {
-        self.after([self.seen.get(&self.context(next)).copied(), self.seen_alone.get(&next).copied()])
+        let present = self.first + self.sigs.len() as u64;
+        self.after([self.seen.get(&self.context(next)).copied(), self.seen_alone.get(&next).copied()], present).0
     }
 
     /// As [`History::predict`], for the commands after the newest one recorded (what a
-    /// tenant runs next when it resumes).
+    /// tenant runs next when it resumes). A forecast of a whole period made fewer than
+    /// [`STALE`] commands ago is given again, what the commands since used moved to the
+    /// next period: reports and fill steps ask often.
     pub fn after_last(&self) -> Option<Vec<(AllocId, usize)>> {
-        self.after(self.last_match)
+        let newest = (self.first + self.sigs.len() as u64).checked_sub(1)?;
+        let mut last = self.last_forecast.borrow_mut();
+        if let Some((at, period, f)) = last.as_ref().filter(|(at, _, _)| *at <= newest && newest - at < STALE) {
+            // One period on, what was used in the commands since is used again.
+            let gone = (newest - at) as usize;
+            let mut f: Vec<(AllocId, usize)> = f.iter().map(|(a, k)| (*a, (k + period - gone % period) % period)).collect();
+            f.sort_by_key(|(_, k)| *k);
+            return Some(f);
+        }
+        let (f, period) = self.after(self.last_match, newest);
+        *last = f.clone().zip(period).map(|(f, p)| (newest, p, f));
+        f
     }
 
-    /// What followed the first of `matches` still remembered, else the sweep.
-    fn after(&self, matches: [Option<u64>; 2]) -> Option<Vec<(AllocId, usize)>> {
-        matches.into_iter().flatten().find_map(|at| self.following(at)).or_else(|| self.sweep())
+    /// What followed the best of the runs chained from the first of `matches` still
+    /// remembered (`present`: the index the runs stand for), else the sweep; and the
+    /// period in commands, where the forecast covers one whole.
+    fn after(&self, matches: [Option<u64>; 2], present: u64) -> (Option<Vec<(AllocId, usize)>>, Option<usize>) {
+        let mut runs = matches.into_iter().enumerate().filter_map(|(chain, at)| Some((chain, at?)));
+        let found = runs.find_map(|(chain, at)| {
+            let run = self.best_run(at, chain, present);
+            let period = Some((present - run) as usize).filter(|p| *p <= self.window);
+            self.following(run).map(|f| (f, period))
+        });
+        match found {
+            Some((f, period)) => (Some(f), period),
+            None => (self.sweep(), None),
+        }
+    }
+
+    /// Of the runs chained back from `at` (`chain` 0: of the context, 1: of the signature
+    /// alone), the one whose preceding commands equal those before `present` in most
+    /// places, the newest of equals. The distance chosen last time is kept while it
+    /// still agrees in [`KEEP_ALIGNED`] places: the search runs when the program's
+    /// rhythm changes, not at every forecast.
+    fn best_run(&self, at: u64, chain: usize, present: u64) -> u64 {
+        let sig = |i: u64| i.checked_sub(self.first).and_then(|k| self.sigs.get(k as usize));
+        let score = |at: u64| (1..=SIMILAR).filter(|k| at >= *k && present >= *k && sig(at - k).is_some_and(|s| Some(s) == sig(present - k))).count();
+        if let Some((p, run)) = self.aligned.get() {
+            let kept = (run + present).checked_sub(p).filter(|r| *r < present && *r >= self.first);
+            if let Some(r) = kept.filter(|r| score(*r) >= KEEP_ALIGNED) {
+                self.aligned.set(Some((present, r)));
+                return r;
+            }
+        }
+        let mut best = (score(at), at);
+        let mut run = at;
+        for _ in 1..CANDIDATES {
+            if best.0 == SIMILAR as usize {
+                break;
+            }
+            match run.checked_sub(self.first).and_then(|k| self.prev.get(k as usize)).map(|p| p[chain]) {
+                Some(p) if p != NONE && p >= self.first => run = p,
+                _ => break,
+            }
+            let s = score(run);
+            if s > best.0 {
+                best = (s, run);
+            }
+        }
+        self.aligned.set(Some((present, best.1)));
+        best.1
     }
 
     /// The sweep in progress, if the last [`SWEEP`] commands with allocations each reached
@@ -163,12 +263,36 @@ impl History {
         Some(order.into_iter().enumerate().map(|(k, a)| (a, ahead(k))).take_while(|(_, n)| *n < self.window).collect())
     }
 
+    /// The allocations first used in the `window` commands after `at` (up to the
+    /// present), in order, each with how many commands ahead; it stops early once every
+    /// remembered allocation has appeared.
     fn following(&self, at: u64) -> Option<Vec<(AllocId, usize)>> {
         let start = at.checked_sub(self.first)? as usize + 1;
         let end = (start + self.window).min(self.sigs.len());
-        let mut seen = HashSet::new();
-        let ahead = (start..end).enumerate().flat_map(|(k, i)| self.set(i).map(move |a| (a, k)));
-        Some(ahead.filter(|(a, _)| seen.insert(*a)).collect())
+        let mut marks = self.marks.borrow_mut();
+        let (stamps, stamp) = &mut *marks;
+        *stamp = stamp.wrapping_add(1);
+        if *stamp == 0 {
+            stamps.iter_mut().for_each(|s| *s = 0);
+            *stamp = 1;
+        }
+        let mut out = Vec::new();
+        for (k, i) in (start..end).enumerate() {
+            for a in self.set(i) {
+                let slot = a.0 as usize;
+                if slot >= stamps.len() {
+                    stamps.resize(slot + 1, 0);
+                }
+                if stamps[slot] != *stamp {
+                    stamps[slot] = *stamp;
+                    out.push((a, k));
+                }
+            }
+            if out.len() == self.ids.len() {
+                break;
+            }
+        }
+        Some(out)
     }
 
     /// The allocations of the `i`-th command remembered (0: the oldest).
@@ -255,6 +379,40 @@ mod tests {
         assert_eq!(predicted(&h, 5), Some(ids(&[3, 4, 5, 6, 1, 2])));
         run(&mut h, &[5, 3, 4]);
         assert_eq!(predicted(&h, 5), Some(ids(&[6, 1, 2, 5, 3, 4])));
+    }
+
+    /// A step runs four layers, each one command on its weights (10 + layer) among five
+    /// on one activation (100), so the last three commands ran alike one command ago.
+    /// The forecast follows the run one step back, not the one a command back.
+    #[test]
+    fn a_context_that_repeats_inside_a_step_forecasts_the_rest_of_the_step() {
+        let layer = |l: u32| [100, 10 + l, 100, 100, 100, 100];
+        let step: Vec<u32> = (0..4).flat_map(layer).collect();
+        let mut h = History::new(1000, 1000);
+        for _ in 0..3 {
+            run(&mut h, &step);
+        }
+        run(&mut h, &[layer(0), layer(1)].concat());
+        let next: Vec<AllocId> = h.after_last().unwrap().into_iter().map(|(a, _)| a).collect();
+        assert_eq!(next, ids(&[100, 12, 13, 10, 11]), "layers 2 and 3, then the next step's");
+        assert_eq!(predicted(&h, 100).unwrap(), ids(&[12, 100, 13, 10, 11]), "the same for the command about to run");
+    }
+
+    #[test]
+    fn a_forecast_given_again_moves_what_was_just_used_to_the_next_period() {
+        let mut h = History::new(1000, 1000);
+        run(&mut h, &[0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4]);
+        assert_eq!(h.after_last().unwrap(), [0, 1, 2, 3, 4].map(|a| (AllocId(a), a as usize)));
+        run(&mut h, &[0, 1]);
+        let again = h.after_last().unwrap();
+        let mut one = History::new(1000, 1000);
+        run(&mut one, &[7, 7, 7]);
+        assert_eq!(one.after_last().unwrap(), vec![(AllocId(7), 0)]);
+        run(&mut one, &[7, 7]);
+        assert_eq!(one.after_last().unwrap(), vec![(AllocId(7), 0)], "a period of one command, two on");
+        assert_eq!(again, vec![(AllocId(2), 0), (AllocId(3), 1), (AllocId(4), 2), (AllocId(0), 3), (AllocId(1), 4)]);
+        *h.last_forecast.borrow_mut() = None;
+        assert_eq!(h.after_last().unwrap(), again, "as a fresh forecast");
     }
 
     /// Setup touches allocations 0..20 in one command, then commands run over pairs

@@ -262,6 +262,7 @@ exports! {
     // Synchronization: forwarded, then in-flight bookkeeping catches up.
     cuStreamSynchronize(s: CUstream) => |real| cmd::synced(real, s, false);
     cuStreamSynchronize_ptsz(s: CUstream) => |real| cmd::synced(real, s, true);
+    cuProfilerStart() => crate::record::profiler_start;
     cuCtxSynchronize() => cmd::synced_all;
     cuCtxSynchronize_v2(c: CUcontext) => cmd::synced_all;
 

@@ -45,6 +45,7 @@ pub struct Timing {
 enum Queued {
     Alloc { id: u32, bytes: u64 },
     Free { id: u32 },
+    Mark { what: &'static str },
     Cmd { events: Option<(CUevent, CUevent)>, stream: u32, kind: &'static str, name: Arc<str>, ws: Vec<Range>, task_end: bool },
 }
 
@@ -140,6 +141,15 @@ pub fn synced() {
     if let Some(Queued::Cmd { task_end, .. }) = r.queue.iter_mut().rev().find(|q| matches!(q, Queued::Cmd { .. })) {
         *task_end = true;
     }
+}
+
+/// `cuProfilerStart`: the program opens the region it measures (as profilers read it),
+/// so a steady replay of the trace starts here.
+pub fn profiler_start(real: impl FnOnce() -> CUresult) -> CUresult {
+    if let Some(rec) = recorder() {
+        lock(rec).push(Queued::Mark { what: "window" });
+    }
+    real()
 }
 
 /// Records the allocation at `base`, just made: the gmux allocation it lies in (a small
@@ -319,6 +329,7 @@ impl Recorder {
         match q {
             Queued::Alloc { id, bytes } => self.emit(&Line::Alloc { tenant: &tenant, id, bytes }),
             Queued::Free { id } => self.emit(&Line::Free { tenant: &tenant, id }),
+            Queued::Mark { what } => self.emit(&Line::Mark { tenant: &tenant, what }),
             Queued::Cmd { events, stream, kind, name, ws, task_end } => {
                 self.timed -= 1;
                 let dur_us = events.and_then(|(start, end)| {

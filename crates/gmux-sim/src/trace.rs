@@ -43,6 +43,9 @@ pub enum Record {
     },
     /// An allocation was freed.
     Free { tenant: String, id: u32 },
+    /// The program marked a point: `window` (its measured window opens here: it called
+    /// `cuProfilerStart`). A steady replay starts after the last one.
+    Mark { tenant: String, what: String },
 }
 
 fn is_false(b: &bool) -> bool {
@@ -74,6 +77,8 @@ pub struct TenantTrace {
     pub allocs: Vec<AllocSpec>,
     /// Commands in order.
     pub cmds: Vec<Command>,
+    /// Index of the first command after the last `window` mark, if any.
+    pub window: Option<usize>,
 }
 
 /// Reads a trace and keeps one tenant (the only one when `tenant` is `None`).
@@ -93,7 +98,7 @@ pub fn load_tenant(path: &Path, tenant: Option<&str>) -> Result<TenantTrace, Str
                 _ => return Err(format!("{}: first line must be {{\"t\":\"header\",\"version\":{VERSION},..}}", path.display())),
             }
         }
-        if let Record::Alloc { tenant, .. } | Record::Cmd { tenant, .. } | Record::Free { tenant, .. } = &rec {
+        if let Record::Alloc { tenant, .. } | Record::Cmd { tenant, .. } | Record::Free { tenant, .. } | Record::Mark { tenant, .. } = &rec {
             if !names.contains(tenant) {
                 names.push(tenant.clone());
             }
@@ -111,7 +116,7 @@ pub fn load_tenant(path: &Path, tenant: Option<&str>) -> Result<TenantTrace, Str
 
 fn to_tenant(recs: Vec<Record>, want: &str) -> Result<TenantTrace, String> {
     let mut ids: HashMap<u32, usize> = HashMap::new();
-    let mut out = TenantTrace { allocs: Vec::new(), cmds: Vec::new() };
+    let mut out = TenantTrace { allocs: Vec::new(), cmds: Vec::new(), window: None };
     for rec in recs {
         match rec {
             Record::Alloc { tenant, id, bytes, on_disk } if tenant == want => {
@@ -133,6 +138,7 @@ fn to_tenant(recs: Vec<Record>, want: &str) -> Result<TenantTrace, String> {
                 }
                 out.cmds.push(Command { duration_ns: dur_us * 1e3, ws, task_end, arrival_ns: arrival_us.map(|a| a * 1e3) });
             }
+            Record::Mark { tenant, what } if tenant == want && what == "window" => out.window = Some(out.cmds.len()),
             _ => {}
         }
     }
@@ -167,7 +173,8 @@ pub struct Replay {
 pub enum Part {
     /// Every command, from the first.
     Whole,
-    /// The program's steady state: the commands after its first task end (its first
+    /// The program's steady state: the commands after its last `window` mark (where its
+    /// measured window opened), else after its first task end (its first
     /// synchronization, which ends its setup). A trace whose only task end is its last
     /// command has no setup to skip.
     Steady,
@@ -188,8 +195,9 @@ impl Replay {
                 }
             }
         }
-        let loop_start = match (part, trace.cmds.iter().position(|c| c.task_end)) {
-            (Part::Steady, Some(i)) if i + 1 < trace.cmds.len() => i + 1,
+        let loop_start = match (part, trace.window, trace.cmds.iter().position(|c| c.task_end)) {
+            (Part::Steady, Some(w), _) if w < trace.cmds.len() => w,
+            (Part::Steady, None, Some(i)) if i + 1 < trace.cmds.len() => i + 1,
             _ => 0,
         };
         Replay { trace, at: loop_start, repeat, loop_start, offset_ns: 0.0 }
@@ -252,16 +260,39 @@ mod tests {
     #[test]
     fn a_steady_replay_skips_the_setup_and_loops_what_follows() {
         let cmd = |us: f64, task_end: bool| Command { duration_ns: us * 1e3, ws: Vec::new(), task_end, arrival_ns: None };
-        let trace = TenantTrace { allocs: Vec::new(), cmds: vec![cmd(1.0, false), cmd(2.0, true), cmd(3.0, false), cmd(4.0, true)] };
+        let trace = TenantTrace { allocs: Vec::new(), cmds: vec![cmd(1.0, false), cmd(2.0, true), cmd(3.0, false), cmd(4.0, true)], window: None };
         let durations = |part, n| {
             let mut r = Replay::new(trace.clone(), 1.0, true, part);
             (0..n).map(|_| r.next().unwrap().duration_ns / 1e3).collect::<Vec<_>>()
         };
         assert_eq!(durations(Part::Steady, 5), vec![3.0, 4.0, 3.0, 4.0, 3.0]);
         assert_eq!(durations(Part::Whole, 5), vec![1.0, 2.0, 3.0, 4.0, 1.0]);
-        let one_task = TenantTrace { allocs: Vec::new(), cmds: vec![cmd(1.0, false), cmd(2.0, true)] };
+        let one_task = TenantTrace { allocs: Vec::new(), cmds: vec![cmd(1.0, false), cmd(2.0, true)], window: None };
         let mut r = Replay::new(one_task, 1.0, true, Part::Steady);
         let seen: Vec<f64> = (0..3).map(|_| r.next().unwrap().duration_ns / 1e3).collect();
         assert_eq!(seen, vec![1.0, 2.0, 1.0], "a trace of one task has no setup to skip");
+    }
+
+    #[test]
+    fn a_steady_replay_starts_where_the_window_mark_is() {
+        let path = std::env::temp_dir().join(format!("gmux-trace-mark-{}.jsonl", std::process::id()));
+        let cmd =
+            |us: u32, end: bool| format!("{{\"t\":\"cmd\",\"tenant\":\"a\",\"stream\":0,\"kind\":\"kernel\",\"dur_us\":{us},\"ws\":[],\"task_end\":{end}}}\n");
+        let mark = "{\"t\":\"mark\",\"tenant\":\"a\",\"what\":\"window\"}\n";
+        let text = format!(
+            "{{\"t\":\"header\",\"version\":1,\"chunk_bytes\":2097152}}\n{}{}{}{mark}{}{}",
+            cmd(1, true),
+            cmd(2, true),
+            cmd(3, false),
+            cmd(4, false),
+            cmd(5, true)
+        );
+        std::fs::write(&path, text).unwrap();
+        let t = load_tenant(&path, None).unwrap();
+        assert_eq!(t.window, Some(3));
+        let mut r = Replay::new(t, 1.0, true, Part::Steady);
+        let seen: Vec<f64> = (0..4).map(|_| r.next().unwrap().duration_ns / 1e3).collect();
+        assert_eq!(seen, vec![4.0, 5.0, 4.0, 5.0], "setup and warm-up skipped, the window looped");
+        std::fs::remove_file(path).ok();
     }
 }

@@ -169,6 +169,7 @@ fn record_keeps_release_order_over_many_streams() {
                 }
             }
             Record::Header { .. } => panic!("line {n}: a second header"),
+            Record::Mark { .. } => panic!("line {n}: a mark, but the program never called cuProfilerStart"),
         }
     }
     assert_eq!(cmds, number(summary, "commands "), "{summary}");

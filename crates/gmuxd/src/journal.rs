@@ -180,7 +180,15 @@ mod tests {
     use gmux_core::sched::Policy;
 
     fn settings() -> Settings {
-        Settings { hbm: Some(16 << 30), host: None, policy: Policy::RoundRobin, switch: Switch::Whole, timeslice: 50_000_000, max_priority: 2 }
+        Settings {
+            hbm: Some(16 << 30),
+            host: None,
+            policy: Policy::RoundRobin,
+            switch: Switch::Whole,
+            timeslice: 50_000_000,
+            max_priority: 2,
+            always_slice: false,
+        }
     }
 
     fn tenant(name: &str, high: Option<u64>) -> Entry {

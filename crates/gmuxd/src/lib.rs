@@ -86,6 +86,10 @@ pub struct DaemonArgs {
     /// Log every switch and slice start.
     #[arg(long)]
     pub verbose: bool,
+    /// Time-slice even when every tenant's memory fits the budget (by default they then
+    /// run at once): the in-GPU-memory time-sliced baseline of `gmux bench workloads`.
+    #[arg(long)]
+    pub always_slice: bool,
     /// Exit after this many seconds without tenants (0: never).
     #[arg(long, default_value_t = 0, value_name = "SECONDS")]
     pub idle_exit: u64,
@@ -143,7 +147,15 @@ pub fn daemon(args: &DaemonArgs) -> Result<(), Failure> {
     let path = args.socket.clone().unwrap_or_else(socket_path);
     let slice = gmux_core::knobs::parse_duration(&args.timeslice)
         .ok_or_else(|| Failure::Usage(format!("--timeslice {}: write a duration between 1us and 10s, e.g. 20ms", args.timeslice)))?;
-    let settings = journal::Settings { hbm, host, policy: args.policy, switch: args.switch, timeslice: slice, max_priority: args.max_priority };
+    let settings = journal::Settings {
+        hbm,
+        host,
+        policy: args.policy,
+        switch: args.switch,
+        timeslice: slice,
+        max_priority: args.max_priority,
+        always_slice: args.always_slice,
+    };
     let group = args.group.as_deref().map(rundir::group_id).transpose().map_err(Failure::Usage)?;
     server::serve(&path, settings, &server::Options { group, idle_exit: args.idle_exit, verbose: args.verbose, resume: args.resume })
 }

@@ -16,7 +16,7 @@ impl Arbiter {
             Claim { id: t, held: u.held, want: if whole { u.period } else { u.want }, low: k.low, high: k.high, next_run }
         };
         let flat: Vec<Claim> = live.iter().map(|t| claim(&self.tenants, *t, 0, true)).collect();
-        let concurrent = self.settings.policy == Policy::Priority || all_fit(self.settings.hbm, &flat);
+        let concurrent = self.settings.policy == Policy::Priority || (!self.settings.always_slice && all_fit(self.settings.hbm, &flat));
         let (runs, order) = if concurrent { self.concurrent(&live, &usage) } else { self.sliced(&live, &usage, now) };
         let claims: Vec<Claim> = live.iter().map(|t| claim(&self.tenants, *t, order[t], concurrent)).collect();
         let mut caps = divide(self.settings.hbm, &claims);

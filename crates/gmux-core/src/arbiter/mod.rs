@@ -129,7 +129,7 @@ impl Arbiter {
     /// A daemon with no tenants, this budget, policy and switch, and the default timeslice
     /// and priority ceiling.
     pub fn new(hbm: Option<u64>, host: Option<u64>, policy: Policy, switch: Switch) -> Self {
-        Arbiter::with(&Settings { hbm, host, policy, switch, timeslice: crate::knobs::DEFAULT_TIMESLICE, max_priority: 0 })
+        Arbiter::with(&Settings { hbm, host, policy, switch, timeslice: crate::knobs::DEFAULT_TIMESLICE, max_priority: 0, always_slice: false })
     }
 
     /// A daemon with no tenants and these settings.

@@ -26,6 +26,9 @@ pub struct Settings {
     pub timeslice: Nanos,
     /// Highest priority a user other than the owner or root may ask for.
     pub max_priority: i32,
+    /// Time-slice even when every tenant fits (`--always-slice`).
+    #[serde(default)]
+    pub always_slice: bool,
 }
 
 /// A tenant as the journal keeps it: who owns it and its writable knobs.

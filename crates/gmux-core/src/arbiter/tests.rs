@@ -206,3 +206,20 @@ fn reports_read_after_the_process_died_still_count() {
     d.report(0, ShimReport { commands: 20, ..busy(0, 8 * G) });
     assert_eq!(d.stat(TenantId(0)).submitted, 13, "nothing after the connection closed");
 }
+
+/// Two tenants of 4 GiB fit 16 GiB and run at once; with `always_slice` they take turns
+/// and each keeps all it wants (nothing moves: the in-GPU time-sliced baseline).
+#[test]
+fn always_slice_takes_turns_even_when_everything_fits() {
+    for (always, running) in [(false, 2), (true, 1)] {
+        let mut d = Arbiter::new(Some(16 * G), None, Policy::RoundRobin, Switch::Msched);
+        d.settings.always_slice = always;
+        for c in 0..2 {
+            d.join(c, 100 + c as u32, &format!("t{c}"), 0);
+            rep(&mut d, c, busy(4 * G, 4 * G));
+        }
+        let g = grants(&mut d, 0);
+        assert_eq!(g.values().filter(|g| g.run).count(), running, "always_slice {always}");
+        assert!(g.values().all(|g| g.cap >= 4 * G), "always_slice {always}: nobody gives memory up");
+    }
+}

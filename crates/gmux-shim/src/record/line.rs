@@ -32,6 +32,10 @@ pub(super) enum Line<'a> {
         tenant: &'a str,
         id: u32,
     },
+    Mark {
+        tenant: &'a str,
+        what: &'static str,
+    },
 }
 
 /// A whole allocation in a command's working set.

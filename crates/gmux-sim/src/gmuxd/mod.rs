@@ -65,6 +65,11 @@ pub fn run(spec: RunSpec) -> Result<Outcome, String> {
         out.bytes_h2d += h2d;
         out.bytes_d2h += d2h;
     }
+    if sim.debug {
+        for p in &sim.procs {
+            eprintln!("process: {:?}", p.stats());
+        }
+    }
     out.tenants = sim.procs.into_iter().map(|p| p.out).collect();
     Ok(out)
 }

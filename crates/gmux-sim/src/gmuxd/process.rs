@@ -82,6 +82,11 @@ impl Process {
         self.generation += 1;
     }
 
+    /// The runtime's totals.
+    pub fn stats(&self) -> gmux_runtime::Stats {
+        self.mem.stats
+    }
+
     /// Bytes copied host to device and back so far.
     pub fn bytes_moved(&self) -> (u64, u64) {
         let m = self.mem.stats.moved;

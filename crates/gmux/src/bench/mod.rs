@@ -9,6 +9,7 @@ mod launch_loop;
 mod micro;
 mod priority;
 mod scale;
+mod workloads;
 
 use crate::Failure;
 
@@ -17,6 +18,9 @@ use crate::Failure;
 pub enum BenchCommand {
     /// MSched §7.1: two vector-add and two matmul tenants at several levels of a budget.
     MschedMicro(micro::MicroArgs),
+    /// Real programs as tenants (LLM decoding, DNN training, fine-tuning) at several
+    /// levels of a budget: native, in-GPU time-sliced, gmux and the whole-tenant swap.
+    Workloads(workloads::WorkloadsArgs),
     /// A real-time inference tenant beside a best-effort training tenant.
     Priority(priority::PriorityArgs),
     /// The daemon's decisions with many tenants (CPU only).
@@ -34,6 +38,7 @@ pub enum BenchCommand {
 pub fn bench(cmd: &BenchCommand) -> Result<(), Failure> {
     match cmd {
         BenchCommand::MschedMicro(a) => micro::run(a),
+        BenchCommand::Workloads(a) => workloads::run(a),
         BenchCommand::Priority(a) => priority::run(a),
         BenchCommand::DaemonScale(a) => scale::run(a),
         BenchCommand::DaemonFuzz(a) => fuzz::run(a),

@@ -1,0 +1,332 @@
+//! `gmux bench workloads`: real programs as tenants (`gpu/workload.py`: LLM decoding
+//! with transformers, torchvision training, GPT-2 fine-tuning), side by side in one run.
+//! Per mix, the tenants first run natively at once, which gives their footprints; each
+//! level's budget is their sum over the level. Systems: `native` (at once, no gmux; 100%
+//! only), `in-hbm` (gmuxd time-slices them with no budget: the same slices, no
+//! pressure), `gmux` (the proactive switch, recording traces) and `whole` (the
+//! whole-tenant swap). Throughput is normalized to `in-hbm`; the simulator replays the
+//! traces gmux recorded for the `ideal` bound and its prediction of gmuxd.
+
+use super::lab::{self, Lab, LabArgs};
+use crate::Failure;
+use gmux_core::size::format_size;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+/// Arguments of `gmux bench workloads`.
+#[derive(Debug, clap::Args)]
+pub struct WorkloadsArgs {
+    #[command(flatten)]
+    lab: LabArgs,
+    /// Mixes of tenants: multi-llm (3 GPT-2-large decoders), multi-dnn (ResNet-50 and
+    /// ViT-B/16 training), hybrid (a decoder beside ResNet-50 training), finetune (2
+    /// GPT-2-medium fine-tunings).
+    #[arg(long, value_delimiter = ',', default_value = "multi-llm,multi-dnn,hybrid,finetune")]
+    mixes: Vec<String>,
+    /// Total footprint as % of the budget, one run per level and system.
+    #[arg(long, value_delimiter = ',', default_value = "100,150,200,300")]
+    levels: Vec<u32>,
+    /// Round-robin timeslice.
+    #[arg(long, default_value = "200ms")]
+    timeslice: String,
+    /// Systems: native, in-hbm, gmux, whole.
+    #[arg(long, value_delimiter = ',', default_value = "native,in-hbm,gmux,whole")]
+    systems: Vec<String>,
+}
+
+const SYSTEMS: [&str; 4] = ["native", "in-hbm", "gmux", "whole"];
+
+/// The tenants of a mix: (name, `workload.py --kind`).
+fn mix(name: &str) -> Option<&'static [(&'static str, &'static str)]> {
+    Some(match name {
+        "multi-llm" => &[("llm-0", "llm-decode"), ("llm-1", "llm-decode"), ("llm-2", "llm-decode")],
+        "multi-dnn" => &[("resnet50", "train-resnet50"), ("vit-b16", "train-vit")],
+        "hybrid" => &[("llm", "llm-decode"), ("resnet50", "train-resnet50")],
+        "finetune" => &[("gpt2-0", "finetune-gpt2"), ("gpt2-1", "finetune-gpt2")],
+        _ => return None,
+    })
+}
+
+/// One mix at one level under one system.
+#[derive(Debug, Clone, Serialize)]
+struct Row {
+    mix: String,
+    level: u32,
+    system: String,
+    /// GPU-memory budget (none for native and in-hbm).
+    budget: Option<u64>,
+    /// Units (tokens, samples, sequences) per second of each tenant in the window.
+    units_per_s: BTreeMap<String, f64>,
+    unit: String,
+    /// Mean over tenants of units/s over the same tenant's in-hbm units/s.
+    throughput_norm: Option<f64>,
+    /// Bytes copied both ways in the window, per tenant (mean).
+    bytes_per_tenant: Option<f64>,
+    /// Mean time from a switch to the first command of the slice, in the window (ms).
+    switch_wait_ms: Option<f64>,
+    /// The simulator on the traces gmux recorded (gmux rows): the OPT bound and gmuxd's
+    /// own decisions, each normalized to the simulated in-hbm run; bytes per tenant.
+    ideal_norm: Option<f64>,
+    ideal_bytes_per_tenant: Option<f64>,
+    sim_gmuxd_norm: Option<f64>,
+    failed: Vec<String>,
+}
+
+/// Runs the benchmark.
+pub fn run(a: &WorkloadsArgs) -> Result<(), Failure> {
+    if let Some(m) = a.mixes.iter().find(|m| mix(m).is_none()) {
+        return Err(Failure::Usage(format!("--mixes: unknown mix {m:?}; use multi-llm, multi-dnn, hybrid, finetune")));
+    }
+    if let Some(s) = a.systems.iter().find(|s| !SYSTEMS.contains(&s.as_str())) {
+        return Err(Failure::Usage(format!("--systems: unknown system {s:?}; use {}", SYSTEMS.join(", "))));
+    }
+    if let Some(l) = a.levels.iter().find(|l| **l < 100) {
+        return Err(Failure::Usage(format!("--levels: {l}% is under 100%; a level is the total footprint over the budget")));
+    }
+    let lab = Lab::new(&a.lab, &["workload.py", "tenant.py"])?;
+    let mut rows: Vec<Row> = Vec::new();
+    for m in &a.mixes {
+        let tenants = mix(m).expect("checked");
+        eprintln!("gmux bench: {m}: native, for the footprints");
+        let native = one_run(&lab, a, m, 100, "native", None)?;
+        let footprint: u64 = native.1.values().sum();
+        if footprint == 0 {
+            return Err(Failure::Runtime(format!("{m}: the native run reported no footprint; see its logs in {}", a.lab.out.display())));
+        }
+        eprintln!("gmux bench: {m}: footprint {} ({} tenants)", format_size(footprint), tenants.len());
+        let base = if a.systems.iter().any(|s| s == "in-hbm") {
+            eprintln!("gmux bench: {m}: in-hbm (time-sliced, no budget)");
+            Some(one_run(&lab, a, m, 100, "in-hbm", None)?.0)
+        } else {
+            None
+        };
+        let mut mine: Vec<Row> = Vec::new();
+        for &level in &a.levels {
+            let budget = footprint * 100 / u64::from(level);
+            for system in &a.systems {
+                let row = match system.as_str() {
+                    "native" if level == 100 => native.0.clone(),
+                    "in-hbm" => Row { level, ..base.clone().expect("in-hbm ran") },
+                    "native" => continue,
+                    s => {
+                        eprintln!("gmux bench: {m}: level {level}%: {s} (budget {})", format_size(budget));
+                        let mut row = one_run(&lab, a, m, level, s, Some(budget))?.0;
+                        if s == "gmux" {
+                            if let Err(e) = replay(&lab, a, m, level, budget, &mut row) {
+                                eprintln!("gmux bench: {m}: level {level}%: no replay: {}", e.message());
+                            }
+                        }
+                        row
+                    }
+                };
+                eprintln!("gmux bench: {m}: level {level}%: {system}: {:?} units/s", row.units_per_s);
+                mine.push(row);
+                write(&lab, a, &[rows.as_slice(), mine.as_slice()].concat())?;
+            }
+        }
+        if let Some(b) = &base {
+            for r in &mut mine {
+                let ratios: Vec<f64> = tenants.iter().map(|(n, _)| r.units_per_s.get(*n).copied().unwrap_or(0.0) / b.units_per_s[*n]).collect();
+                r.throughput_norm = Some(ratios.iter().sum::<f64>() / ratios.len() as f64);
+            }
+        }
+        rows.extend(mine);
+        write(&lab, a, &rows)?;
+    }
+    println!("{}", table(&rows));
+    println!("results: {}", lab.file("workloads.json").display());
+    Ok(())
+}
+
+/// Writes `workloads.json` and `workloads.svg` (throughput against level, one line per
+/// mix and system, with gmux's ideal bound).
+fn write(lab: &Lab, a: &WorkloadsArgs, rows: &[Row]) -> Result<(), Failure> {
+    let put = |name: &str, text: String| {
+        let out = lab.file(name);
+        std::fs::write(&out, text).map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", out.display())))
+    };
+    let json = serde_json::json!({ "benchmark": "workloads", "timeslice": a.timeslice, "duration_s": a.lab.duration, "rows": rows });
+    put("workloads.json", serde_json::to_string_pretty(&json).expect("serializable"))?;
+    let point = |system: &str, r: &Row, y: Option<f64>| {
+        let mut p = gmux_sim::Row::new(system, &r.mix, Some(f64::from(r.level)), a.lab.duration);
+        p.throughput_norm = y;
+        p
+    };
+    let mut results: Vec<gmux_sim::Row> = rows.iter().map(|r| point(&r.system, r, r.throughput_norm)).collect();
+    results.extend(rows.iter().filter(|r| r.ideal_norm.is_some()).map(|r| point("ideal", r, r.ideal_norm)));
+    let report = gmux_sim::Report { scenario: "workloads".into(), description: "real programs as tenants: throughput over in-hbm".into(), results };
+    put("workloads.svg", crate::plot::svg(&report))
+}
+
+/// One run; its row and each tenant's footprint.
+fn one_run(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, system: &str, budget: Option<u64>) -> Result<(Row, BTreeMap<String, u64>), Failure> {
+    let tenants = mix(m).expect("checked");
+    let run = format!("{m}-L{level}-{system}");
+    let mut flags: Vec<String> = vec!["--policy".into(), "rr".into(), "--timeslice".into(), a.timeslice.clone(), "--verbose".into()];
+    match (system, budget) {
+        ("native", _) => {}
+        ("in-hbm", _) => flags.push("--always-slice".into()),
+        (s, Some(b)) => flags.extend(["--hbm".into(), b.to_string(), "--switch".into(), if s == "gmux" { "msched".into() } else { "whole".into() }]),
+        (s, None) => return Err(Failure::Runtime(format!("{s} needs a budget"))),
+    }
+    let daemon = (system != "native").then(|| lab.daemon(&run, &flags)).transpose()?;
+    let start = lab::unix_now() + a.lab.warmup;
+    let ready = lab.file(&format!("{run}.ready"));
+    let _ = std::fs::remove_dir_all(&ready);
+    std::fs::create_dir_all(&ready).map_err(|e| Failure::Runtime(format!("cannot create {}: {e}", ready.display())))?;
+    let mut children = Vec::new();
+    for (name, kind) in tenants {
+        let report = lab.file(&format!("{run}.{name}.json"));
+        let _ = std::fs::remove_file(&report);
+        let trace = lab.file(&format!("{m}-L{level}.{name}.trace.jsonl"));
+        let record = (system == "gmux").then(|| {
+            let _ = std::fs::remove_file(&trace);
+            trace.as_path()
+        });
+        let args: Vec<String> = vec![
+            "--kind".into(),
+            (*kind).into(),
+            "--start-at".into(),
+            format!("{start:.3}"),
+            "--ready-dir".into(),
+            ready.display().to_string(),
+            "--ready-count".into(),
+            tenants.len().to_string(),
+            "--duration".into(),
+            a.lab.duration.to_string(),
+            "--out".into(),
+            report.display().to_string(),
+        ];
+        children.push((name.to_string(), lab.tenant(name, &run, daemon.as_ref().map(|d| d.socket.as_path()), record, 0, "workload.py", &args)?));
+        if let Some(d) = &daemon {
+            if !lab::wait_joined(&d.socket, name, Duration::from_secs(120)) {
+                eprintln!("gmux bench: {name} did not join gmuxd within 120 s; see its log");
+            }
+        }
+    }
+    let bytes = |d: &Option<lab::Daemon>| d.as_ref().map(|d| tenants.iter().map(|(n, _)| lab::stat(&d.socket, n)).fold(0, |s, b| s + b.0 + b.1));
+    let start = match lab::ready_at(&ready, tenants.len(), Duration::from_secs(600)) {
+        Some(last) => start.max(last + lab::READY_MARGIN),
+        None => {
+            eprintln!("gmux bench: {run}: not every tenant finished its setup within 600 s; see their logs");
+            start
+        }
+    };
+    lab::sleep_until(start);
+    let before = bytes(&daemon);
+    lab::sleep_until(start + a.lab.duration);
+    let after = bytes(&daemon);
+    let mut failed = lab.wait_all(children, Duration::from_secs_f64(180.0 + a.lab.duration));
+    drop(daemon);
+    let mut row = Row {
+        mix: m.into(),
+        level,
+        system: system.into(),
+        budget,
+        units_per_s: BTreeMap::new(),
+        unit: String::new(),
+        throughput_norm: None,
+        bytes_per_tenant: before.zip(after).map(|(b, a)| a.saturating_sub(b) as f64 / tenants.len() as f64),
+        switch_wait_ms: switch_wait_ms(&lab.file(&format!("{run}.daemon.log")), start, start + a.lab.duration),
+        ideal_norm: None,
+        ideal_bytes_per_tenant: None,
+        sim_gmuxd_norm: None,
+        failed: Vec::new(),
+    };
+    let mut footprints = BTreeMap::new();
+    for (name, _) in tenants {
+        let r = lab::report(&lab.file(&format!("{run}.{name}.json")))?;
+        row.units_per_s.insert(name.to_string(), lab::num(&r, "units_per_s"));
+        row.unit = r.get("unit").and_then(|u| u.as_str()).unwrap_or("unit").to_string();
+        footprints.insert(name.to_string(), lab::num(&r, "footprint_bytes").max(0.0) as u64);
+        if lab::num(&r, "late_start_s") > 0.0 {
+            failed.push(format!("{name} (late by {:.1} s)", lab::num(&r, "late_start_s")));
+        }
+    }
+    row.failed = failed;
+    Ok((row, footprints))
+}
+
+/// The mean of gmuxd's "started N ms after its switch" lines (`--verbose`) stamped inside
+/// [`from`, `to`] (UNIX seconds).
+fn switch_wait_ms(log: &Path, from: f64, to: f64) -> Option<f64> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let waits: Vec<f64> = text
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("gmuxd ")?;
+            let (stamp, msg) = rest.split_once(": ")?;
+            let t: f64 = stamp.parse().ok()?;
+            let ms = msg.split_once(" started ")?.1.split_once(" ms after its switch")?.0;
+            (from..=to).contains(&t).then(|| ms.parse().ok()).flatten()
+        })
+        .collect();
+    (!waits.is_empty()).then(|| waits.iter().sum::<f64>() / waits.len() as f64)
+}
+
+/// The simulator on the traces gmux recorded at `level`: fills the row's ideal and
+/// gmuxd prediction.
+fn replay(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, budget: u64, row: &mut Row) -> Result<(), Failure> {
+    let tenants = mix(m).expect("checked");
+    let mut toml = format!("description = \"{m} traces at {level}%\"\nduration = \"10s\"\ngpu = \"{budget}\"\nsystems = [\"in-hbm\", \"gmuxd\", \"ideal\"]\n");
+    for (name, _) in tenants {
+        let trace = lab.file(&format!("{m}-L{level}.{name}.trace.jsonl"));
+        let path = trace.canonicalize().map_err(|e| Failure::Runtime(format!("no trace {} ({e})", trace.display())))?;
+        toml += &format!(
+            "\n[[tenant]]\nname = \"{name}\"\ntimeslice = \"{}\"\nworkload = {{ kind = \"trace\", path = \"{}\", tenant = \"{name}\", repeat = true, steady = true }}\n",
+            a.timeslice,
+            path.display()
+        );
+    }
+    let file = lab.file(&format!("{m}-L{level}.replay.toml"));
+    std::fs::write(&file, toml).map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", file.display())))?;
+    let scenario = gmux_sim::load_scenario(&file).map_err(|e| Failure::Runtime(e.to_string()))?;
+    let report = gmux_sim::run(&scenario, &mut |_| {}).map_err(|e| Failure::Runtime(e.to_string()))?;
+    let get = |s: &str| report.results.iter().find(|r| r.system == s).ok_or_else(|| Failure::Runtime(format!("replay has no {s} row")));
+    let ideal = get("ideal")?;
+    row.ideal_norm = ideal.throughput_norm;
+    // Bytes over the replay's simulated time, scaled to the window.
+    let per_s = (ideal.bytes_h2d + ideal.bytes_d2h) as f64 / ideal.sim_seconds.max(1e-9);
+    row.ideal_bytes_per_tenant = Some(per_s * a.lab.duration / tenants.len() as f64);
+    row.sim_gmuxd_norm = get("gmuxd")?.throughput_norm;
+    Ok(())
+}
+
+fn table(rows: &[Row]) -> String {
+    let f = |v: Option<f64>, d: usize| v.map_or("-".to_string(), |x| format!("{x:.d$}"));
+    let gib = |v: Option<f64>| f(v.map(|b| b / (1u64 << 30) as f64), 1);
+    let mut s = format!(
+        "{:<10} {:<6} {:<7} {:>9} {:>11} {:>10} {:>8} {:>9} {:>10} {:>9} {:>8} {:>8}  {}\n",
+        "mix", "level", "system", "budget", "units/s", "throughput", "ideal", "vs ideal", "GiB/tenant", "ideal GiB", "sim", "switch ms", "failed"
+    );
+    for r in rows {
+        let mean = r.units_per_s.values().sum::<f64>() / r.units_per_s.len().max(1) as f64;
+        let vs = r.throughput_norm.zip(r.ideal_norm).map(|(t, i)| t / i);
+        s += &format!(
+            "{:<10} {:<6} {:<7} {:>9} {:>11} {:>10} {:>8} {:>9} {:>10} {:>9} {:>8} {:>8}  {}\n",
+            r.mix,
+            format!("{}%", r.level),
+            r.system,
+            r.budget.map_or("-".into(), format_size),
+            format!("{mean:.1} {}", r.unit.chars().next().unwrap_or('u')),
+            f(r.throughput_norm, 3),
+            f(r.ideal_norm, 3),
+            f(vs, 3),
+            gib(r.bytes_per_tenant),
+            gib(r.ideal_bytes_per_tenant),
+            f(r.sim_gmuxd_norm, 3),
+            f(r.switch_wait_ms, 1),
+            r.failed.join(", ")
+        );
+    }
+    for (m, l) in rows.iter().map(|r| (r.mix.clone(), r.level)).collect::<std::collections::BTreeSet<_>>() {
+        let get = |sys: &str| rows.iter().find(|r| r.mix == m && r.level == l && r.system == sys).and_then(|r| r.throughput_norm);
+        if let (Some(g), Some(w)) = (get("gmux"), get("whole")) {
+            s += &format!("{m} {l}%: gmux / whole-tenant swap = {:.2}x\n", g / w);
+        }
+    }
+    s + "units/s: mean per tenant (t: tokens, s: samples or sequences); throughput: mean over tenants of units/s over the same tenant's in-hbm units/s\n\
+         ideal, sim: the simulator on the traces gmux recorded (OPT bound; gmuxd's own code), normalized to its in-hbm replay; GiB: both ways, per tenant, in the window"
+}

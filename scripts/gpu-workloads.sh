@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# `gmux bench workloads` on a GPU, through the device tool after scripts/gpu-pack.sh
+# (carry .gpu-bin):
+#
+#   MIXES=multi-llm LEVELS=150,200,300 bash scripts/gpu-workloads.sh
+#
+# MIXES, LEVELS, SYSTEMS, SLICE (200ms), DURATION (10 s) and WARMUP (15 s) pass through.
+# Each run takes about a minute (setup, warm-up, window): keep one call to 8 runs (one
+# native and one in-hbm run per mix, then gmux and whole per level). The table is printed
+# last; the JSON, the plot, every log and the traces go to $OUT/workloads-logs.tgz.
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+RESULTS=${OUT:-./out}
+mkdir -p "$RESULTS" && RESULTS=$(cd "$RESULTS" && pwd)
+cd "$ROOT" || exit 1
+export GMUX_SHIM=$ROOT/.gpu-bin/libgmux.so
+WORK=/tmp/gmux-workloads
+rm -rf "$WORK" && mkdir -p "$WORK"
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+timeout "${LIMIT:-570}" .gpu-bin/gmux bench workloads --mixes "${MIXES:-multi-llm}" --levels "${LEVELS:-150,200,300}" \
+  --systems "${SYSTEMS:-native,in-hbm,gmux,whole}" --timeslice "${SLICE:-200ms}" --duration "${DURATION:-10}" \
+  --warmup "${WARMUP:-15}" --out "$WORK" >"$WORK/table.txt" 2>"$WORK/progress.txt"
+echo "exit $?"
+cp "$WORK/workloads.json" "$WORK/workloads.svg" "$RESULTS/" 2>/dev/null
+tar czf "$RESULTS/workloads-logs.tgz" -C "$WORK" . 2>/dev/null
+grep -v "^$" "$WORK/progress.txt" | tail -n 6
+cat "$WORK/table.txt"
