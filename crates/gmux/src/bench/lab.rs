@@ -221,6 +221,24 @@ pub fn ready_at(folder: &Path, count: usize, limit: Duration) -> Option<f64> {
     None
 }
 
+/// The arguments of `gpu/tenant.py`'s window (`window_args` there): open at UNIX time
+/// `start` or once `count` workloads are ready in `ready`, measure `duration` seconds,
+/// write the JSON report to `report`.
+pub fn window_args(start: f64, ready: &Path, count: usize, duration: f64, report: &Path) -> Vec<String> {
+    vec![
+        "--start-at".into(),
+        format!("{start:.3}"),
+        "--ready-dir".into(),
+        ready.display().to_string(),
+        "--ready-count".into(),
+        count.to_string(),
+        "--duration".into(),
+        duration.to_string(),
+        "--out".into(),
+        report.display().to_string(),
+    ]
+}
+
 /// A workload's JSON report.
 pub fn report(path: &Path) -> Result<serde_json::Value, Failure> {
     let text = std::fs::read_to_string(path).map_err(|e| Failure::Runtime(format!("no report at {} ({e}); see the log next to it", path.display())))?;

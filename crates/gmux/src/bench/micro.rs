@@ -129,24 +129,8 @@ fn one_run(lab: &Lab, a: &MicroArgs, level: u32, gib: f64, system: &str) -> Resu
             let _ = std::fs::remove_file(&trace);
             trace.as_path()
         });
-        let args: Vec<String> = vec![
-            "--kind".into(),
-            kind.into(),
-            "--gib".into(),
-            format!("{gib:.4}"),
-            "--n".into(),
-            a.n.to_string(),
-            "--start-at".into(),
-            format!("{start:.3}"),
-            "--ready-dir".into(),
-            ready.display().to_string(),
-            "--ready-count".into(),
-            TENANTS.len().to_string(),
-            "--duration".into(),
-            a.lab.duration.to_string(),
-            "--out".into(),
-            report.display().to_string(),
-        ];
+        let mut args: Vec<String> = vec!["--kind".into(), kind.into(), "--gib".into(), format!("{gib:.4}"), "--n".into(), a.n.to_string()];
+        args.extend(lab::window_args(start, &ready, TENANTS.len(), a.lab.duration, &report));
         children.push((
             name.to_string(),
             lab.tenant(name, &format!("L{level}-{system}"), daemon.as_ref().map(|d| d.socket.as_path()), record, 0, "tenant.py", &args)?,

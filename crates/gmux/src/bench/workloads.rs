@@ -185,20 +185,8 @@ fn one_run(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, system: &str, budg
             let _ = std::fs::remove_file(&trace);
             trace.as_path()
         });
-        let args: Vec<String> = vec![
-            "--kind".into(),
-            (*kind).into(),
-            "--start-at".into(),
-            format!("{start:.3}"),
-            "--ready-dir".into(),
-            ready.display().to_string(),
-            "--ready-count".into(),
-            tenants.len().to_string(),
-            "--duration".into(),
-            a.lab.duration.to_string(),
-            "--out".into(),
-            report.display().to_string(),
-        ];
+        let mut args: Vec<String> = vec!["--kind".into(), (*kind).into()];
+        args.extend(lab::window_args(start, &ready, tenants.len(), a.lab.duration, &report));
         children.push((name.to_string(), lab.tenant(name, &run, daemon.as_ref().map(|d| d.socket.as_path()), record, 0, "workload.py", &args)?));
         if let Some(d) = &daemon {
             if !lab::wait_joined(&d.socket, name, Duration::from_secs(120)) {
