@@ -4,7 +4,8 @@
 #
 #   MIXES=multi-llm LEVELS=150,200,300 bash scripts/gpu-workloads.sh
 #
-# MIXES, LEVELS, SYSTEMS, SLICE (200ms), DURATION (10 s) and WARMUP (15 s) pass through.
+# MIXES, LEVELS, SYSTEMS, SLICE (200ms), DURATION (10 s) and WARMUP (15 s) pass through;
+# REPLAY=0 skips the simulator's replay of the traces (it takes about a minute a level).
 # Each run takes about a minute (setup, warm-up, window): keep one call to 8 runs (one
 # native and one in-hbm run per mix, then gmux and whole per level). The table is printed
 # last; the JSON, the plot, every log and the traces go to $OUT/workloads-logs.tgz.
@@ -19,7 +20,7 @@ rm -rf "$WORK" && mkdir -p "$WORK"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 timeout "${LIMIT:-570}" .gpu-bin/gmux bench workloads --mixes "${MIXES:-multi-llm}" --levels "${LEVELS:-150,200,300}" \
   --systems "${SYSTEMS:-native,in-hbm,gmux,whole}" --timeslice "${SLICE:-200ms}" --duration "${DURATION:-10}" \
-  --warmup "${WARMUP:-15}" --out "$WORK" >"$WORK/table.txt" 2>"$WORK/progress.txt"
+  --warmup "${WARMUP:-15}" ${REPLAY:+$([[ $REPLAY == 0 ]] && echo --no-replay)} --out "$WORK" >"$WORK/table.txt" 2>"$WORK/progress.txt"
 echo "exit $?"
 cp "$WORK/workloads.json" "$WORK/workloads.svg" "$RESULTS/" 2>/dev/null
 tar czf "$RESULTS/workloads-logs.tgz" -C "$WORK" . 2>/dev/null

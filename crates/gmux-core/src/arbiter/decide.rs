@@ -95,17 +95,8 @@ impl Arbiter {
                 Switch::Msched => (runs[t], Fill::Forecast),
                 Switch::Whole => (runs[t] && !evicting && now_cap >= caps[i], Fill::Whole),
             };
-            if runs[t] && !run && !concurrent && self.running.is_some_and(|r| !r.waited_logged && r.switching_longer_than(10, self.now)) {
-                let holders: Vec<String> = live
-                    .iter()
-                    .enumerate()
-                    .filter(|(j, u)| *u != t && usage[*u].held > caps[*j])
-                    .map(|(j, u)| format!("{} holds {} > {}", self.tenants.get(*u).name, format_size(usage[u].held), format_size(caps[j])))
-                    .collect();
-                self.events.push(format!("{} waits: {}", self.tenants.get(*t).name, holders.join(", ")));
-                if let Some(r) = self.running.as_mut() {
-                    r.waited_logged = true;
-                }
+            if runs[t] && !concurrent && self.running.is_some_and(|r| !r.waited_logged && r.switching_longer_than(10, self.now)) {
+                self.log_long_switch(live, i, caps, now_cap, usage);
             }
             let gated = concurrent && self.settings.policy == Policy::Priority && !runs[t];
             let inflight = if gated || (self.settings.policy == Policy::Priority && self.tenants.get(*t).priority < top) { GATED_INFLIGHT } else { 0 };
@@ -123,6 +114,33 @@ impl Arbiter {
             true
         });
         out
+    }
+
+    /// Logs, once per slot, why the tenant switched in (`live[i]`) has not started after
+    /// ten slices: what it waits for and what every other tenant holds against its cap.
+    fn log_long_switch(&mut self, live: &[TenantId], i: usize, caps: &[u64], now_cap: u64, usage: &HashMap<TenantId, ShimReport>) {
+        let u = &usage[&live[i]];
+        let others: Vec<String> = (0..live.len())
+            .filter(|&j| j != i)
+            .map(|j| {
+                let v = &usage[&live[j]];
+                let busy = if v.busy || v.waiting { "busy" } else { "idle" };
+                format!("{} ({busy}) holds {} of {}", self.tenants.get(live[j]).name, format_size(v.held), format_size(caps[j]))
+            })
+            .collect();
+        self.events.push(format!(
+            "{} waits for its switch: holds {}, wants {}, a command needs {}, granted {} of {}; {}",
+            self.tenants.get(live[i]).name,
+            format_size(u.held),
+            format_size(u.want),
+            format_size(u.blocked),
+            format_size(now_cap),
+            format_size(caps[i]),
+            others.join(", ")
+        ));
+        if let Some(r) = self.running.as_mut() {
+            r.waited_logged = true;
+        }
     }
 
     /// Everything fits (or strict priority): every unfrozen tenant runs, except below the

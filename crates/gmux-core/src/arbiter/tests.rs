@@ -223,3 +223,21 @@ fn always_slice_takes_turns_even_when_everything_fits() {
         assert!(g.values().all(|g| g.cap >= 4 * G), "always_slice {always}: nobody gives memory up");
     }
 }
+
+/// A switch that has not started after ten slices is logged once, with what the tenant
+/// waits for and what each other tenant holds against its cap.
+#[test]
+fn a_long_switch_says_what_it_waits_for() {
+    let mut d = four_of_8g(Switch::Msched);
+    grants(&mut d, 0);
+    rep(&mut d, 0, ShimReport { blocked: 8 * G, ..busy(6 * G, 8 * G) });
+    grants(&mut d, 150 * MS);
+    assert!(!d.events.iter().any(|e| e.contains("waits for its switch")), "not yet: {:?}", d.events);
+    grants(&mut d, 201 * MS);
+    let said: Vec<&String> = d.events.iter().filter(|e| e.contains("waits for its switch")).collect();
+    assert_eq!(said.len(), 1, "{:?}", d.events);
+    assert!(said[0].starts_with("t0 waits for its switch: holds 6.0 GiB, wants 8.0 GiB, a command needs 8.0 GiB, granted 8.0 GiB"), "{}", said[0]);
+    assert!(said[0].contains("t1 (busy) holds 0 B of 8.0 GiB"), "{}", said[0]);
+    grants(&mut d, 300 * MS);
+    assert_eq!(d.events.iter().filter(|e| e.contains("waits for its switch")).count(), 1, "once per slot");
+}

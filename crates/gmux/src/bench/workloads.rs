@@ -34,6 +34,10 @@ pub struct WorkloadsArgs {
     /// Systems: native, in-hbm, gmux, whole.
     #[arg(long, value_delimiter = ',', default_value = "native,in-hbm,gmux,whole")]
     systems: Vec<String>,
+    /// Skip the simulator's replay of the recorded traces (no ideal bound or prediction;
+    /// the traces are still written, for `gmux sim` later).
+    #[arg(long)]
+    no_replay: bool,
 }
 
 const SYSTEMS: [&str; 4] = ["native", "in-hbm", "gmux", "whole"];
@@ -113,7 +117,7 @@ pub fn run(a: &WorkloadsArgs) -> Result<(), Failure> {
                     s => {
                         eprintln!("gmux bench: {m}: level {level}%: {s} (budget {})", format_size(budget));
                         let mut row = one_run(&lab, a, m, level, s, Some(budget))?.0;
-                        if s == "gmux" {
+                        if s == "gmux" && !a.no_replay {
                             if let Err(e) = replay(&lab, a, m, level, budget, &mut row) {
                                 eprintln!("gmux bench: {m}: level {level}%: no replay: {}", e.message());
                             }
