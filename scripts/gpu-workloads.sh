@@ -18,9 +18,11 @@ export GMUX_SHIM=$ROOT/.gpu-bin/libgmux.so
 WORK=/tmp/gmux-workloads
 rm -rf "$WORK" && mkdir -p "$WORK"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+NO_REPLAY=()
+if [[ ${REPLAY:-1} == 0 ]]; then NO_REPLAY=(--no-replay); fi
 timeout "${LIMIT:-570}" .gpu-bin/gmux bench workloads --mixes "${MIXES:-multi-llm}" --levels "${LEVELS:-150,200,300}" \
   --systems "${SYSTEMS:-native,in-hbm,gmux,whole}" --timeslice "${SLICE:-200ms}" --duration "${DURATION:-10}" \
-  --warmup "${WARMUP:-15}" ${REPLAY:+$([[ $REPLAY == 0 ]] && echo --no-replay)} --out "$WORK" >"$WORK/table.txt" 2>"$WORK/progress.txt"
+  --warmup "${WARMUP:-15}" "${NO_REPLAY[@]}" --out "$WORK" >"$WORK/table.txt" 2>"$WORK/progress.txt"
 echo "exit $?"
 cp "$WORK/workloads.json" "$WORK/workloads.svg" "$RESULTS/" 2>/dev/null
 tar czf "$RESULTS/workloads-logs.tgz" -C "$WORK" . 2>/dev/null
