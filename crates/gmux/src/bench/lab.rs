@@ -63,7 +63,7 @@ pub fn unix_now() -> f64 {
 }
 
 /// Sleeps until UNIX time `t`.
-pub fn sleep_until(t: f64) {
+fn sleep_until(t: f64) {
     let d = t - unix_now();
     if d > 0.0 {
         std::thread::sleep(Duration::from_secs_f64(d));
@@ -200,11 +200,11 @@ pub fn wait_joined(socket: &Path, tenant: &str, limit: Duration) -> bool {
 
 /// Seconds between the last workload's setup and the window (as `gpu/tenant.py`'s
 /// `READY_MARGIN`).
-pub const READY_MARGIN: f64 = 1.0;
+const READY_MARGIN: f64 = 1.0;
 
 /// Waits until `count` workloads have marked themselves ready in `folder` (see
 /// `--ready-dir` in `gpu/tenant.py`), at most `limit`; the UNIX time the last one did.
-pub fn ready_at(folder: &Path, count: usize, limit: Duration) -> Option<f64> {
+fn ready_at(folder: &Path, count: usize, limit: Duration) -> Option<f64> {
     let t0 = Instant::now();
     while t0.elapsed() < limit {
         let marks: Vec<f64> = std::fs::read_dir(folder)
@@ -219,6 +219,24 @@ pub fn ready_at(folder: &Path, count: usize, limit: Duration) -> Option<f64> {
         std::thread::sleep(Duration::from_millis(20));
     }
     None
+}
+
+/// The measurement window, once `count` workloads are ready in `ready` (at most `setup`):
+/// it opens at `start`, or [`READY_MARGIN`] after the last became ready if later, and
+/// lasts `duration` seconds. Returns when it opened and `measure` at its start and end.
+/// `what` names the run in the message when some workload never became ready.
+pub fn measure_window<T>(ready: &Path, count: usize, setup: Duration, start: f64, duration: f64, what: &str, measure: impl Fn() -> T) -> (f64, T, T) {
+    let start = match ready_at(ready, count, setup) {
+        Some(last) => start.max(last + READY_MARGIN),
+        None => {
+            eprintln!("gmux bench: {what}: not every tenant finished its setup within {} s; see their logs", setup.as_secs());
+            start
+        }
+    };
+    sleep_until(start);
+    let before = measure();
+    sleep_until(start + duration);
+    (start, before, measure())
 }
 
 /// The arguments of `gpu/tenant.py`'s window (`window_args` there): open at UNIX time

@@ -146,17 +146,8 @@ fn one_run(lab: &Lab, a: &MicroArgs, level: u32, gib: f64, system: &str) -> Resu
     let bytes = |d: &Option<lab::Daemon>| {
         d.as_ref().map_or((0, 0), |d| TENANTS.iter().map(|(n, _)| lab::stat(&d.socket, n)).fold((0, 0), |s, b| (s.0 + b.0, s.1 + b.1)))
     };
-    let start = match lab::ready_at(&ready, TENANTS.len(), Duration::from_secs(300)) {
-        Some(last) => start.max(last + lab::READY_MARGIN),
-        None => {
-            eprintln!("gmux bench: level {level}%, {system}: not every tenant finished its setup within 300 s; see their logs");
-            start
-        }
-    };
-    lab::sleep_until(start);
-    let before = bytes(&daemon);
-    lab::sleep_until(start + a.lab.duration);
-    let after = bytes(&daemon);
+    let what = format!("level {level}%, {system}");
+    let (_, before, after) = lab::measure_window(&ready, TENANTS.len(), Duration::from_secs(300), start, a.lab.duration, &what, || bytes(&daemon));
     let mut failed = lab.wait_all(children, Duration::from_secs_f64(120.0 + a.lab.duration));
     drop(daemon);
     let mut units_per_s = HashMap::new();

@@ -199,17 +199,7 @@ fn one_run(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, system: &str, budg
         }
     }
     let bytes = |d: &Option<lab::Daemon>| d.as_ref().map(|d| tenants.iter().map(|(n, _)| lab::stat(&d.socket, n)).fold(0, |s, b| s + b.0 + b.1));
-    let start = match lab::ready_at(&ready, tenants.len(), Duration::from_secs(600)) {
-        Some(last) => start.max(last + lab::READY_MARGIN),
-        None => {
-            eprintln!("gmux bench: {run}: not every tenant finished its setup within 600 s; see their logs");
-            start
-        }
-    };
-    lab::sleep_until(start);
-    let before = bytes(&daemon);
-    lab::sleep_until(start + a.lab.duration);
-    let after = bytes(&daemon);
+    let (start, before, after) = lab::measure_window(&ready, tenants.len(), Duration::from_secs(600), start, a.lab.duration, &run, || bytes(&daemon));
     let mut failed = lab.wait_all(children, Duration::from_secs_f64(180.0 + a.lab.duration));
     drop(daemon);
     let mut row = Row {
