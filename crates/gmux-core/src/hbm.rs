@@ -4,13 +4,17 @@
 //! Each tenant's shim evicts and populates its own chunks; the daemon decides only how
 //! many bytes each tenant may hold. Belady's rule over the timeline: the memory of the
 //! tenant that runs furthest in the future is taken first, so the tenant running and
-//! the next one are served first, each up to what its next slice uses. A tenant further
+//! the next one are served first, each up to what its next slice uses (the one running,
+//! at least what it holds: its forecast may miss what it still uses). A tenant further
 //! ahead keeps what it holds and grows only into memory nobody holds: taking memory
 //! from another tenant that also runs before it comes round would only move bytes back
 //! and forth (two vector adds that each take from the other to fill ahead of their
-//! turns both pay the copies again). `gmem.limit.low` protects what a tenant holds, up
-//! to that limit, from others; `gmem.limit.high` caps it. Inside a tenant, the shim
-//! evicts in OPT order over its own forecast.
+//! turns both pay the copies again). A tenant with no run ahead (idle, frozen, silent)
+//! never grows: it keeps at most what it holds. Granting it free memory would only fill
+//! memory it may not use for a long time, and a grant that follows what it holds echoes
+//! its own moves back to it. `gmem.limit.low` protects what a tenant holds, up to that
+//! limit, from others; `gmem.limit.high` caps it. Inside a tenant, the shim evicts in OPT
+//! order over its own forecast.
 
 use crate::tenant::TenantId;
 use crate::CHUNK_BYTES;
@@ -34,8 +38,13 @@ pub struct Claim {
 }
 
 impl Claim {
+    /// Most it is served: its want; while it runs, at least what it holds. Taking memory
+    /// from the running tenant to fill ahead for the next one would take chunks it may
+    /// still use before its slice ends (a forecast misses what a program allocates
+    /// anew), and it would fetch them again at once.
     fn ceiling(&self) -> u64 {
-        round(self.want.min(self.high.unwrap_or(u64::MAX)))
+        let want = if self.next_run == 0 { self.want.max(self.held) } else { self.want };
+        round(want.min(self.high.unwrap_or(u64::MAX)))
     }
 
     fn protected(&self) -> u64 {
@@ -54,7 +63,8 @@ pub const AHEAD: usize = 2;
 /// The bytes each tenant may hold (in the order of `claims`), within `hbm` (`None`:
 /// unlimited). Protected bytes are granted first. Then, in order of next run, each up to
 /// its want and `gmem.limit.high`: the tenants whose next run is one of the first
-/// [`AHEAD`] distinct ones; the others, what they hold; the others again, what is left.
+/// [`AHEAD`] distinct ones; the others, what they hold; the others that have a run
+/// ahead, what is left.
 pub fn divide(hbm: Option<u64>, claims: &[Claim]) -> Vec<u64> {
     let mut caps: Vec<u64> = claims.iter().map(Claim::protected).collect();
     let Some(hbm) = hbm else {
@@ -79,7 +89,8 @@ pub fn divide(hbm: Option<u64>, claims: &[Claim]) -> Vec<u64> {
     };
     serve(&soon, &want);
     serve(&later, &holds);
-    serve(&later, &want);
+    let scheduled: Vec<usize> = later.into_iter().filter(|&i| claims[i].next_run != u64::MAX).collect();
+    serve(&scheduled, &want);
     caps
 }
 
@@ -121,6 +132,33 @@ mod tests {
         // Free memory still goes to tenants further ahead, in the order of their turns.
         let c = [claim(0, 0, G, 0), claim(1, G, 4 * G, 2), claim(2, 2 * G, 4 * G, 3)];
         assert_eq!(divide(Some(8 * G), &c), vec![G, 4 * G, 3 * G]);
+    }
+
+    /// 5 GiB: one tenant runs and needs 1 GiB; two idle ones hold the rest but part. An
+    /// idle one that gave memory back does not get it back, and the free memory stays
+    /// for the tenant that runs (nothing moves back and forth).
+    #[test]
+    fn a_tenant_with_no_run_ahead_never_grows() {
+        let idle = |id, held| claim(id, held, 3 * G + G / 2, u64::MAX);
+        let c = [claim(0, 0, G, 0), idle(1, 3 * G), idle(2, G)];
+        assert_eq!(divide(Some(5 * G), &c), vec![G, 3 * G, G]);
+        let c = [claim(0, 0, G, 0), idle(1, 2 * G), idle(2, G / 2)];
+        assert_eq!(divide(Some(5 * G), &c), vec![G, 2 * G, G / 2], "the idle ones keep what they hold, no more");
+        // Scheduled two turns ahead, the same tenant grows into what is free.
+        let c = [claim(0, 0, G, 0), claim(1, 2 * G, 4 * G, 1), claim(2, G / 2, 4 * G, 2)];
+        assert_eq!(divide(Some(5 * G), &c), vec![G, 4 * G, 0]);
+    }
+
+    /// 200% of three decoders: the running one holds 3.5 GiB though its forecast says
+    /// 3.3 (what it allocated since is not in it). The next one fills only into the rest.
+    #[test]
+    fn the_running_tenant_keeps_what_it_holds_through_its_slice() {
+        const M: u64 = 1 << 20;
+        let c = [claim(0, 3584 * M, 3380 * M, 0), claim(1, 1740 * M, 3482 * M, 1), claim(2, 0, 3482 * M, 2)];
+        assert_eq!(divide(Some(5324 * M), &c), vec![3584 * M, 1740 * M, 0]);
+        // Next in turn rather than running, the same tenant is held to its want.
+        let c = [claim(0, 3584 * M, 3380 * M, 1), claim(1, 1740 * M, 3482 * M, 0)];
+        assert_eq!(divide(Some(5324 * M), &c), vec![1842 * M, 3482 * M]);
     }
 
     #[test]

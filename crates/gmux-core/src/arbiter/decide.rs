@@ -9,11 +9,17 @@ impl Arbiter {
         self.now = now;
         let live = self.live();
         let usage: HashMap<TenantId, ShimReport> = live.iter().map(|t| (*t, self.usage(*t))).collect();
+        // What a tenant holds counts only up to its newest grant: above it, it is giving
+        // memory back. A process acts on the grant before the newest one while that is on
+        // its way; were what it holds taken as what it may keep, its moves under the old
+        // grant would be granted back to it, and the two would answer each other forever.
+        let granted: HashMap<TenantId, u64> =
+            live.iter().map(|t| (*t, self.procs_of(*t).map(|(_, p)| p.sent.map_or(0, |g| g.cap)).fold(0, u64::saturating_add))).collect();
         // Running at once (`whole`) needs each tenant's whole period, not a slice's worth.
         let claim = |tenants: &Tenants, t: TenantId, next_run: u64, whole: bool| {
             let k = &tenants.get(t).limits;
             let u = &usage[&t];
-            Claim { id: t, held: u.held, want: if whole { u.period } else { u.want }, low: k.low, high: k.high, next_run }
+            Claim { id: t, held: u.held.min(granted[&t]), want: if whole { u.period } else { u.want }, low: k.low, high: k.high, next_run }
         };
         let flat: Vec<Claim> = live.iter().map(|t| claim(&self.tenants, *t, 0, true)).collect();
         let concurrent = self.settings.policy == Policy::Priority || (!self.settings.always_slice && all_fit(self.settings.hbm, &flat));

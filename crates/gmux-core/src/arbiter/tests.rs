@@ -241,3 +241,35 @@ fn a_long_switch_says_what_it_waits_for() {
     grants(&mut d, 300 * MS);
     assert_eq!(d.events.iter().filter(|e| e.contains("waits for its switch")).count(), 1, "once per slot");
 }
+
+/// An idle tenant's process filled under a grant one behind the newest (which took 408
+/// MiB back) and reports holding the old grant's 3244 MiB. The daemon keeps to the newest
+/// grant: answering with what it holds would grant the 408 MiB back while the process
+/// gives them up, and the two would swap them for ever (seen on a GPU: 2.7 TiB moved
+/// while the running tenant waited for 6 MiB).
+#[test]
+fn a_process_acting_on_an_older_grant_is_not_granted_what_it_gives_back() {
+    const M: u64 = 1 << 20;
+    let mut d = Arbiter::new(Some(5259 * M), None, Policy::RoundRobin, Switch::Msched);
+    for c in 0..3 {
+        d.join(c, 100 + c as u32, &format!("t{c}"), 0);
+    }
+    let grant = |cap, seq| Some(Grant { cap, most: 5259 * M, run: false, fill: Fill::Forecast, inflight: 0, seq });
+    let idle = |held| ShimReport { busy: false, ..busy(held, 3400 * M) };
+    for (c, cap) in [(0, 270 * M), (1, 1741 * M), (2, 3244 * M)] {
+        d.procs.get_mut(&c).expect("joined").sent = grant(cap, 4);
+        d.report(c, ShimReport { grant: 4, ..idle(cap) });
+    }
+    d.report(0, ShimReport { grant: 4, blocked: 268 * M, ..busy(260 * M, 268 * M) });
+    // The newest grant to t2 took 408 MiB; it reports under the older one.
+    d.procs.get_mut(&2).expect("joined").sent = grant(2836 * M, 5);
+    d.procs.get_mut(&2).expect("joined").exposure = 3244 * M;
+    d.report(2, ShimReport { grant: 4, ..idle(3244 * M) });
+    let g = grants(&mut d, 0);
+    assert_eq!(g[&2].cap, 2836 * M, "t2 is not granted back what it gives up");
+    // Once it has, the running tenant gets what its command needs.
+    d.report(2, ShimReport { grant: g[&2].seq, ..idle(2836 * M) });
+    let g = grants(&mut d, MS);
+    assert!(g[&0].run && g[&0].cap >= 268 * M, "t0 granted {} MiB", g[&0].cap / M);
+    assert_eq!(g[&2].cap, 2836 * M);
+}
