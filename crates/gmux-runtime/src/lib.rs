@@ -104,8 +104,8 @@ pub struct Stats {
     /// The most bytes one such command had mapped on the host.
     pub largest_spill: u64,
     /// Commands released in each of the last three slots in which the daemon let the
-    /// process run and it released any, newest first (0: no such slot yet); their median
-    /// is the horizon of the next slice's forecast.
+    /// process run and it released any, newest first (0: no such slot yet); the largest is
+    /// the horizon of the next slice's forecast.
     pub slices: [u64; 3],
 }
 
@@ -288,7 +288,7 @@ impl<D: Device> TenantMemory<D> {
     }
 
     /// Notes that the daemon paused the process after it released `released` commands in
-    /// its slot: the median of the last three such slots is the horizon of the next fill.
+    /// its slot: the largest of the last three such slots is the horizon of the next fill.
     /// A slot that released nothing says nothing about slices.
     pub fn slot_ended(&mut self, released: u64) {
         if released > 0 {

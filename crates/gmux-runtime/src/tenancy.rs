@@ -4,6 +4,7 @@
 
 use crate::{Error, TenantMemory};
 use gmux_core::device::Device;
+use gmux_core::idhash::IdSet;
 use gmux_core::planner::{Plan, Request};
 use gmux_core::protocol::ShimReport;
 use gmux_core::{AllocId, ChunkId, Tier, CHUNK_BYTES};
@@ -67,18 +68,37 @@ impl<D: Device> TenantMemory<D> {
     }
 
     /// Allocations the next slice uses, in first-use order: the history's forecast over
-    /// [`TenantMemory::slice_horizon`] commands, or every allocation without one.
+    /// [`TenantMemory::slice_horizon`] commands (every allocation without one), then
+    /// those used over the last horizon's worth of commands that the forecast leaves out,
+    /// the least recently used first.
     fn next_slice(&self) -> Vec<AllocId> {
         let horizon = self.slice_horizon();
-        self.forecast_ahead().into_iter().filter(|(_, ahead)| *ahead < horizon).map(|(a, _)| a).collect()
+        let mut slice: Vec<AllocId> = self.forecast_ahead().into_iter().filter(|(_, ahead)| *ahead < horizon).map(|(a, _)| a).collect();
+        let forecast: IdSet<AllocId> = slice.iter().copied().collect();
+        let mut recent: Vec<(u64, AllocId)> = self.used_within(horizon).filter(|(a, _)| !forecast.contains(a)).map(|(a, t)| (t, a)).collect();
+        recent.sort_unstable();
+        slice.extend(recent.into_iter().map(|(_, a)| a));
+        slice
     }
 
-    /// Commands the next slice is forecast to run: the median of what the process released
-    /// in its last three slots (one slot that ran long, say after a slow switch, does not
-    /// inflate the next fill); before its first slice (or never sliced: all tenants fit),
-    /// no bound.
+    /// Live allocations used in the last `horizon` commands released, each with its last
+    /// use. What a process used over its last slice is a floor under the forecast of its
+    /// next one: a forecast falls short where the program does something it has not done
+    /// at that point before. (Measured on the traces of three transformers decoders: at
+    /// the first commands of each `generate` call, the forecast over a slice held 0–200
+    /// MiB of the 3.4 GiB the slice used; what the last slice used held all of it.)
+    fn used_within(&self, horizon: usize) -> impl Iterator<Item = (AllocId, u64)> + '_ {
+        let since = self.tick.saturating_sub(u64::try_from(horizon).unwrap_or(u64::MAX));
+        self.alloc_tick.iter().filter(move |(a, t)| **t > since && self.is_live(**a)).map(|(a, t)| (*a, *t))
+    }
+
+    /// Commands the next slice is forecast to run: the most the process released in one of
+    /// its last three slots; before its first slice (or never sliced: all tenants fit), no
+    /// bound. Not a median or a mean: a slot that waited for memory released fewer
+    /// commands, and a horizon that shrank with it would forecast less, keep less and make
+    /// the next slot wait again.
     fn slice_horizon(&self) -> usize {
-        median_slice(&self.stats.slices)
+        largest_slice(&self.stats.slices)
     }
 
     /// Live allocations the forecast uses, in first-use order, each with how many
@@ -94,15 +114,22 @@ impl<D: Device> TenantMemory<D> {
     /// resident; `busy`: commands are in flight; `finished`: commands seen finished.
     pub fn report(&mut self, blocked: u64, busy: bool, finished: u64) -> ShimReport {
         self.settle();
-        // The next slice's allocations and the whole period's, from one forecast.
+        // The next slice's allocations and the whole period's, from one forecast, each
+        // with what the last slice used and the forecast left out.
         let horizon = self.slice_horizon();
+        let bytes = |a: AllocId| self.mem.alloc(a).expect("live").count as u64 * CHUNK_BYTES;
         let (mut want, mut period) = (0, 0);
+        let mut forecast: IdSet<AllocId> = IdSet::default();
         for (a, ahead) in self.forecast_ahead() {
-            let bytes = self.mem.alloc(a).expect("live").count as u64 * CHUNK_BYTES;
-            period += bytes;
+            forecast.insert(a);
+            period += bytes(a);
             if ahead < horizon {
-                want += bytes;
+                want += bytes(a);
             }
+        }
+        for (a, _) in self.used_within(horizon).filter(|(a, _)| !forecast.contains(a)) {
+            want += bytes(a);
+            period += bytes(a);
         }
         let usage = self.mem.usage(self.tenant);
         let m = self.stats.moved;
@@ -126,13 +153,11 @@ impl<D: Device> TenantMemory<D> {
     }
 }
 
-/// The median of the known slices (0: unknown), the lower one of two; no bound without any.
-fn median_slice(slices: &[u64]) -> usize {
-    let mut known: Vec<u64> = slices.iter().copied().filter(|n| *n > 0).collect();
-    known.sort_unstable();
-    match known.len() {
-        0 => usize::MAX,
-        k => known[(k - 1) / 2] as usize,
+/// The largest of the known slices (0: unknown); no bound without any.
+fn largest_slice(slices: &[u64]) -> usize {
+    match slices.iter().copied().max() {
+        None | Some(0) => usize::MAX,
+        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
     }
 }
 
@@ -151,16 +176,15 @@ fn one_step(chunks: impl Iterator<Item = ChunkId>, step: usize, extent_of: impl 
 
 #[cfg(test)]
 mod tests {
-    use super::{median_slice, one_step};
+    use super::{largest_slice, one_step};
     use gmux_core::ChunkId;
 
     #[test]
-    fn one_long_slot_does_not_set_the_horizon() {
-        assert_eq!(median_slice(&[0, 0, 0]), usize::MAX, "never sliced: no bound");
-        assert_eq!(median_slice(&[8, 0, 0]), 8);
-        assert_eq!(median_slice(&[32, 8, 0]), 8, "the lower of two");
-        assert_eq!(median_slice(&[32, 8, 9]), 9);
-        assert_eq!(median_slice(&[16, 16, 4]), 16);
+    fn slots_slowed_by_paging_do_not_shorten_the_horizon() {
+        assert_eq!(largest_slice(&[0, 0, 0]), usize::MAX, "never sliced: no bound");
+        assert_eq!(largest_slice(&[8, 0, 0]), 8);
+        assert_eq!(largest_slice(&[400, 1700, 500]), 1700, "two slow slots after a full one");
+        assert_eq!(largest_slice(&[16, 16, 4]), 16);
     }
 
     /// Extents of 4 chunks: a step of 6 ends inside the second extent and takes all of it.

@@ -233,6 +233,36 @@ fn the_report_counts_bytes() {
     assert_eq!(r.period, 6 * CHUNK_BYTES, "both allocations are in the forecast");
 }
 
+/// A forecast that falls short (a new phase whose one command repeats: the history
+/// predicts that command again and nothing else) does not shrink what the process asks
+/// for, or what its fill brings back, below what its last slice used.
+#[test]
+fn what_the_last_slice_used_is_a_floor_under_the_forecast() {
+    let mut m = memory(64);
+    let layers: Vec<AllocId> = (0..4).map(|_| m.allocate(4 * CHUNK_BYTES).unwrap()).collect();
+    let e = m.allocate(CHUNK_BYTES).unwrap();
+    for _ in 0..10 {
+        for a in &layers {
+            run(&mut m, &[*a], 0).unwrap();
+        }
+    }
+    m.slot_ended(8);
+    for _ in 0..3 {
+        run(&mut m, &[e], 0).unwrap();
+    }
+    let r = m.report(0, true, 0);
+    assert_eq!(r.want, 17 * CHUNK_BYTES, "e, and the four allocations of the last 8 commands");
+    assert_eq!(r.period, 17 * CHUNK_BYTES);
+    while m.shrink_step(0, Vec::new).unwrap() {}
+    m.set_limit(64 * CHUNK_BYTES);
+    while let Some(true) = m.fill_step(false, Vec::new).unwrap() {}
+    assert_eq!(m.resident(), 17 * CHUNK_BYTES, "the fill brings back what the report asks for");
+    m.slot_ended(2);
+    m.slot_ended(2);
+    m.slot_ended(2);
+    assert_eq!(m.report(0, true, 0).want, CHUNK_BYTES, "over the last two commands, only e was used");
+}
+
 proptest! {
     /// Whatever commands run, resident memory stays within the limit, and every chunk of
     /// a command's working set is resident when it is released.
