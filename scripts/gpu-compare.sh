@@ -6,14 +6,17 @@
 #   LAUNCH=0 bash scripts/gpu-compare.sh 300    (skips the per-launch cost)
 #   BASE=0 LAUNCH=0 bash scripts/gpu-compare.sh 100,150,200,300   (this build alone)
 #   LAUNCH_ROUNDS=4 bash scripts/gpu-compare.sh none              (per-launch cost alone)
+#   BUILDS="base v1 new" LAUNCH=0 bash scripts/gpu-compare.sh 200   (more builds: .gpu-bin-v1/)
 #
 # Needs the baseline's binaries in .gpu-bin-base/ (gmux and libgmux.so of the build to
 # compare with) and this build's in .gpu-bin/ (scripts/gpu-pack.sh); carry both. Runs
 # `gmux bench msched-micro --systems gmux` under the baseline, then `--systems
 # in-hbm,gmux` under this build, each level with a 25 s warm-up and a 10 s window
 # (about 50 s a run: two levels fit one 10-minute device call). Throughput of both builds is
-# normalized to this run's in-hbm figures. JSON and tables go to $OUT; the summary is
-# printed last and written to $OUT/compare-summary.txt.
+# normalized to this run's in-hbm figures. A build NAME other than base and new runs from
+# .gpu-bin-NAME/, as the baseline does. JSON goes to $OUT, the tables and logs to
+# $OUT/compare-logs.tgz; the summary is printed last and written to
+# $OUT/compare-summary.txt.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${OUT:-./out}
@@ -37,22 +40,22 @@ rm -rf "$WORK" && mkdir -p "$WORK"
   done
 done
 
-builds="base new"
+builds=${BUILDS:-base new}
 [[ ${BASE:-1} == 0 ]] && builds=new
 [[ $LEVELS == none ]] && builds=""
 for build in $builds; do
-  bin=.gpu-bin
-  systems=in-hbm,gmux
-  if [[ $build == base ]]; then bin=.gpu-bin-base systems=gmux; fi
+  bin=.gpu-bin-$build
+  systems=gmux
+  if [[ $build == new ]]; then bin=.gpu-bin systems=in-hbm,gmux; fi
   if [[ ! -x $bin/gmux ]]; then
     echo "gpu-compare: no $bin/gmux; build it (scripts/gpu-pack.sh for this build) and carry $bin" >&2
     exit 2
   fi
   echo "== $build ($bin): msched-micro --levels $LEVELS --systems $systems"
   timeout 540 "$bin/gmux" bench msched-micro --levels "$LEVELS" --systems "$systems" --duration 10 --warmup 25 \
-    --out "$WORK/$build" >"$OUT/compare-$build.txt" 2>"$WORK/$build.stderr"
+    --out "$WORK/$build" >"$WORK/compare-$build.txt" 2>"$WORK/$build.stderr"
   echo "   exit $?"
-  tail -n 12 "$OUT/compare-$build.txt"
+  tail -n 12 "$WORK/compare-$build.txt"
   cp "$WORK/$build/msched-micro.json" "$OUT/compare-$build.json" 2>/dev/null
 done
 
@@ -65,7 +68,9 @@ for t in "$WORK"/new/L*.vecadd-0.trace.jsonl; do
   tar czf "$OUT/traces-$level.tgz" -C "$WORK/new" $(cd "$WORK/new" && ls "$level".*.trace.jsonl "$level"-gmux.daemon.log 2>/dev/null)
 done
 
-python3 - "$OUT" <<'EOF' | tee "$OUT/compare-summary.txt"
+tar czf "$OUT/compare-logs.tgz" -C "$WORK" $(cd "$WORK" && ls compare-*.txt ./*.stderr 2>/dev/null)
+
+python3 - "$OUT" $builds <<'EOF' | tee "$OUT/compare-summary.txt"
 import json, sys
 out = sys.argv[1]
 def rows(build):
@@ -73,6 +78,7 @@ def rows(build):
         return json.load(open(f"{out}/compare-{build}.json"))["rows"]
     except (OSError, ValueError, KeyError):
         return []
+extra = [b for b in sys.argv[2:] if b not in ("base", "new")]
 base, new = rows("base"), rows("new")
 hbm = {r["level"]: r["units_per_s"] for r in new if r["system"] == "in-hbm"}
 def norm(r):
@@ -103,4 +109,8 @@ for level in sorted({r["level"] for r in base + new}):
     fmt = lambda v: f"{v:.3f}" if v is not None else "-"
     failed = ", ".join((b or {}).get("failed", []) + (n or {}).get("failed", []))
     print(f"{level}%{'':<3} {fmt(nb):>8} {fmt(nn):>8} {ratio:>9}  {gib(b):>15} {gib(n):>6}  {failed}")
+    for x in extra:
+        r = next((r for r in rows(x) if r["level"] == level and r["system"] == "gmux"), None)
+        nx = norm(r) if r else None
+        print(f"  {x}: {fmt(nx)} of in-hbm, {gib(r)} GiB/kernel{'  failed: ' + ', '.join(r.get('failed', [])) if r and r.get('failed') else ''}")
 EOF

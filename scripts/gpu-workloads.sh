@@ -5,7 +5,8 @@
 #   MIXES=multi-llm LEVELS=150,200,300 bash scripts/gpu-workloads.sh
 #
 # MIXES, LEVELS, SYSTEMS, SLICE (200ms), DURATION (10 s) and WARMUP (15 s) pass through;
-# REPLAY=0 skips the simulator's replay of the traces (it takes about a minute a level).
+# BIN (.gpu-bin) names the build; REPLAY=0 skips the simulator's replay of the traces (it
+# takes about a minute a level).
 # Each run takes about a minute (setup, warm-up, window): keep one call to 8 runs (one
 # native and one in-hbm run per mix, then gmux and whole per level). The table is printed
 # last; the JSON, the plot, every log and the traces go to $OUT/workloads-logs.tgz.
@@ -14,13 +15,14 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 RESULTS=${OUT:-./out}
 mkdir -p "$RESULTS" && RESULTS=$(cd "$RESULTS" && pwd)
 cd "$ROOT" || exit 1
-export GMUX_SHIM=$ROOT/.gpu-bin/libgmux.so
+BIN=${BIN:-.gpu-bin}
+export GMUX_SHIM=$ROOT/$BIN/libgmux.so
 WORK=/tmp/gmux-workloads
 rm -rf "$WORK" && mkdir -p "$WORK"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 NO_REPLAY=()
 if [[ ${REPLAY:-1} == 0 ]]; then NO_REPLAY=(--no-replay); fi
-timeout "${LIMIT:-570}" .gpu-bin/gmux bench workloads --mixes "${MIXES:-multi-llm}" --levels "${LEVELS:-150,200,300}" \
+timeout "${LIMIT:-570}" "$BIN/gmux" bench workloads --mixes "${MIXES:-multi-llm}" --levels "${LEVELS:-150,200,300}" \
   --systems "${SYSTEMS:-native,in-hbm,gmux,whole}" --timeslice "${SLICE:-200ms}" --duration "${DURATION:-10}" \
   --warmup "${WARMUP:-15}" "${NO_REPLAY[@]}" --out "$WORK" >"$WORK/table.txt" 2>"$WORK/progress.txt"
 echo "exit $?"
