@@ -67,18 +67,26 @@ impl<D: Device> TenantMemory<D> {
         Ok(Some(more))
     }
 
-    /// Allocations the next slice uses, in first-use order: the history's forecast over
-    /// [`TenantMemory::slice_horizon`] commands (every allocation without one), then
-    /// those used over the last horizon's worth of commands that the forecast leaves out,
-    /// the least recently used first.
-    fn next_slice(&self) -> Vec<AllocId> {
+    /// Allocations the next slice uses, in first-use order: the history's forecast
+    /// ([`TenantMemory::forecast_slice`]), then those used over the last horizon's worth of
+    /// commands that the forecast leaves out, the least recently used first. What the
+    /// agent fills by, and the report's `want`.
+    pub fn next_slice(&self) -> Vec<AllocId> {
         let horizon = self.slice_horizon();
-        let mut slice: Vec<AllocId> = self.forecast_ahead().into_iter().filter(|(_, ahead)| *ahead < horizon).map(|(a, _)| a).collect();
+        let mut slice = self.forecast_slice();
         let forecast: IdSet<AllocId> = slice.iter().copied().collect();
         let mut recent: Vec<(u64, AllocId)> = self.used_within(horizon).filter(|(a, _)| !forecast.contains(a)).map(|(a, t)| (t, a)).collect();
         recent.sort_unstable();
         slice.extend(recent.into_iter().map(|(_, a)| a));
         slice
+    }
+
+    /// The history's forecast alone: the allocations first used within the slice horizon
+    /// (the most commands the process released in one of its last three slots), in
+    /// first-use order; every allocation without a forecast.
+    pub fn forecast_slice(&self) -> Vec<AllocId> {
+        let horizon = self.slice_horizon();
+        self.forecast_ahead().into_iter().filter(|(_, ahead)| *ahead < horizon).map(|(a, _)| a).collect()
     }
 
     /// Live allocations used in the last `horizon` commands released, each with its last

@@ -4,6 +4,7 @@
 pub mod device;
 pub mod dispatch;
 pub mod engine;
+pub mod forecast;
 mod gmuxd;
 pub mod ideal;
 pub mod lanes;

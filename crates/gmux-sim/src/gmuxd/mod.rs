@@ -16,7 +16,6 @@ use crate::device::SimDevice;
 use crate::engine::{Outcome, RunSpec};
 use device::ProcessDevice;
 use gmux_core::arbiter::{Arbiter, Switch};
-use gmux_runtime::Settings;
 use process::Process;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -33,7 +32,7 @@ pub fn run(spec: RunSpec) -> Result<Outcome, String> {
     if let Some(t) = spec.tenants.first() {
         arbiter.settings.timeslice = t.timeslice;
     }
-    let settings = Settings { history_opt: true, prefetch: 0, extent_chunks: 64, all_events: false, sync_after: false };
+    let settings = crate::forecast::SETTINGS;
     let mut setups = Vec::new();
     for (i, s) in spec.tenants.into_iter().enumerate() {
         let id = arbiter.join(i as u64 + 1, 1000 + i as u32, &s.name, s.priority);

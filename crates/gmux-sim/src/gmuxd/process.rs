@@ -10,7 +10,7 @@ use gmux_core::device::CopyStream;
 use gmux_core::protocol::{Fill, Grant, ShimReport};
 use gmux_core::AllocId;
 use gmux_runtime::switch::{Action, Edge, Switch};
-use gmux_runtime::{Error, Settings, TenantMemory, WorkingSet};
+use gmux_runtime::{Error, Settings, TenantMemory};
 use std::collections::VecDeque;
 
 /// Most released, unfinished commands of a process (the shim's default bound).
@@ -171,10 +171,7 @@ impl Process {
                 return Ok(());
             }
             self.blocked = 0;
-            let mut ids: Vec<AllocId> = cmd.ws.iter().map(|a| self.allocs[a.alloc]).collect();
-            ids.sort_unstable();
-            ids.dedup();
-            let ws = WorkingSet::Allocs(ids.into());
+            let ws = crate::forecast::working_set(&cmd, &self.allocs);
             let sig = self.mem.signature(0, &ws);
             self.mem.dev.begin(now);
             let fence: Vec<f64> = self.inflight.back().map(|c| c.end).into_iter().collect();

@@ -1,7 +1,8 @@
 //! `gmux bench`: benchmarks of the daemon. The GPU ones run real tenant processes (the
 //! PyTorch programs in `gpu/`) and keep every process's log under `--out`; `daemon-scale`
-//! and `daemon-fuzz` run on the CPU. Each prints a table and writes JSON.
+//! `daemon-fuzz` and `forecast` run on the CPU. Each prints a table and writes JSON.
 
+mod forecast;
 mod fuzz;
 mod lab;
 mod launch;
@@ -27,6 +28,9 @@ pub enum BenchCommand {
     DaemonScale(scale::ScaleArgs),
     /// A real daemon fed random and absurd messages over its socket (CPU only).
     DaemonFuzz(fuzz::FuzzArgs),
+    /// How well each process's forecast of its next slice matched what the slice used,
+    /// on recorded traces (CPU only).
+    Forecast(forecast::ForecastArgs),
     /// What gmux adds to a kernel launch: native against `gmux run`, one GPU.
     Launch(launch::LaunchArgs),
     /// The launch loop `gmux bench launch` runs in each child process.
@@ -42,6 +46,7 @@ pub fn bench(cmd: &BenchCommand) -> Result<(), Failure> {
         BenchCommand::Priority(a) => priority::run(a),
         BenchCommand::DaemonScale(a) => scale::run(a),
         BenchCommand::DaemonFuzz(a) => fuzz::run(a),
+        BenchCommand::Forecast(a) => forecast::run(a),
         BenchCommand::Launch(a) => launch::run(a),
         BenchCommand::LaunchLoop(a) => launch_loop::run(a),
     }
