@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// Version of these messages. A `Hello` of another version is refused with a
 /// [`Refused`] that says so: a shim and a daemon of different builds never half-agree.
-pub const PROTOCOL: u32 = 2;
+pub const PROTOCOL: u32 = 3;
 
 /// Shim → daemon.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,6 +81,10 @@ pub struct ShimReport {
     /// bring memory in): a limit below it ends the process at its next such command.
     #[serde(default)]
     pub largest: u64,
+    /// Nanoseconds, in all, that the agent's eviction and fill steps held the process's
+    /// launches (a launch waits while the agent issues a step's mappings and copies).
+    #[serde(default)]
+    pub launches_held_ns: u64,
 }
 
 /// Daemon → shim, in place of the first grant: the `Hello` was refused, and why (with

@@ -157,6 +157,7 @@ impl<D: Device> TenantMemory<D> {
             finished,
             grant: 0,
             largest: self.stats.largest_need,
+            launches_held_ns: 0,
         }
     }
 }

@@ -18,16 +18,27 @@ use crate::state::ShimError;
 use gmux_core::protocol::{Fill, FromShim, Grant};
 use gmux_core::size::format_size;
 use gmux_runtime::switch::{Action, Edge, Switch, View};
+use std::cell::Cell;
 use std::io::Write;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use gate::{gate, wait_grant};
 
 /// How often the worker reports when nothing else wakes it.
 const REPORT_EVERY: Duration = Duration::from_millis(20);
+
+/// Nanoseconds the worker has held the state lock, which the application's launches wait
+/// for (reported as `launches_held_ns`).
+static LAUNCHES_HELD_NS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The worker's time without the state lock inside its current round (waiting for a
+    /// step's copies).
+    static UNLOCKED: Cell<Duration> = const { Cell::new(Duration::ZERO) };
+}
 
 struct Link {
     grant: Grant,
@@ -190,6 +201,8 @@ fn work() {
         };
         seen = generation;
         let mut guard = crate::state::existing();
+        let locked = Instant::now();
+        UNLOCKED.set(Duration::ZERO);
         let Some(st) = guard.as_mut() else { continue };
         if !ctx_set {
             gmux_cuda::context::set_current(st.ctx());
@@ -213,6 +226,8 @@ fn work() {
         let mut report = st.report(blocked.0);
         report.waiting = blocked.1;
         report.grant = g.seq;
+        let held = u64::try_from(locked.elapsed().saturating_sub(UNLOCKED.get()).as_nanos()).unwrap_or(u64::MAX);
+        report.launches_held_ns = LAUNCHES_HELD_NS.fetch_add(held, Ordering::Relaxed).saturating_add(held);
         // With nothing else to do, pin host memory ahead of need, so that no eviction
         // waits for the pinning (0.2 s per GiB).
         let prepin = if matches!(step, Ok(false)) && prepin_ok { st.host_short() } else { None };
@@ -302,12 +317,14 @@ fn act(a: &Agent, guard: StateGuard, switch: &mut Switch<OwnedEvent>, action: Ac
 /// then takes the lock back; `what` names the copies for the debug log.
 fn wait_unlocked(guard: StateGuard, ev: OwnedEvent, what: &str) -> StateGuard {
     drop(guard);
-    let t0 = stamp();
+    let (t0, unlocked) = (stamp(), Instant::now());
     if let Err(e) = ev.synchronize() {
         crate::log!(Warn, "waiting for {what} failed ({e})");
     }
     crate::log!(Debug, "agent {t0:.3}: waited {:.2} ms for {what}", (stamp() - t0) * 1e3);
-    crate::state::existing()
+    let guard = crate::state::existing();
+    UNLOCKED.set(UNLOCKED.get() + unlocked.elapsed());
+    guard
 }
 
 /// The error for a working set of `need` bytes over the limit `limit`: wait for the
@@ -343,9 +360,10 @@ pub fn farewell() {
     crate::log!(Debug, "agent {:.6}: exit", stamp());
     let Some(mut g) = crate::state::try_existing() else { return };
     let Some(st) = g.as_mut() else { return };
-    let report = FromShim::Report(st.report(0));
+    let mut report = st.report(0);
+    report.launches_held_ns = LAUNCHES_HELD_NS.load(Ordering::Relaxed);
     drop(g);
-    a.send(&report);
+    a.send(&FromShim::Report(report));
 }
 
 /// Asks the worker to report now (the process went busy or idle).

@@ -31,6 +31,7 @@ fn report() -> impl Strategy<Value = ShimReport> {
             finished,
             grant,
             largest: want,
+            launches_held_ns: finished,
         },
     )
 }

@@ -83,7 +83,8 @@ pub struct DaemonArgs {
     /// daemon makes it, 0710.
     #[arg(long, value_name = "NAME")]
     pub group: Option<String>,
-    /// Log every switch and slice start.
+    /// Log every switch, slice start and slot end (with the commands the slot ran and how
+    /// long the tenant's agent held its launches to map and fill memory).
     #[arg(long)]
     pub verbose: bool,
     /// Time-slice even when every tenant's memory fits the budget (by default they then

@@ -204,12 +204,14 @@ impl Arbiter {
         if keep.is_none() {
             if let Some(r) = self.running.take() {
                 self.sched.charge(r.tenant, r.charge(now));
-                let ran = usage.get(&r.tenant).map_or(0, |u| u.commands.saturating_sub(r.commands));
-                self.events.push(format!("{} ran {ran} commands in {:.1} ms", self.tenants.get(r.tenant).name, (now - r.switched) as f64 / 1e6));
+                let (ran, held) =
+                    usage.get(&r.tenant).map_or((0, 0), |u| (u.commands.saturating_sub(r.commands), u.launches_held_ns.saturating_sub(r.launches_held_ns)));
+                let held = if held > 0 { format!("; its agent's steps held its launches {:.1} ms", held as f64 / 1e6) } else { String::new() };
+                self.events.push(format!("{} ran {ran} commands in {:.1} ms{held}", self.tenants.get(r.tenant).name, (now - r.switched) as f64 / 1e6));
             }
             if let Some(head) = self.sched.timeline(&views, 1).head() {
                 let u = &usage[&head.tenant];
-                self.running = Some(Slot::switch_in(head.tenant, now, u.commands, head.slice));
+                self.running = Some(Slot::switch_in(head.tenant, now, u.commands, u.launches_held_ns, head.slice));
                 self.tenants.get_mut(head.tenant).stat.switches += 1;
             }
         }

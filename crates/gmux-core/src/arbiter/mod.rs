@@ -317,6 +317,7 @@ impl Arbiter {
             add(&mut u.bytes_h2d, r.bytes_h2d);
             add(&mut u.bytes_d2h, r.bytes_d2h);
             add(&mut u.finished, r.finished);
+            add(&mut u.launches_held_ns, r.launches_held_ns);
             u.largest = u.largest.max(r.largest);
             u.busy |= r.busy;
             u.waiting |= r.waiting;

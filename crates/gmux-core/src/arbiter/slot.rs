@@ -30,6 +30,8 @@ pub struct Slot {
     pub switched: Nanos,
     /// Commands it had released at the switch.
     pub commands: u64,
+    /// Nanoseconds its agent had held its launches at the switch.
+    pub launches_held_ns: u64,
     /// Its timeslice.
     pub slice: Nanos,
     /// Where the slot is.
@@ -39,9 +41,10 @@ pub struct Slot {
 }
 
 impl Slot {
-    /// `tenant` switched in at `now` with `commands` released so far, for a slice of `slice`.
-    pub fn switch_in(tenant: TenantId, now: Nanos, commands: u64, slice: Nanos) -> Slot {
-        Slot { tenant, switched: now, commands, slice, phase: Phase::Switching, waited_logged: false }
+    /// `tenant` switched in at `now` with `commands` released so far and its launches
+    /// held `launches_held_ns` by its agent so far, for a slice of `slice`.
+    pub fn switch_in(tenant: TenantId, now: Nanos, commands: u64, launches_held_ns: u64, slice: Nanos) -> Slot {
+        Slot { tenant, switched: now, commands, launches_held_ns, slice, phase: Phase::Switching, waited_logged: false }
     }
 
     /// Takes the tenant's count of finished commands at `now`: more than it had released at
@@ -87,7 +90,7 @@ mod tests {
 
     #[test]
     fn the_slice_starts_when_a_command_released_after_the_switch_finishes() {
-        let mut s = Slot::switch_in(TenantId(1), 100 * MS, 40, 50 * MS);
+        let mut s = Slot::switch_in(TenantId(1), 100 * MS, 40, 0, 50 * MS);
         assert!(!s.observe(40, 130 * MS), "the 40 released before the switch finishing start nothing");
         assert_eq!(s.ends(), 100 * MS + 20 * 50 * MS, "a switch that never finishes ends after 20 slices");
         assert_eq!(s.charge(130 * MS), 0, "the switch is not charged");
@@ -100,7 +103,7 @@ mod tests {
 
     #[test]
     fn a_long_switch_is_told_apart() {
-        let mut s = Slot::switch_in(TenantId(1), 0, 0, 50 * MS);
+        let mut s = Slot::switch_in(TenantId(1), 0, 0, 0, 50 * MS);
         assert!(!s.switching_longer_than(10, 500 * MS));
         assert!(s.switching_longer_than(10, 501 * MS));
         s.observe(1, 600 * MS);
