@@ -43,8 +43,16 @@ impl Claim {
     /// still use before its slice ends (a forecast misses what a program allocates
     /// anew), and it would fetch them again at once.
     fn ceiling(&self) -> u64 {
-        let want = if self.next_run == 0 { self.want.max(self.held) } else { self.want };
-        round(want.min(self.high.unwrap_or(u64::MAX)))
+        if self.next_run == 0 {
+            round(self.want.max(self.held).min(self.high.unwrap_or(u64::MAX)))
+        } else {
+            self.wanted()
+        }
+    }
+
+    /// Its want, within `gmem.limit.high`.
+    fn wanted(&self) -> u64 {
+        round(self.want.min(self.high.unwrap_or(u64::MAX)))
     }
 
     fn protected(&self) -> u64 {
@@ -97,7 +105,7 @@ pub fn divide(hbm: Option<u64>, claims: &[Claim]) -> Vec<u64> {
 /// Whether every tenant's want fits at once: then all run concurrently and only
 /// priority gates them.
 pub fn all_fit(hbm: Option<u64>, claims: &[Claim]) -> bool {
-    hbm.is_none_or(|h| claims.iter().map(Claim::ceiling).fold(0u64, u64::saturating_add) <= h)
+    hbm.is_none_or(|h| claims.iter().map(Claim::wanted).fold(0u64, u64::saturating_add) <= h)
 }
 
 #[cfg(test)]
@@ -144,9 +152,11 @@ mod tests {
         assert_eq!(divide(Some(5 * G), &c), vec![G, 3 * G, G]);
         let c = [claim(0, 0, G, 0), idle(1, 2 * G), idle(2, G / 2)];
         assert_eq!(divide(Some(5 * G), &c), vec![G, 2 * G, G / 2], "the idle ones keep what they hold, no more");
-        // Scheduled two turns ahead, the same tenant grows into what is free.
+        // Third in turn, the same tenant grows into what is free; idle, it keeps what it holds.
         let c = [claim(0, 0, G, 0), claim(1, 2 * G, 4 * G, 1), claim(2, G / 2, 4 * G, 2)];
-        assert_eq!(divide(Some(5 * G), &c), vec![G, 4 * G, 0]);
+        assert_eq!(divide(Some(8 * G), &c), vec![G, 4 * G, 3 * G]);
+        let c = [claim(0, 0, G, 0), claim(1, 2 * G, 4 * G, 1), claim(2, G / 2, 4 * G, u64::MAX)];
+        assert_eq!(divide(Some(8 * G), &c), vec![G, 4 * G, G / 2]);
     }
 
     /// 200% of three decoders: the running one holds 3.5 GiB though its forecast says
@@ -159,6 +169,13 @@ mod tests {
         // Next in turn rather than running, the same tenant is held to its want.
         let c = [claim(0, 3584 * M, 3380 * M, 1), claim(1, 1740 * M, 3482 * M, 0)];
         assert_eq!(divide(Some(5324 * M), &c), vec![1842 * M, 3482 * M]);
+    }
+
+    /// Whether all fit counts what each wants, not spare memory a tenant still holds.
+    #[test]
+    fn all_fit_counts_wants_not_what_is_held() {
+        assert!(all_fit(Some(8 * G), &[claim(0, 6 * G, 2 * G, 0), claim(1, 0, 2 * G, 0)]));
+        assert!(!all_fit(Some(8 * G), &[claim(0, 0, 6 * G, 0), claim(1, 0, 3 * G, 0)]));
     }
 
     #[test]

@@ -81,8 +81,9 @@ pub struct ShimReport {
     /// bring memory in): a limit below it ends the process at its next such command.
     #[serde(default)]
     pub largest: u64,
-    /// Nanoseconds, in all, that the agent's eviction and fill steps held the process's
-    /// launches (a launch waits while the agent issues a step's mappings and copies).
+    /// Nanoseconds, in all, that the agent held the process's state lock, which its
+    /// launches wait for: while it issues eviction and fill steps (their mappings and
+    /// copies) and builds its reports.
     #[serde(default)]
     pub launches_held_ns: u64,
 }

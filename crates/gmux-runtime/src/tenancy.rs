@@ -122,23 +122,23 @@ impl<D: Device> TenantMemory<D> {
     /// resident; `busy`: commands are in flight; `finished`: commands seen finished.
     pub fn report(&mut self, blocked: u64, busy: bool, finished: u64) -> ShimReport {
         self.settle();
-        // The next slice's allocations and the whole period's, from one forecast, each
-        // with what the last slice used and the forecast left out.
+        // The next slice's allocations (as [`TenantMemory::next_slice`]) and the whole
+        // period's, from one forecast, each with what the last slice used.
         let horizon = self.slice_horizon();
         let bytes = |a: AllocId| self.mem.alloc(a).expect("live").count as u64 * CHUNK_BYTES;
-        let (mut want, mut period) = (0, 0);
-        let mut forecast: IdSet<AllocId> = IdSet::default();
+        let (mut slice, mut whole): (IdSet<AllocId>, IdSet<AllocId>) = Default::default();
         for (a, ahead) in self.forecast_ahead() {
-            forecast.insert(a);
-            period += bytes(a);
+            whole.insert(a);
             if ahead < horizon {
-                want += bytes(a);
+                slice.insert(a);
             }
         }
-        for (a, _) in self.used_within(horizon).filter(|(a, _)| !forecast.contains(a)) {
-            want += bytes(a);
-            period += bytes(a);
+        for (a, _) in self.used_within(horizon) {
+            slice.insert(a);
+            whole.insert(a);
         }
+        let want = slice.iter().map(|a| bytes(*a)).sum();
+        let period = whole.iter().map(|a| bytes(*a)).sum();
         let usage = self.mem.usage(self.tenant);
         let m = self.stats.moved;
         ShimReport {
@@ -192,7 +192,7 @@ mod tests {
     fn slots_slowed_by_paging_do_not_shorten_the_horizon() {
         assert_eq!(largest_slice(&[0, 0, 0]), usize::MAX, "never sliced: no bound");
         assert_eq!(largest_slice(&[8, 0, 0]), 8);
-        assert_eq!(largest_slice(&[400, 1700, 500]), 1700, "two slow slots after a full one");
+        assert_eq!(largest_slice(&[400, 1700, 500]), 1700, "slow slots before and after a full one");
         assert_eq!(largest_slice(&[16, 16, 4]), 16);
     }
 

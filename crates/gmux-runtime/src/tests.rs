@@ -263,6 +263,23 @@ fn what_the_last_slice_used_is_a_floor_under_the_forecast() {
     assert_eq!(m.report(0, true, 0).want, CHUNK_BYTES, "over the last two commands, only e was used");
 }
 
+/// What the report asks for is what the fill brings: the next slice's forecast and what
+/// the last slice used, also where the forecast has the latter further ahead.
+#[test]
+fn the_report_wants_what_the_fill_brings() {
+    let mut m = memory(64);
+    let loop8: Vec<AllocId> = (0..8).map(|_| m.allocate(CHUNK_BYTES).unwrap()).collect();
+    for _ in 0..10 {
+        for a in &loop8 {
+            run(&mut m, &[*a], 0).unwrap();
+        }
+    }
+    m.slot_ended(4);
+    let fill: u64 = m.next_slice().iter().map(|_| CHUNK_BYTES).sum();
+    assert_eq!(fill, 8 * CHUNK_BYTES, "the next four, and the last four");
+    assert_eq!(m.report(0, true, 0).want, fill);
+}
+
 proptest! {
     /// Whatever commands run, resident memory stays within the limit, and every chunk of
     /// a command's working set is resident when it is released.

@@ -3,7 +3,8 @@
 //! code), and at regular points the allocations it would fill by
 //! ([`TenantMemory::next_slice`], also the report's `want`) and the history's forecast
 //! alone ([`TenantMemory::forecast_slice`]) are compared with the allocations the next
-//! `horizon` commands use.
+//! `horizon` commands use. As in the simulator, a command's signature is made of its
+//! allocations alone (the shim also keys it by the kernel, which a trace does not name).
 
 use crate::device::SimDevice;
 use crate::model::DeviceModel;
@@ -62,8 +63,16 @@ pub fn coverage(trace: &TenantTrace, horizon: usize, every: usize) -> Result<Cov
     if horizon == 0 || every == 0 {
         return Err("the horizon and the distance between points must be at least one command".into());
     }
+    if trace.allocs.iter().try_fold(0u64, |s, a| s.checked_add(a.bytes)).is_none_or(|s| s > u64::MAX / 4) {
+        return Err("the trace's allocations add up to more than any device holds; check the trace".into());
+    }
     let mut mem = TenantMemory::new(SimDevice::new(DeviceModel::default()), u64::MAX / 2, SETTINGS);
-    let allocs: Vec<AllocId> = trace.allocs.iter().map(|a| mem.allocate(a.bytes).map_err(|e| format!("{e:?}"))).collect::<Result<_, _>>()?;
+    let allocs: Vec<AllocId> = trace
+        .allocs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| mem.allocate(a.bytes).map_err(|e| format!("allocation {i} of {} bytes: {e:?}", a.bytes)))
+        .collect::<Result<_, _>>()?;
     let sizes: Vec<u64> = trace.allocs.iter().map(|a| a.bytes).collect();
     let bytes = |set: &HashSet<AllocId>| set.iter().map(|a| sizes[a.0 as usize]).sum::<u64>();
     let sets: Vec<WorkingSet> = trace.cmds.iter().map(|c| working_set(c, &allocs)).collect();

@@ -13,8 +13,10 @@ impl Arbiter {
         // memory back. A process acts on the grant before the newest one while that is on
         // its way; were what it holds taken as what it may keep, its moves under the old
         // grant would be granted back to it, and the two would answer each other forever.
+        // Before its first grant (a process that registered again after its daemon was
+        // lost), all it holds counts.
         let granted: HashMap<TenantId, u64> =
-            live.iter().map(|t| (*t, self.procs_of(*t).map(|(_, p)| p.sent.map_or(0, |g| g.cap)).fold(0, u64::saturating_add))).collect();
+            live.iter().map(|t| (*t, self.procs_of(*t).map(|(_, p)| p.sent.map_or(u64::MAX, |g| g.cap)).fold(0, u64::saturating_add))).collect();
         // Running at once (`whole`) needs each tenant's whole period, not a slice's worth.
         let claim = |tenants: &Tenants, t: TenantId, next_run: u64, whole: bool| {
             let k = &tenants.get(t).limits;
@@ -206,7 +208,7 @@ impl Arbiter {
                 self.sched.charge(r.tenant, r.charge(now));
                 let (ran, held) =
                     usage.get(&r.tenant).map_or((0, 0), |u| (u.commands.saturating_sub(r.commands), u.launches_held_ns.saturating_sub(r.launches_held_ns)));
-                let held = if held > 0 { format!("; its agent's steps held its launches {:.1} ms", held as f64 / 1e6) } else { String::new() };
+                let held = if held > 0 { format!("; its agent held its launches {:.1} ms", held as f64 / 1e6) } else { String::new() };
                 self.events.push(format!("{} ran {ran} commands in {:.1} ms{held}", self.tenants.get(r.tenant).name, (now - r.switched) as f64 / 1e6));
             }
             if let Some(head) = self.sched.timeline(&views, 1).head() {

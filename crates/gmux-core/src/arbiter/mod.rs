@@ -86,6 +86,7 @@ struct Past {
     commands: u64,
     bytes_h2d: u64,
     bytes_d2h: u64,
+    launches_held_ns: u64,
 }
 
 impl Past {
@@ -94,6 +95,7 @@ impl Past {
         self.commands = self.commands.saturating_add(now.commands.saturating_sub(before.commands));
         self.bytes_h2d = self.bytes_h2d.saturating_add(now.bytes_h2d.saturating_sub(before.bytes_h2d));
         self.bytes_d2h = self.bytes_d2h.saturating_add(now.bytes_d2h.saturating_sub(before.bytes_d2h));
+        self.launches_held_ns = self.launches_held_ns.saturating_add(now.launches_held_ns.saturating_sub(before.launches_held_ns));
     }
 }
 
@@ -208,6 +210,7 @@ impl Arbiter {
             last.commands = last.commands.max(r.commands);
             last.bytes_h2d = last.bytes_h2d.max(r.bytes_h2d);
             last.bytes_d2h = last.bytes_d2h.max(r.bytes_d2h);
+            last.launches_held_ns = last.launches_held_ns.max(r.launches_held_ns);
             return None;
         }
         let budget = self.settings.hbm.unwrap_or(u64::MAX);
@@ -302,7 +305,13 @@ impl Arbiter {
     /// Sum of a tenant's processes' reports (counters include exited processes).
     pub fn usage(&self, t: TenantId) -> ShimReport {
         let past = self.past.get(&t).copied().unwrap_or_default();
-        let mut u = ShimReport { commands: past.commands, bytes_h2d: past.bytes_h2d, bytes_d2h: past.bytes_d2h, ..Default::default() };
+        let mut u = ShimReport {
+            commands: past.commands,
+            bytes_h2d: past.bytes_h2d,
+            bytes_d2h: past.bytes_d2h,
+            launches_held_ns: past.launches_held_ns,
+            ..Default::default()
+        };
         for (_, p) in self.procs_of(t) {
             let r = &p.report;
             let add = |a: &mut u64, b: u64| *a = a.saturating_add(b);

@@ -184,6 +184,25 @@ mod tests {
         assert!(cap(&d, 3).cap > 0, "the newcomer got nothing after recovery: {:?}", cap(&d, 3));
     }
 
+    /// An idle tenant that registered again holding 4 GiB keeps what `gmem.limit.low`
+    /// protects, and a busy newcomer gets the rest.
+    #[test]
+    fn a_returning_idle_tenant_keeps_its_protected_memory() {
+        let mut d = Arbiter::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
+        d.restore(&[], [(200, 7200, "b".to_string())]);
+        d.admit(2, sender(200), &hello("b", Some(Resume { held: 4 * G, cap: 4 * G, seq: 9 }))).unwrap();
+        let b = d.procs[&2].tenant;
+        d.tenants.get_mut(b).limits.low = 2 * G;
+        d.report(2, ShimReport { held: 4 * G, resident: 4 * G, want: 4 * G, period: 4 * G, grant: 9, ..Default::default() });
+        d.admit(3, sender(300), &hello("c", None)).unwrap();
+        d.report(3, ShimReport { want: 8 * G, period: 8 * G, blocked: 2 * G, busy: true, ..Default::default() });
+        d.decide(0);
+        assert_eq!(cap(&d, 2).cap, 2 * G, "b keeps what its low limit protects");
+        d.report(2, ShimReport { held: 2 * G, resident: 2 * G, want: 4 * G, period: 4 * G, grant: cap(&d, 2).seq, ..Default::default() });
+        d.decide(1);
+        assert_eq!(cap(&d, 3).cap, 6 * G, "c grows into the rest");
+    }
+
     #[test]
     fn an_orphan_that_exits_ends_the_wait_and_a_recycled_pid_does_not() {
         let mut d = Arbiter::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
