@@ -122,23 +122,13 @@ impl<D: Device> TenantMemory<D> {
     /// resident; `busy`: commands are in flight; `finished`: commands seen finished.
     pub fn report(&mut self, blocked: u64, busy: bool, finished: u64) -> ShimReport {
         self.settle();
-        // The next slice's allocations (as [`TenantMemory::next_slice`]) and the whole
-        // period's, from one forecast, each with what the last slice used.
-        let horizon = self.slice_horizon();
-        let bytes = |a: AllocId| self.mem.alloc(a).expect("live").count as u64 * CHUNK_BYTES;
-        let (mut slice, mut whole): (IdSet<AllocId>, IdSet<AllocId>) = Default::default();
-        for (a, ahead) in self.forecast_ahead() {
-            whole.insert(a);
-            if ahead < horizon {
-                slice.insert(a);
-            }
-        }
-        for (a, _) in self.used_within(horizon) {
-            slice.insert(a);
-            whole.insert(a);
-        }
-        let want = slice.iter().map(|a| bytes(*a)).sum();
-        let period = whole.iter().map(|a| bytes(*a)).sum();
+        // The next slice's allocations, and with them the whole period's.
+        let bytes = |a: &AllocId| self.mem.alloc(*a).expect("live").count as u64 * CHUNK_BYTES;
+        let slice = self.next_slice();
+        let mut whole: IdSet<AllocId> = slice.iter().copied().collect();
+        whole.extend(self.forecast_ahead().into_iter().map(|(a, _)| a));
+        let want = slice.iter().map(bytes).sum();
+        let period = whole.iter().map(bytes).sum();
         let usage = self.mem.usage(self.tenant);
         let m = self.stats.moved;
         ShimReport {

@@ -7,16 +7,13 @@
 //! allocations alone (the shim also keys it by the kernel, which a trace does not name).
 
 use crate::device::SimDevice;
+use crate::gmuxd::{working_set, SETTINGS};
 use crate::model::DeviceModel;
 use crate::trace::TenantTrace;
-use crate::workload::Command;
 use gmux_core::AllocId;
-use gmux_runtime::{Settings, TenantMemory, WorkingSet};
+use gmux_runtime::{TenantMemory, WorkingSet};
 use serde::Serialize;
 use std::collections::HashSet;
-
-/// The runtime's settings in the simulator, as the shim's defaults.
-pub(crate) const SETTINGS: Settings = Settings { history_opt: true, prefetch: 0, extent_chunks: 64, all_events: false, sync_after: false };
 
 /// A slice's forecast below this share of the bytes the slice uses counts as short.
 pub const SHORT: f64 = 0.9;
@@ -47,14 +44,6 @@ pub struct Coverage {
     pub filled: Fit,
     /// The history's forecast alone.
     pub history: Fit,
-}
-
-/// The working set of `cmd`, whose allocations are `allocs` (by the trace's dense ids).
-pub(crate) fn working_set(cmd: &Command, allocs: &[AllocId]) -> WorkingSet {
-    let mut ids: Vec<AllocId> = cmd.ws.iter().map(|a| allocs[a.alloc]).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    WorkingSet::Allocs(ids.into())
 }
 
 /// Runs `trace` and compares, every `every` commands once `horizon` have run, the next
@@ -132,7 +121,7 @@ impl Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::{Access, AllocSpec};
+    use crate::workload::{Access, AllocSpec, Command};
 
     fn cmd(alloc: usize) -> Command {
         Command { duration_ns: 1e3, ws: vec![Access { alloc, offset: 0, len: 1, write: false }], task_end: false, arrival_ns: None }

@@ -14,11 +14,26 @@ mod process;
 
 use crate::device::SimDevice;
 use crate::engine::{Outcome, RunSpec};
+use crate::workload::Command;
 use device::ProcessDevice;
 use gmux_core::arbiter::{Arbiter, Switch};
+use gmux_core::AllocId;
+use gmux_runtime::{Settings, WorkingSet};
 use process::Process;
 use std::cell::RefCell;
 use std::rc::Rc;
+
+/// The runtime's settings in the simulator, as the shim's defaults.
+pub(crate) const SETTINGS: Settings = Settings { history_opt: true, prefetch: 0, extent_chunks: 64, all_events: false, sync_after: false };
+
+/// The working set of `cmd`, whose allocations are `allocs` (by the trace's dense ids), as
+/// the shim passes it to the runtime.
+pub(crate) fn working_set(cmd: &Command, allocs: &[AllocId]) -> WorkingSet {
+    let mut ids: Vec<AllocId> = cmd.ws.iter().map(|a| allocs[a.alloc]).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    WorkingSet::Allocs(ids.into())
+}
 
 /// How often a process reports when nothing else happens (the shim's agent).
 const REPORT_EVERY_NS: f64 = 20e6;
@@ -32,7 +47,7 @@ pub fn run(spec: RunSpec) -> Result<Outcome, String> {
     if let Some(t) = spec.tenants.first() {
         arbiter.settings.timeslice = t.timeslice;
     }
-    let settings = crate::forecast::SETTINGS;
+    let settings = SETTINGS;
     let mut setups = Vec::new();
     for (i, s) in spec.tenants.into_iter().enumerate() {
         let id = arbiter.join(i as u64 + 1, 1000 + i as u32, &s.name, s.priority);

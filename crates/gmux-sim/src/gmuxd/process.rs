@@ -171,7 +171,7 @@ impl Process {
                 return Ok(());
             }
             self.blocked = 0;
-            let ws = crate::forecast::working_set(&cmd, &self.allocs);
+            let ws = super::working_set(&cmd, &self.allocs);
             let sig = self.mem.signature(0, &ws);
             self.mem.dev.begin(now);
             let fence: Vec<f64> = self.inflight.back().map(|c| c.end).into_iter().collect();

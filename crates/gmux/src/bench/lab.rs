@@ -267,3 +267,33 @@ pub fn report(path: &Path) -> Result<serde_json::Value, Failure> {
 pub fn num(v: &serde_json::Value, key: &str) -> f64 {
     v.get(key).and_then(|x| x.as_f64()).unwrap_or(f64::NAN)
 }
+
+/// Replays in the simulator, as `systems`, the traces of `tenants` that a run recorded in
+/// the lab as `{prefix}.{tenant}.trace.jsonl`, on a device of `budget` (bytes, or a size
+/// such as 16G) with slices of `timeslice`: their steady part, looped, for 10 s of
+/// simulated time. The scenario is kept as `{prefix}.replay.toml`; `what` names it in its
+/// description.
+pub fn replay<'a>(
+    lab: &Lab,
+    what: &str,
+    prefix: &str,
+    budget: impl std::fmt::Display,
+    timeslice: &str,
+    systems: &[&str],
+    tenants: impl IntoIterator<Item = &'a str>,
+) -> Result<gmux_sim::Report, Failure> {
+    let systems = systems.iter().map(|s| format!("\"{s}\"")).collect::<Vec<_>>().join(", ");
+    let mut toml = format!("description = \"{what}\"\nduration = \"10s\"\ngpu = \"{budget}\"\nsystems = [{systems}]\n");
+    for name in tenants {
+        let trace = lab.file(&format!("{prefix}.{name}.trace.jsonl"));
+        let path = trace.canonicalize().map_err(|e| Failure::Runtime(format!("no trace {} ({e})", trace.display())))?;
+        toml += &format!(
+            "\n[[tenant]]\nname = \"{name}\"\ntimeslice = \"{timeslice}\"\nworkload = {{ kind = \"trace\", path = \"{}\", tenant = \"{name}\", repeat = true, steady = true }}\n",
+            path.display()
+        );
+    }
+    let file = lab.file(&format!("{prefix}.replay.toml"));
+    std::fs::write(&file, toml).map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", file.display())))?;
+    let scenario = gmux_sim::load_scenario(&file).map_err(|e| Failure::Runtime(e.to_string()))?;
+    gmux_sim::run(&scenario, &mut |_| {}).map_err(|e| Failure::Runtime(e.to_string()))
+}

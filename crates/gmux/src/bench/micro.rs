@@ -179,23 +179,9 @@ fn one_run(lab: &Lab, a: &MicroArgs, level: u32, gib: f64, system: &str) -> Resu
 /// The simulator on the traces recorded at `level`: (ideal, gmux-exact, gmuxd)
 /// throughput, each normalized to the simulated in-HBM run of the same traces.
 fn ideal(lab: &Lab, a: &MicroArgs, level: u32) -> Result<(f64, f64, f64), Failure> {
-    let mut toml = format!(
-        "description = \"msched-micro traces at {level}%\"\nduration = \"10s\"\ngpu = \"{}\"\nsystems = [\"in-hbm\", \"gmux-exact\", \"gmuxd\", \"ideal\"]\n",
-        a.budget
-    );
-    for (name, _) in TENANTS {
-        let trace = lab.file(&format!("L{level}.{name}.trace.jsonl"));
-        let path = trace.canonicalize().map_err(|e| Failure::Runtime(format!("no trace {} ({e})", trace.display())))?;
-        toml += &format!(
-            "\n[[tenant]]\nname = \"{name}\"\ntimeslice = \"{}\"\nworkload = {{ kind = \"trace\", path = \"{}\", tenant = \"{name}\", repeat = true, steady = true }}\n",
-            a.timeslice,
-            path.display()
-        );
-    }
-    let file = lab.file(&format!("L{level}.replay.toml"));
-    std::fs::write(&file, toml).map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", file.display())))?;
-    let scenario = gmux_sim::load_scenario(&file).map_err(|e| Failure::Runtime(e.to_string()))?;
-    let report = gmux_sim::run(&scenario, &mut |_| {}).map_err(|e| Failure::Runtime(e.to_string()))?;
+    let what = format!("msched-micro traces at {level}%");
+    let systems = ["in-hbm", "gmux-exact", "gmuxd", "ideal"];
+    let report = lab::replay(lab, &what, &format!("L{level}"), &a.budget, &a.timeslice, &systems, TENANTS.iter().map(|(n, _)| *n))?;
     let get = |s: &str| {
         report.results.iter().find(|r| r.system == s).and_then(|r| r.throughput_norm).ok_or_else(|| Failure::Runtime(format!("replay has no {s} row")))
     };

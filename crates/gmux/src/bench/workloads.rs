@@ -252,20 +252,8 @@ fn switch_wait_ms(log: &Path, from: f64, to: f64) -> Option<f64> {
 /// gmuxd prediction.
 fn replay(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, budget: u64, row: &mut Row) -> Result<(), Failure> {
     let tenants = mix(m).expect("checked");
-    let mut toml = format!("description = \"{m} traces at {level}%\"\nduration = \"10s\"\ngpu = \"{budget}\"\nsystems = [\"in-hbm\", \"gmuxd\", \"ideal\"]\n");
-    for (name, _) in tenants {
-        let trace = lab.file(&format!("{m}-L{level}.{name}.trace.jsonl"));
-        let path = trace.canonicalize().map_err(|e| Failure::Runtime(format!("no trace {} ({e})", trace.display())))?;
-        toml += &format!(
-            "\n[[tenant]]\nname = \"{name}\"\ntimeslice = \"{}\"\nworkload = {{ kind = \"trace\", path = \"{}\", tenant = \"{name}\", repeat = true, steady = true }}\n",
-            a.timeslice,
-            path.display()
-        );
-    }
-    let file = lab.file(&format!("{m}-L{level}.replay.toml"));
-    std::fs::write(&file, toml).map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", file.display())))?;
-    let scenario = gmux_sim::load_scenario(&file).map_err(|e| Failure::Runtime(e.to_string()))?;
-    let report = gmux_sim::run(&scenario, &mut |_| {}).map_err(|e| Failure::Runtime(e.to_string()))?;
+    let what = format!("{m} traces at {level}%");
+    let report = lab::replay(lab, &what, &format!("{m}-L{level}"), budget, &a.timeslice, &["in-hbm", "gmuxd", "ideal"], tenants.iter().map(|(n, _)| *n))?;
     let get = |s: &str| report.results.iter().find(|r| r.system == s).ok_or_else(|| Failure::Runtime(format!("replay has no {s} row")));
     let ideal = get("ideal")?;
     row.ideal_norm = ideal.throughput_norm;
