@@ -17,6 +17,7 @@ use crate::log::stamp;
 use crate::state::ShimError;
 use gmux_core::protocol::{Fill, FromShim, Grant};
 use gmux_core::size::format_size;
+use gmux_cuda::device::MapBatch;
 use gmux_runtime::switch::{Action, Edge, Switch, View};
 use std::cell::Cell;
 use std::io::Write;
@@ -289,8 +290,18 @@ fn act(a: &Agent, guard: StateGuard, switch: &mut Switch<OwnedEvent>, action: Ac
             guard.as_mut().expect("created").released_memory().map(|()| true)
         }
         Action::Fill { whole } => {
-            let (more, done) = match st.fill(whole) {
-                Ok((more, done)) => (Ok(more), done),
+            let filled = st.fill(whole);
+            let mapping = st.memory.dev.take_mapping();
+            if let Some(batch) = mapping {
+                guard = map_unlocked(guard, batch);
+            }
+            let st = guard.as_mut().expect("created");
+            let (more, done) = match filled {
+                Ok(Some(more)) => match st.fill_issued() {
+                    Ok(ev) => (Ok(more), Some(ev)),
+                    Err(e) => (Err(e), None),
+                },
+                Ok(None) => (Ok(false), None),
                 Err(e) => (Err(e), None),
             };
             if done.is_some() {
@@ -311,6 +322,20 @@ fn act(a: &Agent, guard: StateGuard, switch: &mut Switch<OwnedEvent>, action: Ac
         }
     };
     (guard, step)
+}
+
+/// Maps a fill step's new memory without the state lock (the application keeps
+/// launching meanwhile), then takes the lock back.
+fn map_unlocked(guard: StateGuard, batch: MapBatch) -> StateGuard {
+    drop(guard);
+    let (t0, unlocked, bytes) = (stamp(), Instant::now(), batch.bytes());
+    match batch.run() {
+        Ok(calls) => crate::log!(Debug, "agent {t0:.3}: mapped {} outside the lock in {:.2} ms ({calls})", format_size(bytes), (stamp() - t0) * 1e3),
+        Err(e) => crate::log!(Warn, "mapping a fill step failed ({e})"),
+    }
+    let guard = crate::state::existing();
+    UNLOCKED.set(UNLOCKED.get() + unlocked.elapsed());
+    guard
 }
 
 /// Waits for `ev` without the state lock (the application keeps launching meanwhile),

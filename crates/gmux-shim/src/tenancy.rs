@@ -30,19 +30,25 @@ impl Shim {
     }
 
     /// Brings in one step of the allocations the next slice uses (`whole`: all of them);
-    /// see [`gmux_runtime::TenantMemory::fill_step`]. Returns whether anything is left
-    /// that fits, and an event after the step's copies (a paused tenant waits for it
-    /// before the step after next, so that its copies never queue far ahead of the
-    /// running tenant's).
-    pub fn fill(&mut self, whole: bool) -> Result<(bool, Option<OwnedEvent>), CudaError> {
+    /// see [`gmux_runtime::TenantMemory::fill_step`]. Returns `None` when nothing is
+    /// missing, else whether anything is left that fits. The step's new memory may still
+    /// be mapping: the caller runs [`gmux_cuda::device::CudaDevice::take_mapping`]'s
+    /// batch without the state lock, then calls [`Shim::fill_issued`].
+    pub fn fill(&mut self, whole: bool) -> Result<Option<bool>, CudaError> {
         let Shim { memory, inflight, .. } = self;
-        match memory.fill_step(whole, || inflight.newest()).map_err(cuda)? {
-            None => Ok((false, None)),
-            Some(more) => {
-                self.log_plan();
-                Ok((more, Some(OwnedEvent::new(self.memory.dev.populations_done()?))))
-            }
+        memory.dev.defer_next_mapping();
+        let more = memory.fill_step(whole, || inflight.newest()).map_err(cuda)?;
+        if more.is_some() {
+            self.log_plan();
         }
+        Ok(more)
+    }
+
+    /// Issues a fill step's populations once its memory is mapped. Returns an event after
+    /// its copies (a paused tenant waits for it before the step after next, so that its
+    /// copies never queue far ahead of the running tenant's).
+    pub fn fill_issued(&mut self) -> Result<OwnedEvent, CudaError> {
+        Ok(OwnedEvent::new(self.memory.dev.populations_done()?))
     }
 
     /// After a shrink step's copies: unmaps what they evicted, which frees its memory.

@@ -36,6 +36,7 @@ impl CudaDevice {
     /// as they come in. `base` is reserved and free. On failure nothing stays mapped there
     /// and nothing is recorded.
     pub fn alias(&mut self, span: Span, base: CUdeviceptr) -> Result<(), CudaError> {
+        self.complete_deferred()?;
         let resident: Vec<(ChunkId, u64, u32)> = self.mapped.iter().filter(|(c, _)| span.contains(**c)).map(|(c, (p, n))| (*c, *p, *n)).collect();
         let mut runs = Vec::new();
         let mapped = resident.into_iter().try_for_each(|(c, phys, n)| {
@@ -59,6 +60,7 @@ impl CudaDevice {
 
     /// Makes the alias at `base` the chunks' own address; the old one becomes an alias.
     pub fn rehome(&mut self, span: Span, base: CUdeviceptr) {
+        self.complete_or_log();
         for c in span.chunks() {
             let new = span.at(base, c);
             let old = std::mem::replace(&mut self.chunk_va[c.0 as usize], new);
@@ -72,6 +74,7 @@ impl CudaDevice {
     /// caller has waited for the commands that did and for the mover
     /// ([`CudaDevice::synchronize`]).
     pub fn unalias(&mut self, span: Span, base: CUdeviceptr) -> Result<(), CudaError> {
+        self.complete_deferred()?;
         for c in span.chunks() {
             let va = span.at(base, c);
             if let Some(v) = self.aliases.get_mut(&c) {

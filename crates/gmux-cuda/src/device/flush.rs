@@ -1,5 +1,7 @@
 //! A flush: the queued calls issued as mappings first, then eviction copies and the
 //! unmaps that wait for them, then population copies, with neighbouring chunks merged.
+//! A deferred flush ([`super::defer`]) issues its evictions first and leaves the mappings
+//! and populations for later.
 
 use super::{CudaDevice, MoverMode, Op, PendingUnmap, CHUNK};
 use crate::cuda::*;
@@ -48,6 +50,16 @@ fn wait_all(stream: CUstream, waits: &mut Vec<CUevent>) -> Result<(), CudaError>
     Ok(())
 }
 
+/// Grants device `ordinal` access to the mapped ranges `runs`, one call per contiguous run.
+pub(super) fn grant_access(ordinal: i32, mut runs: Vec<(CUdeviceptr, usize)>, times: &mut CallTimes) -> Result<(), CudaError> {
+    runs.sort_unstable();
+    let desc = CUmemAccessDesc { location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: ordinal }, flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+    for (va, len) in merge(runs) {
+        check(times.time(Call::Access, || crate::real!(cuMemSetAccess(va, len, &desc, 1))), "cuMemSetAccess")?;
+    }
+    Ok(())
+}
+
 fn unsupported() -> CudaError {
     CudaError { call: "a disk-tier copy (the disk tier is not in the shim yet)", code: CUDA_ERROR_NOT_SUPPORTED }
 }
@@ -79,7 +91,7 @@ impl CallTimes {
         r
     }
 
-    fn take(&mut self) -> String {
+    pub(super) fn take(&mut self) -> String {
         let names = ["map", "access", "unmap", "copy", "settle"];
         let s = names
             .iter()
@@ -100,7 +112,8 @@ impl CudaDevice {
     ///
     /// Mapping comes first because granting access is the costly step (about 37 µs per
     /// chunk on an H100) and costs twice as much while copies run: page tables are
-    /// written through the copy engines the mover's copies occupy.
+    /// written through the copy engines the mover's copies occupy. After
+    /// [`CudaDevice::defer_next_mapping`], the flush defers instead.
     pub(super) fn issue_queued(&mut self) -> Result<(), CudaError> {
         if self.ops.is_empty() {
             self.keep = None;
@@ -109,16 +122,13 @@ impl CudaDevice {
         let ops = std::mem::take(&mut self.ops);
         let t0 = std::time::Instant::now();
         self.reap(false)?;
+        if self.defers(&ops) {
+            return self.defer(ops);
+        }
         self.map_all(&ops)?;
         let t1 = std::time::Instant::now();
         self.evict_pass(&ops)?;
-        if self.mode == MoverMode::Sequential {
-            let all_out = self.new_event(CopyStream::Evict)?;
-            check(crate::real!(cuStreamWaitEvent(self.streams[1], all_out, 0)), "cuStreamWaitEvent")?;
-            crate::real!(cuEventDestroy_v2(all_out));
-        }
-        self.populate_pass(&ops)?;
-        self.keep = None;
+        self.populate_after_evictions(&ops)?;
         crate::log!(
             Debug,
             "flush of {} ops: mapped in {:.2} ms, copies issued in {:.2} ms; driver calls since the last flush: {}",
@@ -127,6 +137,19 @@ impl CudaDevice {
             t1.elapsed().as_secs_f64() * 1e3,
             self.times.take()
         );
+        Ok(())
+    }
+
+    /// The population copies of `ops`, whose evictions are issued (after all of them, in
+    /// [`MoverMode::Sequential`]).
+    pub(super) fn populate_after_evictions(&mut self, ops: &[Op]) -> Result<(), CudaError> {
+        if self.mode == MoverMode::Sequential {
+            let all_out = self.new_event(CopyStream::Evict)?;
+            check(crate::real!(cuStreamWaitEvent(self.streams[1], all_out, 0)), "cuStreamWaitEvent")?;
+            crate::real!(cuEventDestroy_v2(all_out));
+        }
+        self.populate_pass(ops)?;
+        self.keep = None;
         Ok(())
     }
 
@@ -157,14 +180,8 @@ impl CudaDevice {
     }
 
     /// Grants this device access to the mapped ranges `runs`, one call per contiguous run.
-    pub(super) fn grant(&mut self, mut runs: Vec<(CUdeviceptr, usize)>) -> Result<(), CudaError> {
-        runs.sort_unstable();
-        let desc =
-            CUmemAccessDesc { location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: self.ordinal }, flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
-        for (va, len) in merge(runs) {
-            check(self.times.time(Call::Access, || crate::real!(cuMemSetAccess(va, len, &desc, 1))), "cuMemSetAccess")?;
-        }
-        Ok(())
+    pub(super) fn grant(&mut self, runs: Vec<(CUdeviceptr, usize)>) -> Result<(), CudaError> {
+        grant_access(self.ordinal, runs, &mut self.times)
     }
 
     /// Finishes the pending unmaps of `bytes` from `va`, so that the range can be mapped.
@@ -178,7 +195,7 @@ impl CudaDevice {
     }
 
     /// Eviction copies and the unmaps that wait for them.
-    fn evict_pass(&mut self, ops: &[Op]) -> Result<(), CudaError> {
+    pub(super) fn evict_pass(&mut self, ops: &[Op]) -> Result<(), CudaError> {
         let mut app = std::mem::take(&mut self.evict_wait);
         wait_all(self.streams[CopyStream::Evict as usize], &mut app)?;
         if ops.iter().any(|op| matches!(op, Op::Copy(CopyStream::Evict, ..) | Op::Unmap(..))) {

@@ -8,7 +8,9 @@
 //! handles, 1.9 µs and 1.2 µs with 32 MiB ones), and granting access costs 10–30 times
 //! more while copies keep the link busy both ways (0.4–1 ms per handle,
 //! `gpu/handoff_probe.py`), so the mover maps whole extents with one handle each
-//! (`GMUX_LOG=debug` prints these times for every flush).
+//! (`GMUX_LOG=debug` prints these times for every flush). A fill step of the daemon's
+//! agent maps outside the process's state lock instead, so that the application's
+//! launches do not wait for the driver (`defer.rs`).
 //! Everything after that is ordered on the GPU, not by the host:
 //! - eviction copies wait for the application's commands released before them
 //!   ([`CudaDevice::evict_after_all`]) and for the populations of earlier flushes;
@@ -29,6 +31,7 @@ use gmux_core::{ChunkId, Tier, CHUNK_BYTES};
 use std::collections::{HashMap, HashSet};
 
 mod alias;
+mod defer;
 mod flush;
 
 /// How the mover orders its two directions.
@@ -49,6 +52,7 @@ pub fn sync_before_evictions() {
 }
 mod unmap;
 pub use alias::Span;
+pub use defer::MapBatch;
 use flush::CallTimes;
 use unmap::PendingUnmap;
 
@@ -119,6 +123,10 @@ pub struct CudaDevice {
     next_event: u64,
     ops: Vec<Op>,
     times: CallTimes,
+    /// The next flush that maps device memory defers ([`CudaDevice::defer_next_mapping`]).
+    defer_next: bool,
+    /// A flush waiting for its mappings ([`CudaDevice::complete_deferred`]).
+    deferred: Option<defer::Deferred>,
 }
 
 // SAFETY: CUDA handles may be used from any thread; the shim serializes all access.
@@ -159,11 +167,14 @@ impl CudaDevice {
             next_event: 0,
             ops: Vec::new(),
             times: CallTimes::default(),
+            defer_next: false,
+            deferred: None,
         })
     }
 
     /// Tells the device where chunks `first..first+count` live: consecutive 2 MiB from `base`.
     pub fn register(&mut self, first: ChunkId, count: u32, base: CUdeviceptr) {
+        self.complete_or_log();
         let end = first.0 as usize + count as usize;
         if self.chunk_va.len() < end {
             self.chunk_va.resize(end, 0);
@@ -173,9 +184,21 @@ impl CudaDevice {
         }
     }
 
-    /// The CUDA event behind `e`.
-    pub fn cu_event(&self, e: Event) -> Option<CUevent> {
+    /// The CUDA event behind `e`; a deferred population's is recorded first
+    /// ([`CudaDevice::complete_deferred`]).
+    pub fn cu_event(&mut self, e: Event) -> Option<CUevent> {
+        if self.is_deferred(e) {
+            self.complete_or_log();
+        }
         self.events.get(&e.0).copied()
+    }
+
+    /// [`CudaDevice::complete_deferred`] where no error can be returned: the failure is
+    /// logged, and the commands that needed those chunks fail on their own.
+    pub(super) fn complete_or_log(&mut self) {
+        if let Err(e) = self.complete_deferred() {
+            crate::log!(Error, "issuing a fill step after its mappings failed: {e}");
+        }
     }
 
     /// Bytes of pinned host memory held.
@@ -195,11 +218,13 @@ impl CudaDevice {
 
     /// A new event after every eviction copy issued so far (the caller destroys it).
     pub fn evictions_done(&mut self) -> Result<CUevent, CudaError> {
+        self.complete_deferred()?;
         self.new_event(CopyStream::Evict)
     }
 
     /// A new event after every population copy issued so far (the caller destroys it).
     pub fn populations_done(&mut self) -> Result<CUevent, CudaError> {
+        self.complete_deferred()?;
         self.new_event(CopyStream::Populate)
     }
 
@@ -242,6 +267,7 @@ impl Device for CudaDevice {
     /// only at its unmap, after its eviction copy. The plan so far is flushed first when
     /// such an unmap is still queued in it.
     fn create_chunk(&mut self, chunks: u32) -> Result<PhysChunk, CudaError> {
+        self.complete_deferred()?;
         if !self.released_mapped.is_empty() {
             if self.mapped.values().any(|(p, _)| self.released_mapped.contains(p)) {
                 self.mid_plan = true;
@@ -261,6 +287,7 @@ impl Device for CudaDevice {
     /// Pinned host memory (`cuMemCreate` at location `HOST`, 2 MiB), which the device
     /// reaches over the link once mapped and granted like its own.
     fn create_host_chunk(&mut self) -> Result<PhysChunk, CudaError> {
+        self.complete_deferred()?;
         let prop = CUmemAllocationProp::host();
         let mut h = 0;
         check(crate::real!(cuMemCreate(&mut h, CHUNK, &prop, 0)), "cuMemCreate (host memory for a command over the limit)")?;
@@ -272,6 +299,7 @@ impl Device for CudaDevice {
     /// for an evicted handle is the deferred unmap after its eviction copy (the next
     /// [`Device::create_chunk`] waits for it).
     fn release_chunk(&mut self, phys: PhysChunk) -> Result<(), CudaError> {
+        self.complete_deferred()?;
         self.phys_free_after.remove(&phys.0);
         let on_host = self.host_phys.remove(&phys.0);
         let mapped = self.mapped.values().any(|(p, _)| *p == phys.0) || self.pending_unmap.iter().any(|u| u.phys == phys.0);
@@ -282,21 +310,25 @@ impl Device for CudaDevice {
     }
 
     fn map(&mut self, first: ChunkId, chunks: u32, phys: PhysChunk) -> Result<(), CudaError> {
+        self.complete_deferred()?;
         self.ops.push(Op::Map(first, chunks, phys));
         Ok(())
     }
 
     fn unmap(&mut self, first: ChunkId, chunks: u32) -> Result<(), CudaError> {
+        self.complete_deferred()?;
         self.ops.push(Op::Unmap(first, chunks));
         Ok(())
     }
 
     fn copy(&mut self, stream: CopyStream, chunk: ChunkId, from: Tier, to: Tier) -> Result<(), CudaError> {
+        self.complete_deferred()?;
         self.ops.push(Op::Copy(stream, chunk, from, to));
         Ok(())
     }
 
     fn record(&mut self, stream: CopyStream) -> Result<Event, CudaError> {
+        self.complete_deferred()?;
         self.next_event += 1;
         let e = Event(self.next_event);
         self.ops.push(Op::Record(stream, e));
@@ -304,6 +336,7 @@ impl Device for CudaDevice {
     }
 
     fn wait(&mut self, stream: CopyStream, event: Event) -> Result<(), CudaError> {
+        self.complete_deferred()?;
         self.ops.push(Op::Wait(stream, event));
         Ok(())
     }
@@ -311,6 +344,7 @@ impl Device for CudaDevice {
     /// Records only `keep` of the populate-stream events queued so far; events a flush
     /// in the middle of the plan recorded already are destroyed unless kept.
     fn keep_events(&mut self, keep: &[Event]) {
+        self.complete_or_log();
         let keep: HashSet<u64> = keep.iter().map(|e| e.0).collect();
         for id in std::mem::take(&mut self.early_events) {
             if !keep.contains(&id) {
@@ -325,6 +359,7 @@ impl Device for CudaDevice {
     /// With `sync_before_evict`, or after [`sync_before_evictions`], the host first waits for all
     /// work of the context (narrows a search for an ordering bug).
     fn evict_after(&mut self, after: &[CUevent]) {
+        self.complete_or_log();
         if self.sync_before_evict || SYNC_BEFORE_EVICTIONS.load(std::sync::atomic::Ordering::Relaxed) {
             let r = crate::real!(cuCtxSynchronize());
             if r != CUDA_SUCCESS {
@@ -338,15 +373,23 @@ impl Device for CudaDevice {
     /// eviction stream's copies, then the population stream's, each in plan order with
     /// neighbouring chunks merged into one copy (up to [`RUN_CHUNKS`]).
     fn flush(&mut self) -> Result<(), CudaError> {
+        self.complete_deferred()?;
         self.issue_queued()
     }
 
+    /// A deferred population's event is not done until its flush completes.
     fn is_done(&mut self, e: Event) -> bool {
+        if self.is_deferred(e) {
+            return false;
+        }
         self.events.get(&e.0).is_none_or(|ev| crate::real!(cuEventQuery(*ev)) == CUDA_SUCCESS)
     }
 
     /// Destroys `e`'s CUDA event.
     fn drop_event(&mut self, e: Event) {
+        if self.is_deferred(e) {
+            self.complete_or_log();
+        }
         if let Some(ev) = self.events.remove(&e.0) {
             crate::real!(cuEventDestroy_v2(ev));
         }
@@ -354,10 +397,12 @@ impl Device for CudaDevice {
 
     /// Unmaps the addresses whose eviction copies are done.
     fn reclaim(&mut self) -> Result<(), CudaError> {
+        self.complete_deferred()?;
         self.reap(false)
     }
 
     fn synchronize(&mut self) -> Result<(), CudaError> {
+        self.complete_deferred()?;
         for s in self.streams {
             check(crate::real!(cuStreamSynchronize(s)), "cuStreamSynchronize")?;
         }
@@ -366,6 +411,7 @@ impl Device for CudaDevice {
 
     /// Its host slot returns to the pool.
     fn forget(&mut self, c: ChunkId) {
+        self.complete_or_log();
         if let Some(s) = self.slot.remove(&c) {
             self.host.give(s);
         }

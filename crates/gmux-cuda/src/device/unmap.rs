@@ -25,8 +25,10 @@ impl CudaDevice {
     /// Unmaps the addresses whose eviction copies are done (all of them if `wait`), so
     /// that an evicted address stops reaching its old physical chunk as soon as possible.
     /// The copies run in order on one stream, so the first unfinished one ends the scan.
+    /// While a flush is deferred, nothing is unmapped: its batch may be mapping the
+    /// physical memory of these very mappings at their new addresses.
     pub fn reap(&mut self, wait: bool) -> Result<(), CudaError> {
-        if self.pending_unmap.is_empty() {
+        if self.pending_unmap.is_empty() || self.deferring() {
             return Ok(());
         }
         let pending = std::mem::take(&mut self.pending_unmap);

@@ -68,7 +68,13 @@ impl Daemon {
 
     /// A tenant running `standin_app ARGS`, started in the background.
     pub fn tenant(&self, name: &str, args: &[&str]) -> Tenant {
+        self.tenant_with(name, &[], args)
+    }
+
+    /// [`Daemon::tenant`] with more environment variables.
+    pub fn tenant_with(&self, name: &str, env: &[(&str, &str)], args: &[&str]) -> Tenant {
         let mut c = self.sb.gmux(None, args);
+        c.envs(env.iter().copied());
         c.env_remove("GMUX_SOCKET").env("GMUX_SOCKET", self.sb.socket()).env("GMUX_TENANT", name).stdout(Stdio::piped()).stderr(Stdio::piped());
         Tenant(Some(c.spawn().unwrap()))
     }

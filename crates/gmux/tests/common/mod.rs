@@ -97,7 +97,7 @@ pub fn gmux_bin() -> PathBuf {
 }
 
 /// Variables of the shim and the stand-in that a test must not inherit from its caller.
-const GMUX_VARS: [&str; 20] = [
+const GMUX_VARS: [&str; 21] = [
     "GMUX_DEBUG",
     "GMUX_RECYCLE",
     "GMUX_MEMINFO",
@@ -116,6 +116,7 @@ const GMUX_VARS: [&str; 20] = [
     "GMUX_INFLIGHT",
     "GMUX_HOST_BLOCK",
     "GMUX_STANDIN_DELAY_US",
+    "GMUX_STANDIN_MAP_US",
     "GMUX_SHIM",
     "GMUX_LOG",
 ];

@@ -2,6 +2,8 @@
 //! context.
 
 use std::ffi::c_ulonglong;
+use std::sync::LazyLock;
+use std::time::Duration;
 
 use cuda_abi::*;
 
@@ -43,10 +45,17 @@ pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> C
     code(mem_mut().release(handle))
 }
 
+/// How long each `cuMemMap` takes (`GMUX_STANDIN_MAP_US`, default 0), spent before the
+/// stand-in's memory lock: mapping and granting access to a new handle take about 1 ms
+/// on a GPU whose link is busy with copies.
+static MAP_DELAY: LazyLock<Duration> =
+    LazyLock::new(|| Duration::from_micros(std::env::var("GMUX_STANDIN_MAP_US").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0)));
+
 #[no_mangle]
 pub unsafe extern "C" fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: c_ulonglong) -> CUresult {
     tri!(ctx::require_init());
     count(counter::MAPS, 1);
+    std::thread::sleep(*MAP_DELAY);
     if flags != 0 {
         return CUDA_ERROR_INVALID_VALUE;
     }
