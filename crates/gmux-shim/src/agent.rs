@@ -17,7 +17,6 @@ use crate::log::stamp;
 use crate::state::ShimError;
 use gmux_core::protocol::{Fill, FromShim, Grant};
 use gmux_core::size::format_size;
-use gmux_cuda::device::MapBatch;
 use gmux_runtime::switch::{Action, Edge, Switch, View};
 use std::cell::Cell;
 use std::io::Write;
@@ -36,8 +35,8 @@ const REPORT_EVERY: Duration = Duration::from_millis(20);
 static LAUNCHES_HELD_NS: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
-    /// The worker's time without the state lock inside its current round (waiting for a
-    /// step's copies).
+    /// The worker's time without the state lock inside its current round (mapping a fill
+    /// step's memory, waiting for a step's copies).
     static UNLOCKED: Cell<Duration> = const { Cell::new(Duration::ZERO) };
 }
 
@@ -291,7 +290,7 @@ fn act(a: &Agent, guard: StateGuard, switch: &mut Switch<OwnedEvent>, action: Ac
         }
         Action::Fill { whole } => {
             let filled = st.fill(whole);
-            let mapping = st.memory.dev.take_mapping();
+            let mapping = st.take_fill_mapping();
             if let Some(batch) = mapping {
                 guard = map_unlocked(guard, batch);
             }
@@ -326,11 +325,13 @@ fn act(a: &Agent, guard: StateGuard, switch: &mut Switch<OwnedEvent>, action: Ac
 
 /// Maps a fill step's new memory without the state lock (the application keeps
 /// launching meanwhile), then takes the lock back.
-fn map_unlocked(guard: StateGuard, batch: MapBatch) -> StateGuard {
+fn map_unlocked(guard: StateGuard, batch: gmux_cuda::device::MapBatch) -> StateGuard {
     drop(guard);
     let (t0, unlocked, bytes) = (stamp(), Instant::now(), batch.bytes());
     match batch.run() {
         Ok(calls) => crate::log!(Debug, "agent {t0:.3}: mapped {} outside the lock in {:.2} ms ({calls})", format_size(bytes), (stamp() - t0) * 1e3),
+        // The process is exiting: the driver is shutting down under the worker.
+        Err(e) if e.code == crate::cuda::CUDA_ERROR_DEINITIALIZED => {}
         Err(e) => crate::log!(Warn, "mapping a fill step failed ({e})"),
     }
     let guard = crate::state::existing();

@@ -344,7 +344,11 @@ impl Shim {
             r => r?,
         };
         self.log_plan();
-        Ok(events.into_iter().filter_map(|e| self.memory.dev.cu_event(e)).collect())
+        let mut waits = Vec::with_capacity(events.len());
+        for e in events {
+            waits.extend(self.memory.dev.cu_event(e)?);
+        }
+        Ok(waits)
     }
 
     /// Writes the newest plan's phase times to the debug log, once.

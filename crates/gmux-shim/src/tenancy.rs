@@ -32,8 +32,8 @@ impl Shim {
     /// Brings in one step of the allocations the next slice uses (`whole`: all of them);
     /// see [`gmux_runtime::TenantMemory::fill_step`]. Returns `None` when nothing is
     /// missing, else whether anything is left that fits. The step's new memory may still
-    /// be mapping: the caller runs [`gmux_cuda::device::CudaDevice::take_mapping`]'s
-    /// batch without the state lock, then calls [`Shim::fill_issued`].
+    /// be mapping: the caller runs [`Shim::take_fill_mapping`]'s batch without the state
+    /// lock, then calls [`Shim::fill_issued`].
     pub fn fill(&mut self, whole: bool) -> Result<Option<bool>, CudaError> {
         let Shim { memory, inflight, .. } = self;
         memory.dev.defer_next_mapping();
@@ -42,6 +42,12 @@ impl Shim {
             self.log_plan();
         }
         Ok(more)
+    }
+
+    /// The mappings of the fill step just issued, to make without the state lock (`None`:
+    /// it made them, or moved nothing).
+    pub fn take_fill_mapping(&mut self) -> Option<gmux_cuda::device::MapBatch> {
+        self.memory.dev.take_mapping()
     }
 
     /// Issues a fill step's populations once its memory is mapped. Returns an event after

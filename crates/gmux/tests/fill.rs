@@ -35,6 +35,8 @@ fn a_fill_step_maps_its_memory_while_the_tenant_launches() {
         let n = sum_after(out, "outside the lock", "(map ", "×");
         assert!(n >= 2.0, "{t}'s agent mapped {n} handles outside the lock:\n{out}");
         maps += n;
+        let slots = log.lines().filter(|l| l.contains(&format!("{t} ran "))).count();
+        assert!(slots >= 2, "{t} ran {slots} slots:\n{log}");
         held += sum_after(&log, &format!("{t} ran "), "held its launches ", " ms");
     }
     // Holding the lock through the mappings, the agents held the launches about 70% of

@@ -8,18 +8,23 @@
 //! (`gpu/map_beside_launch_probe.py`). So the agent splits such a flush in three:
 //! 1. with the lock, [`CudaDevice::flush`] issues the evictions and keeps the mappings
 //!    and populations ([`CudaDevice::defer_next_mapping`]);
-//! 2. without it, the agent runs the [`MapBatch`] ([`CudaDevice::take_mapping`]);
+//! 2. without it, the agent runs the [`MapBatch`] ([`CudaDevice::take_mapping`]): it
+//!    waits for the eviction copies out of the addresses it maps again and unmaps them,
+//!    then maps and grants access;
 //! 3. with it again, [`CudaDevice::complete_deferred`] issues the populations.
 //!
 //! Between 1 and 3 the chunk table already counts the chunks resident. Every device call
 //! that could observe them first completes the deferral, waiting for the batch; only the
 //! calls of a command whose memory is resident and not in the batch go ahead: the
-//! deferred populations' events read as not done, and unmaps wait.
+//! deferred populations' events read as not done, and unmaps wait. A batch that fails
+//! leaves chunks counted resident that are not mapped, so the device fails every call
+//! after it, with the batch's error, rather than let a command reach them.
 
 use super::flush::{grant_access, Call, CallTimes};
-use super::{CudaDevice, Op, CHUNK};
+use super::{CudaDevice, Op, PendingUnmap, CHUNK};
 use crate::cuda::*;
 use crate::driver::{check, CudaError};
+use gmux_core::device::Event;
 use std::collections::HashSet;
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -48,9 +53,12 @@ impl Outcome {
 }
 
 /// Mappings to make, with access granted, before a deferred flush's populations: plain
-/// addresses and handles, run on any thread without the device.
+/// addresses, handles and events, run on any thread without the device.
 pub struct MapBatch {
     ordinal: i32,
+    /// Earlier mappings at these addresses: the eviction copy each waits for, its address
+    /// and bytes.
+    unmaps: Vec<(usize, CUdeviceptr, usize)>,
     /// Address, bytes and physical memory of each mapping.
     maps: Vec<(CUdeviceptr, usize, u64)>,
     outcome: Arc<Outcome>,
@@ -62,8 +70,9 @@ impl MapBatch {
         self.maps.iter().map(|m| m.1 as u64).sum()
     }
 
-    /// Maps every handle and grants access, one call per contiguous run. Returns the
-    /// driver calls' times for the debug log.
+    /// Unmaps the earlier mappings once their eviction copies are done, maps every
+    /// handle and grants access, one call per contiguous run. Returns the driver calls'
+    /// times for the debug log.
     pub fn run(self) -> Result<String, CudaError> {
         let r = self.map();
         self.outcome.set(r.clone());
@@ -72,6 +81,10 @@ impl MapBatch {
 
     fn map(&self) -> Result<String, CudaError> {
         let mut times = CallTimes::default();
+        for &(done, va, bytes) in &self.unmaps {
+            check(times.time(Call::Settle, || crate::real!(cuEventSynchronize(done as CUevent))), "cuEventSynchronize")?;
+            check(times.time(Call::Unmap, || crate::real!(cuMemUnmap(va, bytes))), "cuMemUnmap")?;
+        }
         for &(va, bytes, phys) in &self.maps {
             check(times.time(Call::Map, || crate::real!(cuMemMap(va, bytes, 0, phys, 0))), "cuMemMap")?;
         }
@@ -97,7 +110,9 @@ pub(super) struct Deferred {
     ops: Vec<Op>,
     keep: Option<HashSet<u64>>,
     /// Events the populations will record: not done until then.
-    pub(super) events: HashSet<u64>,
+    events: HashSet<u64>,
+    /// The earlier mappings the batch unmaps, for their bookkeeping afterwards.
+    unmaps: Vec<PendingUnmap>,
     /// The batch, until the agent takes it.
     batch: Option<MapBatch>,
     outcome: Arc<Outcome>,
@@ -124,24 +139,50 @@ impl CudaDevice {
     }
 
     /// Whether `e` is recorded by a deferred flush's populations.
-    pub(super) fn is_deferred(&self, e: gmux_core::device::Event) -> bool {
+    pub(super) fn is_deferred(&self, e: Event) -> bool {
         self.deferred.as_ref().is_some_and(|d| d.events.contains(&e.0))
+    }
+
+    /// The CUDA event behind `e`; a deferred population's is recorded first. An error:
+    /// the deferred flush failed, and `e` never will be.
+    pub fn cu_event(&mut self, e: Event) -> Result<Option<CUevent>, CudaError> {
+        if self.is_deferred(e) || self.failed.is_some() {
+            self.complete_deferred()?;
+        }
+        Ok(self.events.get(&e.0).copied())
     }
 
     /// Issues a deferred flush's populations, after its mappings: waits for the batch
     /// where another thread runs it, or runs it here where no thread took it. Every
-    /// device call that could observe the deferred chunks calls this first.
+    /// device call that could observe the deferred chunks calls this first. After a
+    /// batch failed, returns its error for ever.
     pub fn complete_deferred(&mut self) -> Result<(), CudaError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
         let Some(d) = self.deferred.take() else { return Ok(()) };
         let t0 = std::time::Instant::now();
         let calls = match d.batch {
             Some(b) => b.run(),
             None => d.outcome.wait(),
-        }?;
+        };
+        let calls = calls.inspect_err(|e| {
+            crate::log!(Error, "mapping a fill step failed ({e}); every later call of this device fails with it");
+            self.failed = Some(e.clone());
+        })?;
+        for u in d.unmaps {
+            self.unmapped(u);
+        }
         self.keep = d.keep;
         self.populate_after_evictions(&d.ops)?;
         crate::log!(Debug, "deferred flush of {} ops: mapped ({calls}), completed after {:.2} ms", d.ops.len(), t0.elapsed().as_secs_f64() * 1e3);
         Ok(())
+    }
+
+    /// [`CudaDevice::complete_deferred`] where no error can be returned: the error is
+    /// logged there, and every later call that can fail fails with it.
+    pub(super) fn complete_or_log(&mut self) {
+        let _ = self.complete_deferred();
     }
 
     /// Whether the queued `ops` can be split: they map device memory, and only device
@@ -151,17 +192,17 @@ impl CudaDevice {
         self.defer_next && !self.mid_plan && maps.peek().is_some() && maps.all(|p| !self.host_phys.contains(&p))
     }
 
-    /// The first part of a split flush (with the lock): frees the addresses to map,
-    /// issues the evictions, and keeps the mappings for a [`MapBatch`] and the rest for
-    /// [`CudaDevice::complete_deferred`].
+    /// The first part of a split flush (with the lock): takes the earlier mappings at
+    /// the addresses to map, issues the evictions, and keeps the rest for a [`MapBatch`]
+    /// and [`CudaDevice::complete_deferred`].
     pub(super) fn defer(&mut self, ops: Vec<Op>) -> Result<(), CudaError> {
         self.defer_next = false;
-        let mut maps = Vec::new();
+        let (mut maps, mut unmaps) = (Vec::new(), Vec::new());
         for op in &ops {
             if let Op::Map(c, n, p) = *op {
                 let bytes = n as usize * CHUNK;
                 for va in self.addresses(c) {
-                    self.settle_at(va, bytes)?;
+                    unmaps.extend(self.take_pending_at(va, bytes));
                     maps.push((va, bytes, p.0));
                 }
                 self.mapped.insert(c, (p.0, n));
@@ -170,9 +211,14 @@ impl CudaDevice {
         self.evict_pass(&ops)?;
         let events = ops.iter().filter_map(|op| if let Op::Record(_, e) = op { Some(e.0) } else { None }).collect();
         let outcome = Arc::new(Outcome::default());
-        let batch = MapBatch { ordinal: self.ordinal, maps, outcome: outcome.clone() };
+        let batch = MapBatch {
+            ordinal: self.ordinal,
+            unmaps: unmaps.iter().map(|u: &PendingUnmap| (u.done as usize, u.va, u.bytes)).collect(),
+            maps,
+            outcome: outcome.clone(),
+        };
         let keep = self.keep.take();
-        self.deferred = Some(Deferred { ops, keep, events, batch: Some(batch), outcome });
+        self.deferred = Some(Deferred { ops, keep, events, unmaps, batch: Some(batch), outcome });
         Ok(())
     }
 }

@@ -119,6 +119,7 @@ impl CudaDevice {
             self.keep = None;
             return Ok(());
         }
+        debug_assert!(self.deferred.is_none(), "a flush while another is deferred");
         let ops = std::mem::take(&mut self.ops);
         let t0 = std::time::Instant::now();
         self.reap(false)?;
@@ -293,7 +294,7 @@ impl CudaDevice {
                 }
                 Op::Wait(stream, e) => {
                     self.end_populate_run(&mut run)?;
-                    if let Some(ev) = self.cu_event(e) {
+                    if let Some(ev) = self.events.get(&e.0).copied() {
                         check(crate::real!(cuStreamWaitEvent(self.streams[stream as usize], ev, 0)), "cuStreamWaitEvent")?;
                     }
                 }

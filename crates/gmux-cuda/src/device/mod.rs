@@ -127,6 +127,8 @@ pub struct CudaDevice {
     defer_next: bool,
     /// A flush waiting for its mappings ([`CudaDevice::complete_deferred`]).
     deferred: Option<defer::Deferred>,
+    /// The error of a deferred flush's mappings, which every later call returns.
+    failed: Option<CudaError>,
 }
 
 // SAFETY: CUDA handles may be used from any thread; the shim serializes all access.
@@ -169,6 +171,7 @@ impl CudaDevice {
             times: CallTimes::default(),
             defer_next: false,
             deferred: None,
+            failed: None,
         })
     }
 
@@ -181,23 +184,6 @@ impl CudaDevice {
         }
         for i in 0..count as usize {
             self.chunk_va[first.0 as usize + i] = base + (i * CHUNK) as u64;
-        }
-    }
-
-    /// The CUDA event behind `e`; a deferred population's is recorded first
-    /// ([`CudaDevice::complete_deferred`]).
-    pub fn cu_event(&mut self, e: Event) -> Option<CUevent> {
-        if self.is_deferred(e) {
-            self.complete_or_log();
-        }
-        self.events.get(&e.0).copied()
-    }
-
-    /// [`CudaDevice::complete_deferred`] where no error can be returned: the failure is
-    /// logged, and the commands that needed those chunks fail on their own.
-    pub(super) fn complete_or_log(&mut self) {
-        if let Err(e) = self.complete_deferred() {
-            crate::log!(Error, "issuing a fill step after its mappings failed: {e}");
         }
     }
 
@@ -377,9 +363,10 @@ impl Device for CudaDevice {
         self.issue_queued()
     }
 
-    /// A deferred population's event is not done until its flush completes.
+    /// A deferred population's event is not done until its flush completes; none is
+    /// after a deferred flush failed.
     fn is_done(&mut self, e: Event) -> bool {
-        if self.is_deferred(e) {
+        if self.is_deferred(e) || self.failed.is_some() {
             return false;
         }
         self.events.get(&e.0).is_none_or(|ev| crate::real!(cuEventQuery(*ev)) == CUDA_SUCCESS)

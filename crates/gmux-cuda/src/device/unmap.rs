@@ -55,8 +55,23 @@ impl CudaDevice {
         Ok(())
     }
 
+    /// The pending unmaps holding any of the `bytes` from `va`, taken out for a deferred
+    /// flush's batch to finish ([`super::defer`]).
+    pub(super) fn take_pending_at(&mut self, va: CUdeviceptr, bytes: usize) -> Vec<PendingUnmap> {
+        let hit = |u: &PendingUnmap| (va..va + bytes as u64).step_by(CHUNK).any(|at| u.holds(at));
+        let (now, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending_unmap).into_iter().partition(|u| hit(u));
+        self.pending_unmap = rest;
+        now
+    }
+
     fn finish_unmap(&mut self, u: PendingUnmap) -> Result<(), CudaError> {
         check(self.times.time(Call::Unmap, || crate::real!(cuMemUnmap(u.va, u.bytes))), "cuMemUnmap")?;
+        self.unmapped(u);
+        Ok(())
+    }
+
+    /// The bookkeeping after `u`'s `cuMemUnmap`.
+    pub(super) fn unmapped(&mut self, u: PendingUnmap) {
         for at in (u.va..u.va + u.bytes as u64).step_by(CHUNK) {
             self.pending_vas.remove(&at);
         }
@@ -69,6 +84,5 @@ impl CudaDevice {
             self.event_refs.remove(&(u.done as usize));
             crate::real!(cuEventDestroy_v2(u.done));
         }
-        Ok(())
     }
 }
