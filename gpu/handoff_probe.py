@@ -24,25 +24,11 @@ import socket
 import tempfile
 import time
 
-from vmm_structs import Access, Location, Prop
+from probe_support import cuda, load
+from vmm_structs import Access, Prop
 
 MIB = 1 << 20
 POSIX_FD = 1
-
-
-def cuda():
-    """libcuda with a current context (torch's primary one)."""
-    import torch
-
-    torch.zeros(1, device="cuda")
-    lib = C.CDLL("libcuda.so.1")
-
-    def call(name, *args):
-        r = getattr(lib, name)(*args)
-        if r != 0:
-            raise RuntimeError(f"{name} failed: CUresult {r}")
-
-    return call
 
 
 def prop(export):
@@ -104,26 +90,6 @@ def creator(path, gib, piece_mib, export, stay):
     if stay:
         s.recv(1)
     s.close()
-
-
-def load(start, stop, gib):
-    """Copies `gib` each way, over and over, between `start` and `stop` being set."""
-    signal.alarm(280)
-    import torch
-
-    n = int(gib * (1 << 30))
-    h1 = torch.empty(n, dtype=torch.uint8, pin_memory=True)
-    h2 = torch.empty(n, dtype=torch.uint8, pin_memory=True)
-    d1 = torch.empty(n, dtype=torch.uint8, device="cuda")
-    d2 = torch.empty(n, dtype=torch.uint8, device="cuda")
-    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
-    start.wait()
-    while not stop.is_set():
-        with torch.cuda.stream(s1):
-            d1.copy_(h1, non_blocking=True)
-        with torch.cuda.stream(s2):
-            h2.copy_(d2, non_blocking=True)
-        torch.cuda.synchronize()
 
 
 _pinned = {}

@@ -13,6 +13,7 @@ import argparse
 import ctypes as C
 import time
 
+from probe_support import cuda
 from vmm_structs import Access, Location, Prop
 
 MIB = 1 << 20
@@ -27,13 +28,7 @@ def main():
     import cupy as cp
     import torch
 
-    torch.zeros(1, device="cuda")
-    lib = C.CDLL("libcuda.so.1")
-
-    def call(name, *args):
-        r = getattr(lib, name)(*args)
-        if r != 0:
-            raise RuntimeError(f"{name} failed: CUresult {r}")
+    call = cuda()
 
     gran = C.c_size_t()
     hp = Prop(type=1, location=Location(HOST, 0))

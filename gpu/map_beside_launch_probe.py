@@ -22,6 +22,7 @@ import signal
 import threading
 import time
 
+from probe_support import cuda, load
 from vmm_structs import Access, Prop
 
 MIB = 1 << 20
@@ -29,26 +30,6 @@ MIB = 1 << 20
 
 def kv(k, v):
     print(f"{k}={v}", flush=True)
-
-
-def load(start, stop, gib):
-    """Copies `gib` each way, over and over, between `start` and `stop` being set."""
-    signal.alarm(200)
-    import torch
-
-    n = int(gib * (1 << 30))
-    h1 = torch.empty(n, dtype=torch.uint8, pin_memory=True)
-    h2 = torch.empty(n, dtype=torch.uint8, pin_memory=True)
-    d1 = torch.empty(n, dtype=torch.uint8, device="cuda")
-    d2 = torch.empty(n, dtype=torch.uint8, device="cuda")
-    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
-    start.set()
-    while not stop.is_set():
-        with torch.cuda.stream(s1):
-            d1.copy_(h1, non_blocking=True)
-        with torch.cuda.stream(s2):
-            h2.copy_(d2, non_blocking=True)
-        torch.cuda.synchronize()
 
 
 def mapper(cu, piece, stop, times):
@@ -104,14 +85,9 @@ def main():
     signal.alarm(150)
     import torch
 
+    cu = cuda()
     x = torch.zeros(1 << 16, device="cuda")
     y = torch.ones(1 << 16, device="cuda")
-    lib = C.CDLL("libcuda.so.1")
-
-    def cu(name, *args):
-        r = getattr(lib, name)(*args)
-        if r != 0:
-            raise RuntimeError(f"{name} failed: CUresult {r}")
 
     ctx = C.c_void_p()
     cu("cuCtxGetCurrent", C.byref(ctx))
@@ -119,8 +95,9 @@ def main():
     start, stop_load = mp_ctx.Event(), mp_ctx.Event()
     lp = mp_ctx.Process(target=load, args=(start, stop_load, 2))
     lp.start()
-    start.wait(60)
-    time.sleep(2)
+    time.sleep(8)
+    start.set()
+    time.sleep(1)
     launches_per_s(torch, x, y, 0.5)
     kv("alone_launches_per_s", f"{launches_per_s(torch, x, y, a.seconds):.0f}")
     for phase in ["mapping", "copying"]:
