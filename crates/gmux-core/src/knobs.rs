@@ -15,7 +15,8 @@ pub enum Knob {
     Current,
     /// `gmem.swap.current`: host and disk bytes held (read-only).
     SwapCurrent,
-    /// `compute.timeslice`: longest slice per scheduling round.
+    /// `compute.timeslice`: slice per scheduling round, stretched up to the daemon's
+    /// `--max-timeslice` while a switch costs more than a fifth of it.
     Timeslice,
     /// `compute.freeze`: 1 stops dispatch, 0 resumes.
     Freeze,
@@ -50,6 +51,8 @@ impl Knob {
 pub const MAX_TIMESLICE: Nanos = 10_000_000_000;
 /// Default `compute.timeslice`.
 pub const DEFAULT_TIMESLICE: Nanos = 20_000_000;
+/// Default longest a slice is stretched to so that its switch is amortized (`--max-timeslice`).
+pub const DEFAULT_MAX_TIMESLICE: Nanos = 1_000_000_000;
 
 /// The writable knobs of one tenant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -186,6 +186,7 @@ mod tests {
             policy: Policy::RoundRobin,
             switch: Switch::Whole,
             timeslice: 50_000_000,
+            max_timeslice: 1_000_000_000,
             max_priority: 2,
             always_slice: false,
         }

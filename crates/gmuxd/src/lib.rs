@@ -70,6 +70,11 @@ pub struct DaemonArgs {
     /// `compute.timeslice` of new tenants, e.g. 50ms.
     #[arg(long, default_value = "20ms", value_name = "DURATION")]
     pub timeslice: String,
+    /// Longest a slice is stretched to while switching to its tenant (the time until its
+    /// memory has arrived) costs more than a fifth of it, e.g. 500ms; at or below
+    /// --timeslice, slices are never stretched.
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    pub max_timeslice: String,
     /// Socket path (default: $GMUX_SOCKET, else $XDG_RUNTIME_DIR/gmux/gpu0.sock, or
     /// /run/gmux/gpu0.sock as root).
     #[arg(long, value_name = "PATH")]
@@ -148,12 +153,15 @@ pub fn daemon(args: &DaemonArgs) -> Result<(), Failure> {
     let path = args.socket.clone().unwrap_or_else(socket_path);
     let slice = gmux_core::knobs::parse_duration(&args.timeslice)
         .ok_or_else(|| Failure::Usage(format!("--timeslice {}: write a duration between 1us and 10s, e.g. 20ms", args.timeslice)))?;
+    let max_slice = gmux_core::knobs::parse_duration(&args.max_timeslice)
+        .ok_or_else(|| Failure::Usage(format!("--max-timeslice {}: write a duration between 1us and 10s, e.g. 1s", args.max_timeslice)))?;
     let settings = journal::Settings {
         hbm,
         host,
         policy: args.policy,
         switch: args.switch,
         timeslice: slice,
+        max_timeslice: max_slice,
         max_priority: args.max_priority,
         always_slice: args.always_slice,
     };

@@ -103,6 +103,12 @@ impl Arbiter {
                 Switch::Msched => (runs[t], Fill::Forecast),
                 Switch::Whole => (runs[t] && !evicting && now_cap >= caps[i], Fill::Whole),
             };
+            if let Some(r) = self.running.as_mut().filter(|r| r.tenant == *t && !concurrent) {
+                // In once it holds all but an eighth of what it wants within its target:
+                // a process's fill stops a little short of its cap.
+                let goal = usage[t].want.min(caps[i]);
+                r.observe_memory(usage[t].held.saturating_add(goal / 8) >= goal, self.now);
+            }
             if runs[t] && !concurrent && self.running.is_some_and(|r| !r.waited_logged && r.switching_longer_than(10, self.now)) {
                 self.log_long_switch(live, i, caps, now_cap, usage);
             }
@@ -184,7 +190,7 @@ impl Arbiter {
                     frozen: k.limits.frozen || !self.responsive(*t),
                     priority: k.priority,
                     weight: k.weight,
-                    timeslice: k.limits.timeslice,
+                    timeslice: self.slice_of(*t),
                 }
             })
             .collect();
@@ -193,8 +199,18 @@ impl Arbiter {
             // so more than were released then means one released after it has finished.
             if usage.get(&r.tenant).is_some_and(|u| r.observe(u.finished, now)) {
                 let u = &usage[&r.tenant];
+                let base = self.tenants.get(r.tenant).limits.timeslice;
+                let stretched = if r.slice > base {
+                    format!(
+                        "; its slice is stretched to {:.0} ms (its switches cost {:.1} ms)",
+                        r.slice as f64 / 1e6,
+                        self.switch_costs[&r.tenant] as f64 / 1e6
+                    )
+                } else {
+                    String::new()
+                };
                 self.events.push(format!(
-                    "{} started {:.1} ms after its switch (holds {}, wants {})",
+                    "{} started {:.1} ms after its switch (holds {}, wants {}){stretched}",
                     self.tenants.get(r.tenant).name,
                     (now - r.switched) as f64 / 1e6,
                     format_size(u.held),
@@ -206,6 +222,9 @@ impl Arbiter {
         if keep.is_none() {
             if let Some(r) = self.running.take() {
                 self.sched.charge(r.tenant, r.charge(now));
+                let cost = r.switch_cost(now);
+                let avg = self.switch_costs.entry(r.tenant).or_insert(cost);
+                *avg = avg.midpoint(cost);
                 let (ran, held) =
                     usage.get(&r.tenant).map_or((0, 0), |u| (u.commands.saturating_sub(r.commands), u.launches_held_ns.saturating_sub(r.launches_held_ns)));
                 let held = if held > 0 { format!("; its agent held its launches {:.1} ms", held as f64 / 1e6) } else { String::new() };
@@ -226,6 +245,13 @@ impl Arbiter {
         }
         let runs = live.iter().map(|t| (*t, Some(*t) == cur)).collect();
         (runs, order)
+    }
+
+    /// The slice of tenant `t`: its `compute.timeslice`, stretched to amortize what its
+    /// switches cost ([`slot::stretched`]).
+    fn slice_of(&self, t: TenantId) -> Nanos {
+        let base = self.tenants.get(t).limits.timeslice;
+        self.switch_costs.get(&t).map_or(base, |cost| slot::stretched(base, *cost, self.settings.max_timeslice))
     }
 
     /// `cap` bytes of tenant `t` split among its processes in proportion to what they want.

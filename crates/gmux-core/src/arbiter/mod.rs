@@ -116,6 +116,8 @@ pub struct Arbiter {
     pub events: Vec<String>,
     past: HashMap<TenantId, Past>,
     running: Option<Slot>,
+    /// Each tenant's switch cost, averaged over its slots ([`Slot::switch_cost`]).
+    switch_costs: HashMap<TenantId, Nanos>,
     /// Time of the decision being made.
     now: Nanos,
     /// Most GPU memory all processes together reported holding at once.
@@ -131,7 +133,16 @@ impl Arbiter {
     /// A daemon with no tenants, this budget, policy and switch, and the default timeslice
     /// and priority ceiling.
     pub fn new(hbm: Option<u64>, host: Option<u64>, policy: Policy, switch: Switch) -> Self {
-        Arbiter::with(&Settings { hbm, host, policy, switch, timeslice: crate::knobs::DEFAULT_TIMESLICE, max_priority: 0, always_slice: false })
+        Arbiter::with(&Settings {
+            hbm,
+            host,
+            policy,
+            switch,
+            timeslice: crate::knobs::DEFAULT_TIMESLICE,
+            max_timeslice: crate::knobs::DEFAULT_MAX_TIMESLICE,
+            max_priority: 0,
+            always_slice: false,
+        })
     }
 
     /// A daemon with no tenants and these settings.
@@ -148,6 +159,7 @@ impl Arbiter {
             peak_held: 0,
             past: HashMap::new(),
             running: None,
+            switch_costs: HashMap::new(),
             awaited: BTreeMap::new(),
             journal: Vec::new(),
         }

@@ -24,11 +24,19 @@ pub struct Settings {
     pub switch: Switch,
     /// `compute.timeslice` of new tenants.
     pub timeslice: Nanos,
+    /// Longest a slice is stretched to so that its switch's migration costs at most a
+    /// fifth of the slot (`--max-timeslice`; at or below a tenant's timeslice: never).
+    #[serde(default = "default_max_timeslice")]
+    pub max_timeslice: Nanos,
     /// Highest priority a user other than the owner or root may ask for.
     pub max_priority: i32,
     /// Time-slice even when every tenant fits (`--always-slice`).
     #[serde(default)]
     pub always_slice: bool,
+}
+
+fn default_max_timeslice() -> Nanos {
+    crate::knobs::DEFAULT_MAX_TIMESLICE
 }
 
 /// A tenant as the journal keeps it: who owns it and its writable knobs.

@@ -1,13 +1,26 @@
 //! The slot running now in time-sliced mode, as a state machine: switched in, then its
 //! slice. The slice starts when the tenant's first command after the switch has finished,
 //! so that the switch's migration is not charged to it (MSched: suspend, migrate, resume,
-//! then the slice).
+//! then the slice). The slot also measures the switch's cost: the time until the memory the
+//! division gives the tenant has arrived. A slice is stretched to amortize it
+//! ([`stretched`]).
 
 use crate::{Nanos, TenantId};
 
 /// Longest a switched-in tenant may take to finish its first command before its slice
 /// starts anyway, in slices.
 pub const MAX_SWITCH_SLICES: u64 = 20;
+
+/// A slice is stretched to this many times its tenant's switch cost, so that the switch
+/// costs at most a fifth of the slot.
+pub const SLICE_PER_SWITCH: u64 = 4;
+
+/// The slice of a tenant whose `compute.timeslice` is `base` and whose switches cost
+/// `cost`: [`SLICE_PER_SWITCH`] times the cost, at least `base`, at most `max` (or `base`
+/// when `max` is below it).
+pub fn stretched(base: Nanos, cost: Nanos, max: Nanos) -> Nanos {
+    cost.saturating_mul(SLICE_PER_SWITCH).clamp(base, max.max(base))
+}
 
 /// Where the running slot is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,13 +51,28 @@ pub struct Slot {
     pub phase: Phase,
     /// Why it waits has been logged.
     pub waited_logged: bool,
+    /// When the memory the division gives it had arrived.
+    pub arrived: Option<Nanos>,
 }
 
 impl Slot {
     /// `tenant` switched in at `now` with `commands` released so far and its launches
     /// held `launches_held_ns` by its agent so far, for a slice of `slice`.
     pub fn switch_in(tenant: TenantId, now: Nanos, commands: u64, launches_held_ns: u64, slice: Nanos) -> Slot {
-        Slot { tenant, switched: now, commands, launches_held_ns, slice, phase: Phase::Switching, waited_logged: false }
+        Slot { tenant, switched: now, commands, launches_held_ns, slice, phase: Phase::Switching, waited_logged: false, arrived: None }
+    }
+
+    /// Takes at `now` whether the memory the division gives the tenant is in.
+    pub fn observe_memory(&mut self, arrived: bool, now: Nanos) {
+        if arrived && self.arrived.is_none() {
+            self.arrived = Some(now);
+        }
+    }
+
+    /// What the switch has cost by `now`: the time from the switch until the tenant's memory
+    /// had arrived, or until now while it has not.
+    pub fn switch_cost(&self, now: Nanos) -> Nanos {
+        self.arrived.unwrap_or(now).saturating_sub(self.switched)
     }
 
     /// Takes the tenant's count of finished commands at `now`: more than it had released at
@@ -99,6 +127,25 @@ mod tests {
         assert!(!s.observe(60, 170 * MS), "it starts once");
         assert_eq!(s.ends(), 210 * MS);
         assert_eq!(s.charge(200 * MS), 40 * MS);
+    }
+
+    #[test]
+    fn a_switch_costs_the_time_until_its_memory_has_arrived() {
+        let mut s = Slot::switch_in(TenantId(1), 100 * MS, 0, 0, 50 * MS);
+        s.observe_memory(false, 130 * MS);
+        assert_eq!(s.switch_cost(170 * MS), 70 * MS, "not arrived yet: the slot so far");
+        s.observe_memory(true, 180 * MS);
+        s.observe_memory(true, 250 * MS);
+        assert_eq!(s.switch_cost(400 * MS), 80 * MS, "the first time it had arrived");
+    }
+
+    #[test]
+    fn a_slice_is_stretched_to_amortize_its_switch_within_the_bounds() {
+        assert_eq!(stretched(200 * MS, 10 * MS, 1000 * MS), 200 * MS, "a cheap switch keeps the timeslice");
+        assert_eq!(stretched(200 * MS, 150 * MS, 1000 * MS), 600 * MS);
+        assert_eq!(stretched(200 * MS, 400 * MS, 1000 * MS), 1000 * MS, "at most the bound");
+        assert_eq!(stretched(2000 * MS, 400 * MS, 1000 * MS), 2000 * MS, "a bound below the timeslice stretches nothing");
+        assert_eq!(stretched(20 * MS, Nanos::MAX, 1000 * MS), 1000 * MS);
     }
 
     #[test]

@@ -289,3 +289,33 @@ fn a_slot_says_how_long_the_agent_held_its_launches() {
     assert_eq!(ended.len(), 1, "{:?}", d.events);
     assert!(ended[0].starts_with("t0 ran 1465 commands in 1000.0 ms; its agent held its launches 67.0 ms"), "{}", ended[0]);
 }
+
+/// A tenant whose memory took 60 ms to arrive after its switch gets four times that as its
+/// next slice (the switch then costs a fifth of the slot), within `max_timeslice`; one
+/// whose memory was in at once keeps its timeslice.
+#[test]
+fn a_slice_is_stretched_to_amortize_its_tenant_s_switch() {
+    for (max, t0_next) in [(1000 * MS, 240 * MS), (200 * MS, 200 * MS), (50 * MS, 100 * MS)] {
+        let mut d = Arbiter::new(Some(8 * G), None, Policy::RoundRobin, Switch::Msched);
+        (d.settings.timeslice, d.settings.max_timeslice) = (100 * MS, max);
+        for c in 0..2 {
+            d.join(c, 100 + c as u32, &format!("t{c}"), 0);
+            rep(&mut d, c, busy(0, 8 * G));
+        }
+        assert!(grants(&mut d, 0)[&0].run);
+        started(&mut d, 0, 2 * G, 10 * MS);
+        rep(&mut d, 0, ShimReport { commands: 5, finished: 2, ..busy(8 * G, 8 * G) });
+        d.decide(60 * MS);
+        assert!(grants(&mut d, 111 * MS)[&1].run, "t0's slice of 100 ms began at 10 ms");
+        rep(&mut d, 0, busy(0, 8 * G));
+        grants(&mut d, 112 * MS);
+        started(&mut d, 1, 8 * G, 115 * MS);
+        assert_eq!(d.running.map(|r| r.slice), Some(100 * MS), "t1's memory was in 4 ms after its switch");
+        assert!(grants(&mut d, 216 * MS)[&0].run);
+        assert_eq!(d.running.map(|r| r.slice), Some(t0_next), "max_timeslice {} ms", max / MS);
+        rep(&mut d, 0, ShimReport { commands: 6, finished: 6, ..busy(8 * G, 8 * G) });
+        d.decide(220 * MS);
+        let said = d.events.iter().any(|e| e.ends_with(&format!("its slice is stretched to {} ms (its switches cost 60.0 ms)", t0_next / MS)));
+        assert_eq!(said, t0_next > 100 * MS, "{:?}", d.events);
+    }
+}

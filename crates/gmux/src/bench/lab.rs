@@ -268,17 +268,46 @@ pub fn num(v: &serde_json::Value, key: &str) -> f64 {
     v.get(key).and_then(|x| x.as_f64()).unwrap_or(f64::NAN)
 }
 
+/// The slices gmuxd gave each tenant in run `run` of the lab, from its `--verbose` log:
+/// per tenant, the mean over the slots it started in the measured window (from the
+/// latest `start_at` of the tenants' reports) of its slice (stretched where the log says
+/// so, else `timeslice`), as a duration the simulator reads. A tenant with no slot there
+/// gets `timeslice`.
+pub fn slices_used(lab: &Lab, run: &str, tenants: &[&str], timeslice: &str) -> impl Fn(&str) -> String {
+    let from = tenants.iter().filter_map(|n| report(&lab.file(&format!("{run}.{n}.json"))).ok()).map(|r| num(&r, "start_at")).fold(0.0, f64::max);
+    slices_in_log(&lab.file(&format!("{run}.daemon.log")), from, timeslice)
+}
+
+fn slices_in_log(log: &Path, from: f64, timeslice: &str) -> impl Fn(&str) -> String {
+    let base = gmux_core::knobs::parse_duration(timeslice).map_or(0.0, |ns| ns as f64 / 1e6);
+    let mut slots: std::collections::HashMap<String, Vec<f64>> = std::collections::HashMap::new();
+    for line in std::fs::read_to_string(log).unwrap_or_default().lines() {
+        let Some((stamp, msg)) = line.strip_prefix("gmuxd ").and_then(|l| l.split_once(": ")) else { continue };
+        if stamp.parse::<f64>().map_or(true, |t| t < from) {
+            continue;
+        }
+        let Some((name, rest)) = msg.split_once(" started ").filter(|(_, r)| r.contains(" ms after its switch")) else { continue };
+        let stretched = rest.split_once("its slice is stretched to ").and_then(|(_, r)| r.split_once(" ms")).and_then(|(ms, _)| ms.parse().ok());
+        slots.entry(name.to_string()).or_default().push(stretched.unwrap_or(base));
+    }
+    let timeslice = timeslice.to_string();
+    move |name| match slots.get(name) {
+        Some(ms) if base > 0.0 => format!("{:.0}us", ms.iter().sum::<f64>() / ms.len() as f64 * 1e3),
+        _ => timeslice.clone(),
+    }
+}
+
 /// Replays in the simulator, as `systems`, the traces of `tenants` that a run recorded in
 /// the lab as `{prefix}.{tenant}.trace.jsonl`, on a device of `budget` (bytes, or a size
-/// such as 16G) with slices of `timeslice`: their steady part, looped, for 10 s of
-/// simulated time. The scenario is kept as `{prefix}.replay.toml`; `what` names it in its
-/// description.
+/// such as 16G), each tenant with the slice `timeslice` gives it: their steady part,
+/// looped, for 10 s of simulated time. The scenario is kept as `{prefix}.replay.toml`;
+/// `what` names it in its description.
 pub fn replay<'a>(
     lab: &Lab,
     what: &str,
     prefix: &str,
     budget: impl std::fmt::Display,
-    timeslice: &str,
+    timeslice: impl Fn(&str) -> String,
     systems: &[&str],
     tenants: impl IntoIterator<Item = &'a str>,
 ) -> Result<gmux_sim::Report, Failure> {
@@ -288,7 +317,8 @@ pub fn replay<'a>(
         let trace = lab.file(&format!("{prefix}.{name}.trace.jsonl"));
         let path = trace.canonicalize().map_err(|e| Failure::Runtime(format!("no trace {} ({e})", trace.display())))?;
         toml += &format!(
-            "\n[[tenant]]\nname = \"{name}\"\ntimeslice = \"{timeslice}\"\nworkload = {{ kind = \"trace\", path = \"{}\", tenant = \"{name}\", repeat = true, steady = true }}\n",
+            "\n[[tenant]]\nname = \"{name}\"\ntimeslice = \"{}\"\nworkload = {{ kind = \"trace\", path = \"{}\", tenant = \"{name}\", repeat = true, steady = true }}\n",
+            timeslice(name),
             path.display()
         );
     }
@@ -296,4 +326,27 @@ pub fn replay<'a>(
     std::fs::write(&file, toml).map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", file.display())))?;
     let scenario = gmux_sim::load_scenario(&file).map_err(|e| Failure::Runtime(e.to_string()))?;
     gmux_sim::run(&scenario, &mut |_| {}).map_err(|e| Failure::Runtime(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The mean slice per tenant in the window counts an unstretched slot at the
+    /// timeslice.
+    #[test]
+    fn the_slices_used_come_from_the_daemon_s_log() {
+        let log = std::env::temp_dir().join(format!("gmux-slices-{}.log", std::process::id()));
+        std::fs::write(
+            &log,
+            "gmuxd: serving x\n\
+             gmuxd 0.5: a started 5.0 ms after its switch (holds 1 GiB, wants 2 GiB); its slice is stretched to 900 ms (its switches cost 225.0 ms)\n\
+             gmuxd 1.0: a started 5.0 ms after its switch (holds 1 GiB, wants 2 GiB)\n\
+             gmuxd 1.3: a ran 10 commands in 205.0 ms\n\
+             gmuxd 1.4: b started 50.0 ms after its switch (holds 1 GiB, wants 2 GiB); its slice is stretched to 900 ms (its switches cost 225.0 ms)\n\
+             gmuxd 2.4: a started 40.0 ms after its switch (holds 1 GiB, wants 2 GiB); its slice is stretched to 600 ms (its switches cost 150.0 ms)\n",
+        )
+        .unwrap();
+        let slice = super::slices_in_log(&log, 1.0, "200ms");
+        assert_eq!((slice("a"), slice("b"), slice("c")), ("400000us".to_string(), "900000us".to_string(), "200ms".to_string()));
+        std::fs::remove_file(&log).unwrap();
+    }
 }

@@ -176,12 +176,15 @@ fn one_run(lab: &Lab, a: &MicroArgs, level: u32, gib: f64, system: &str) -> Resu
     })
 }
 
-/// The simulator on the traces recorded at `level`: (ideal, gmux-exact, gmuxd)
-/// throughput, each normalized to the simulated in-HBM run of the same traces.
+/// The simulator on the traces recorded at `level`, each tenant with the slices gmuxd gave
+/// it in the run: (ideal, gmux-exact, gmuxd) throughput, each normalized to the simulated
+/// in-HBM run of the same traces.
 fn ideal(lab: &Lab, a: &MicroArgs, level: u32) -> Result<(f64, f64, f64), Failure> {
     let what = format!("msched-micro traces at {level}%");
     let systems = ["in-hbm", "gmux-exact", "gmuxd", "ideal"];
-    let report = lab::replay(lab, &what, &format!("L{level}"), &a.budget, &a.timeslice, &systems, TENANTS.iter().map(|(n, _)| *n))?;
+    let names: Vec<&str> = TENANTS.iter().map(|(n, _)| *n).collect();
+    let slices = lab::slices_used(lab, &format!("L{level}-gmux"), &names, &a.timeslice);
+    let report = lab::replay(lab, &what, &format!("L{level}"), &a.budget, slices, &systems, names.iter().copied())?;
     let get = |s: &str| {
         report.results.iter().find(|r| r.system == s).and_then(|r| r.throughput_norm).ok_or_else(|| Failure::Runtime(format!("replay has no {s} row")))
     };

@@ -248,12 +248,15 @@ fn switch_wait_ms(log: &Path, from: f64, to: f64) -> Option<f64> {
     (!waits.is_empty()).then(|| waits.iter().sum::<f64>() / waits.len() as f64)
 }
 
-/// The simulator on the traces gmux recorded at `level`: fills the row's ideal and
-/// gmuxd prediction.
+/// The simulator on the traces gmux recorded at `level`, each tenant with the slices
+/// gmuxd gave it in the run (stretched ones included): fills the row's ideal and gmuxd
+/// prediction.
 fn replay(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, budget: u64, row: &mut Row) -> Result<(), Failure> {
     let tenants = mix(m).expect("checked");
     let what = format!("{m} traces at {level}%");
-    let report = lab::replay(lab, &what, &format!("{m}-L{level}"), budget, &a.timeslice, &["in-hbm", "gmuxd", "ideal"], tenants.iter().map(|(n, _)| *n))?;
+    let names: Vec<&str> = tenants.iter().map(|(n, _)| *n).collect();
+    let slices = lab::slices_used(lab, &format!("{m}-L{level}-gmux"), &names, &a.timeslice);
+    let report = lab::replay(lab, &what, &format!("{m}-L{level}"), budget, slices, &["in-hbm", "gmuxd", "ideal"], names.iter().copied())?;
     let get = |s: &str| report.results.iter().find(|r| r.system == s).ok_or_else(|| Failure::Runtime(format!("replay has no {s} row")));
     let ideal = get("ideal")?;
     row.ideal_norm = ideal.throughput_norm;
