@@ -11,7 +11,8 @@ const MIB: u64 = 1 << 20;
 
 #[test]
 fn tenants_over_the_budget_take_turns_and_keep_every_byte() {
-    let d = Daemon::start("daemon-turns", &["--hbm", "48M", "--timeslice", "5ms", "--verbose"]);
+    // Unstretched slices: many turns each (tests/slices.rs covers stretched ones).
+    let d = Daemon::start("daemon-turns", &["--hbm", "48M", "--timeslice", "5ms", "--max-timeslice", "5ms", "--verbose"]);
     // Rounds enough that both tenants overlap for many slices even when one starts late
     // on a loaded machine.
     let rounds = 60;

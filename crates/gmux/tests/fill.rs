@@ -19,7 +19,8 @@ fn sum_after(text: &str, tag: &str, after: &str, unit: &str) -> f64 {
 /// part of the time it spent mapping.
 #[test]
 fn a_fill_step_maps_its_memory_while_the_tenant_launches() {
-    let d = Daemon::start("fill-unlocked", &["--hbm", "48M", "--timeslice", "20ms", "--verbose"]);
+    // Unstretched slices, so that each tenant switches in, and fills, many times.
+    let d = Daemon::start("fill-unlocked", &["--hbm", "48M", "--timeslice", "20ms", "--max-timeslice", "20ms", "--verbose"]);
     let env = [("GMUX_STANDIN_MAP_US", "4000"), ("GMUX_LOG", "debug")];
     let args = ["loop", "--buffers", "8", "--bytes", "4M", "--rounds", "120"];
     let a = d.tenant_with("a", &env, &args);

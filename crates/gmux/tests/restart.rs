@@ -12,7 +12,8 @@ const MIB: u64 = 1 << 20;
 fn a_daemon_killed_under_its_tenants_is_replaced_and_loses_nothing() {
     // The whole-tenant swap: the tenant paused when the daemon dies holds a grant of 0
     // bytes, and must neither die nor take memory until the next daemon grants it.
-    let flags = ["--hbm", "48M", "--timeslice", "5ms", "--switch", "whole", "--verbose"];
+    // Unstretched slices keep both tenants switching, and neither finishes early.
+    let flags = ["--hbm", "48M", "--timeslice", "5ms", "--max-timeslice", "5ms", "--switch", "whole", "--verbose"];
     let mut d = Daemon::start("restart-kill", &flags);
     // Enough rounds that the tenant running at the crash, which runs on within its last
     // grant, cannot finish before the new daemon serves the socket.

@@ -178,7 +178,7 @@ impl Arbiter {
     /// Time slicing: the head of the scheduler's timeline runs; the timeline gives every
     /// tenant's next run, for the division of memory.
     fn sliced(&mut self, live: &[TenantId], usage: &HashMap<TenantId, ShimReport>, now: Nanos) -> (HashMap<TenantId, bool>, HashMap<TenantId, u64>) {
-        let views: Vec<TenantView> = live
+        let mut views: Vec<TenantView> = live
             .iter()
             .map(|t| {
                 let k = self.tenants.get(*t);
@@ -190,22 +190,19 @@ impl Arbiter {
                     frozen: k.limits.frozen || !self.responsive(*t),
                     priority: k.priority,
                     weight: k.weight,
-                    timeslice: self.slice_of(*t),
+                    timeslice: k.limits.timeslice,
                 }
             })
             .collect();
+        let cost = self.switch_cost(live);
         if let Some(r) = self.running.as_mut() {
             // Finished counts every command released before the switch once they are done,
             // so more than were released then means one released after it has finished.
             if usage.get(&r.tenant).is_some_and(|u| r.observe(u.finished, now)) {
                 let u = &usage[&r.tenant];
                 let base = self.tenants.get(r.tenant).limits.timeslice;
-                let stretched = if r.slice > base {
-                    format!(
-                        "; its slice is stretched to {:.0} ms (its switches cost {:.1} ms)",
-                        r.slice as f64 / 1e6,
-                        self.switch_costs[&r.tenant] as f64 / 1e6
-                    )
+                let stretched = if let Some(cost) = cost.filter(|_| r.slice > base) {
+                    format!("; its slice is stretched to {:.0} ms (a switch costs {:.1} ms)", r.slice as f64 / 1e6, cost as f64 / 1e6)
                 } else {
                     String::new()
                 };
@@ -219,20 +216,25 @@ impl Arbiter {
             }
         }
         let keep = self.running.filter(|r| now < r.ends() && views.iter().any(|v| v.id == r.tenant && !v.frozen));
+        if let Some(r) = self.running.take_if(|_| keep.is_none()) {
+            self.sched.charge(r.tenant, r.charge(now));
+            let cost = r.switch_cost(now);
+            let avg = self.switch_costs.entry(r.tenant).or_insert(cost);
+            *avg = avg.midpoint(cost);
+            let (ran, held) =
+                usage.get(&r.tenant).map_or((0, 0), |u| (u.commands.saturating_sub(r.commands), u.launches_held_ns.saturating_sub(r.launches_held_ns)));
+            let held = if held > 0 { format!("; its agent held its launches {:.1} ms", held as f64 / 1e6) } else { String::new() };
+            self.events.push(format!("{} ran {ran} commands in {:.1} ms{held}", self.tenants.get(r.tenant).name, (now - r.switched) as f64 / 1e6));
+        }
+        let cost = self.switch_cost(live);
+        for v in &mut views {
+            v.timeslice = self.slice_of(v.id, cost);
+        }
         if keep.is_none() {
-            if let Some(r) = self.running.take() {
-                self.sched.charge(r.tenant, r.charge(now));
-                let cost = r.switch_cost(now);
-                let avg = self.switch_costs.entry(r.tenant).or_insert(cost);
-                *avg = avg.midpoint(cost);
-                let (ran, held) =
-                    usage.get(&r.tenant).map_or((0, 0), |u| (u.commands.saturating_sub(r.commands), u.launches_held_ns.saturating_sub(r.launches_held_ns)));
-                let held = if held > 0 { format!("; its agent held its launches {:.1} ms", held as f64 / 1e6) } else { String::new() };
-                self.events.push(format!("{} ran {ran} commands in {:.1} ms{held}", self.tenants.get(r.tenant).name, (now - r.switched) as f64 / 1e6));
-            }
             if let Some(head) = self.sched.timeline(&views, 1).head() {
                 let u = &usage[&head.tenant];
-                self.running = Some(Slot::switch_in(head.tenant, now, u.commands, u.launches_held_ns, head.slice));
+                let timeslice = self.tenants.get(head.tenant).limits.timeslice;
+                self.running = Some(Slot::switch_in(head.tenant, now, u.commands, u.launches_held_ns, head.slice, timeslice));
                 self.tenants.get_mut(head.tenant).stat.switches += 1;
             }
         }
@@ -247,11 +249,20 @@ impl Arbiter {
         (runs, order)
     }
 
-    /// The slice of tenant `t`: its `compute.timeslice`, stretched to amortize what its
-    /// switches cost ([`slot::stretched`]).
-    fn slice_of(&self, t: TenantId) -> Nanos {
+    /// What a switch costs among the tenants `live` taking turns: the mean of each one's
+    /// average over its slots. `None` before any slot has ended.
+    fn switch_cost(&self, live: &[TenantId]) -> Option<Nanos> {
+        let costs: Vec<Nanos> = live.iter().filter_map(|t| self.switch_costs.get(t).copied()).collect();
+        (!costs.is_empty()).then(|| costs.iter().sum::<Nanos>() / costs.len() as Nanos)
+    }
+
+    /// The slice of tenant `t`: its `compute.timeslice`, stretched to amortize a switch that
+    /// costs `cost` ([`slot::stretched`]). Every tenant taking turns is stretched by the
+    /// same switch cost, so that a tenant whose memory stays in while others swap gets the
+    /// same time as they do.
+    fn slice_of(&self, t: TenantId, cost: Option<Nanos>) -> Nanos {
         let base = self.tenants.get(t).limits.timeslice;
-        self.switch_costs.get(&t).map_or(base, |cost| slot::stretched(base, *cost, self.settings.max_timeslice))
+        cost.map_or(base, |cost| slot::stretched(base, cost, self.settings.max_timeslice))
     }
 
     /// `cap` bytes of tenant `t` split among its processes in proportion to what they want.

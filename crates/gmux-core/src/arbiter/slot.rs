@@ -8,7 +8,7 @@
 use crate::{Nanos, TenantId};
 
 /// Longest a switched-in tenant may take to finish its first command before its slice
-/// starts anyway, in slices.
+/// starts anyway, in timeslices (unstretched).
 pub const MAX_SWITCH_SLICES: u64 = 20;
 
 /// A slice is stretched to this many times its tenant's switch cost, so that the switch
@@ -45,8 +45,10 @@ pub struct Slot {
     pub commands: u64,
     /// Nanoseconds its agent had held its launches at the switch.
     pub launches_held_ns: u64,
-    /// Its timeslice.
+    /// Its slice, stretched ([`stretched`]).
     pub slice: Nanos,
+    /// Its `compute.timeslice`, which bounds the switch.
+    pub timeslice: Nanos,
     /// Where the slot is.
     pub phase: Phase,
     /// Why it waits has been logged.
@@ -57,9 +59,10 @@ pub struct Slot {
 
 impl Slot {
     /// `tenant` switched in at `now` with `commands` released so far and its launches
-    /// held `launches_held_ns` by its agent so far, for a slice of `slice`.
-    pub fn switch_in(tenant: TenantId, now: Nanos, commands: u64, launches_held_ns: u64, slice: Nanos) -> Slot {
-        Slot { tenant, switched: now, commands, launches_held_ns, slice, phase: Phase::Switching, waited_logged: false, arrived: None }
+    /// held `launches_held_ns` by its agent so far, for a slice of `slice` (its timeslice
+    /// `timeslice`, stretched).
+    pub fn switch_in(tenant: TenantId, now: Nanos, commands: u64, launches_held_ns: u64, slice: Nanos, timeslice: Nanos) -> Slot {
+        Slot { tenant, switched: now, commands, launches_held_ns, slice, timeslice, phase: Phase::Switching, waited_logged: false, arrived: None }
     }
 
     /// Takes at `now` whether the memory the division gives the tenant is in.
@@ -87,11 +90,11 @@ impl Slot {
     }
 
     /// When the slot ends: a slice after it started, or, if it never starts, after
-    /// [`MAX_SWITCH_SLICES`] slices from the switch.
+    /// [`MAX_SWITCH_SLICES`] timeslices from the switch.
     pub fn ends(&self) -> Nanos {
         match self.phase {
             Phase::Slicing { since } => since + self.slice,
-            Phase::Switching => self.switched + MAX_SWITCH_SLICES * self.slice,
+            Phase::Switching => self.switched + MAX_SWITCH_SLICES * self.timeslice,
         }
     }
 
@@ -104,9 +107,9 @@ impl Slot {
         }
     }
 
-    /// Whether the switch has taken longer than `slices` slices by `now`.
+    /// Whether the switch has taken longer than `slices` timeslices by `now`.
     pub fn switching_longer_than(&self, slices: u64, now: Nanos) -> bool {
-        self.phase == Phase::Switching && now > self.switched + slices * self.slice
+        self.phase == Phase::Switching && now > self.switched + slices * self.timeslice
     }
 }
 
@@ -118,7 +121,7 @@ mod tests {
 
     #[test]
     fn the_slice_starts_when_a_command_released_after_the_switch_finishes() {
-        let mut s = Slot::switch_in(TenantId(1), 100 * MS, 40, 0, 50 * MS);
+        let mut s = Slot::switch_in(TenantId(1), 100 * MS, 40, 0, 50 * MS, 50 * MS);
         assert!(!s.observe(40, 130 * MS), "the 40 released before the switch finishing start nothing");
         assert_eq!(s.ends(), 100 * MS + 20 * 50 * MS, "a switch that never finishes ends after 20 slices");
         assert_eq!(s.charge(130 * MS), 0, "the switch is not charged");
@@ -131,7 +134,7 @@ mod tests {
 
     #[test]
     fn a_switch_costs_the_time_until_its_memory_has_arrived() {
-        let mut s = Slot::switch_in(TenantId(1), 100 * MS, 0, 0, 50 * MS);
+        let mut s = Slot::switch_in(TenantId(1), 100 * MS, 0, 0, 50 * MS, 50 * MS);
         s.observe_memory(false, 130 * MS);
         assert_eq!(s.switch_cost(170 * MS), 70 * MS, "not arrived yet: the slot so far");
         s.observe_memory(true, 180 * MS);
@@ -150,7 +153,8 @@ mod tests {
 
     #[test]
     fn a_long_switch_is_told_apart() {
-        let mut s = Slot::switch_in(TenantId(1), 0, 0, 0, 50 * MS);
+        let mut s = Slot::switch_in(TenantId(1), 0, 0, 0, 200 * MS, 50 * MS);
+        assert_eq!(s.ends(), 1000 * MS, "twenty timeslices, not twenty stretched slices");
         assert!(!s.switching_longer_than(10, 500 * MS));
         assert!(s.switching_longer_than(10, 501 * MS));
         s.observe(1, 600 * MS);
