@@ -280,21 +280,28 @@ pub fn slices_used(lab: &Lab, run: &str, tenants: &[&str], timeslice: &str) -> i
 
 fn slices_in_log(log: &Path, from: f64, timeslice: &str) -> impl Fn(&str) -> String {
     let base = gmux_core::knobs::parse_duration(timeslice).map_or(0.0, |ns| ns as f64 / 1e6);
-    let mut slots: std::collections::HashMap<String, Vec<f64>> = std::collections::HashMap::new();
-    for line in std::fs::read_to_string(log).unwrap_or_default().lines() {
-        let Some((stamp, msg)) = line.strip_prefix("gmuxd ").and_then(|l| l.split_once(": ")) else { continue };
-        if stamp.parse::<f64>().map_or(true, |t| t < from) {
-            continue;
-        }
-        let Some((name, rest)) = msg.split_once(" started ").filter(|(_, r)| r.contains(" ms after its switch")) else { continue };
-        let stretched = rest.split_once("its slice is stretched to ").and_then(|(_, r)| r.split_once(" ms")).and_then(|(ms, _)| ms.parse().ok());
-        slots.entry(name.to_string()).or_default().push(stretched.unwrap_or(base));
-    }
+    let slots = slot_slices(log, from, f64::INFINITY, base);
     let timeslice = timeslice.to_string();
     move |name| match slots.get(name) {
         Some(ms) if base > 0.0 => format!("{:.0}us", ms.iter().sum::<f64>() / ms.len() as f64 * 1e3),
         _ => timeslice.clone(),
     }
+}
+
+/// The slice (ms) of every slot gmuxd's `--verbose` log `log` says started in [`from`,
+/// `to`] (UNIX seconds), by tenant: stretched where the log says so, else `timeslice_ms`.
+pub fn slot_slices(log: &Path, from: f64, to: f64, timeslice_ms: f64) -> std::collections::HashMap<String, Vec<f64>> {
+    let mut slots: std::collections::HashMap<String, Vec<f64>> = std::collections::HashMap::new();
+    for line in std::fs::read_to_string(log).unwrap_or_default().lines() {
+        let Some((stamp, msg)) = line.strip_prefix("gmuxd ").and_then(|l| l.split_once(": ")) else { continue };
+        if !stamp.parse::<f64>().is_ok_and(|t| (from..=to).contains(&t)) {
+            continue;
+        }
+        let Some((name, rest)) = msg.split_once(" started ").filter(|(_, r)| r.contains(" ms after its switch")) else { continue };
+        let stretched = rest.split_once("its slice is stretched to ").and_then(|(_, r)| r.split_once(" ms")).and_then(|(ms, _)| ms.parse().ok());
+        slots.entry(name.to_string()).or_default().push(stretched.unwrap_or(timeslice_ms));
+    }
+    slots
 }
 
 /// Replays in the simulator, as `systems`, the traces of `tenants` that a run recorded in
@@ -347,6 +354,8 @@ mod tests {
         .unwrap();
         let slice = super::slices_in_log(&log, 1.0, "200ms");
         assert_eq!((slice("a"), slice("b"), slice("c")), ("400000us".to_string(), "900000us".to_string(), "200ms".to_string()));
+        let slots = super::slot_slices(&log, 1.0, 2.0, 200.0);
+        assert_eq!((&slots["a"], &slots["b"], slots.len()), (&vec![200.0], &vec![900.0], 2), "the slots started in [1, 2] s");
         std::fs::remove_file(&log).unwrap();
     }
 }

@@ -70,6 +70,9 @@ struct Row {
     bytes_per_tenant: Option<f64>,
     /// Mean time from a switch to the first command of the slice, in the window (ms).
     switch_wait_ms: Option<f64>,
+    /// Mean slice gmuxd gave (stretched to amortize the switch), over the slots started in
+    /// the window (ms).
+    slice_ms: Option<f64>,
     /// The simulator on the traces gmux recorded (gmux rows): the OPT bound and gmuxd's
     /// own decisions, each normalized to the simulated in-hbm run; bytes per tenant.
     ideal_norm: Option<f64>,
@@ -212,6 +215,7 @@ fn one_run(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, system: &str, budg
         throughput_norm: None,
         bytes_per_tenant: before.zip(after).map(|(b, a)| a.saturating_sub(b) as f64 / tenants.len() as f64),
         switch_wait_ms: switch_wait_ms(&lab.file(&format!("{run}.daemon.log")), start, start + a.lab.duration),
+        slice_ms: slice_ms(&lab.file(&format!("{run}.daemon.log")), start, start + a.lab.duration, &a.timeslice),
         ideal_norm: None,
         ideal_bytes_per_tenant: None,
         sim_gmuxd_norm: None,
@@ -248,6 +252,13 @@ fn switch_wait_ms(log: &Path, from: f64, to: f64) -> Option<f64> {
     (!waits.is_empty()).then(|| waits.iter().sum::<f64>() / waits.len() as f64)
 }
 
+/// The mean slice of the slots gmuxd's log says started inside [`from`, `to`] (ms).
+fn slice_ms(log: &Path, from: f64, to: f64, timeslice: &str) -> Option<f64> {
+    let base = gmux_core::knobs::parse_duration(timeslice)? as f64 / 1e6;
+    let all: Vec<f64> = lab::slot_slices(log, from, to, base).into_values().flatten().collect();
+    (!all.is_empty()).then(|| all.iter().sum::<f64>() / all.len() as f64)
+}
+
 /// The simulator on the traces gmux recorded at `level`, each tenant with the slices
 /// gmuxd gave it in the run (stretched ones included): fills the row's ideal and gmuxd
 /// prediction.
@@ -271,14 +282,14 @@ fn table(rows: &[Row]) -> String {
     let f = |v: Option<f64>, d: usize| v.map_or("-".to_string(), |x| format!("{x:.d$}"));
     let gib = |v: Option<f64>| f(v.map(|b| b / (1u64 << 30) as f64), 1);
     let mut s = format!(
-        "{:<10} {:<6} {:<7} {:>9} {:>11} {:>10} {:>8} {:>9} {:>10} {:>9} {:>8} {:>8}  {}\n",
-        "mix", "level", "system", "budget", "units/s", "throughput", "ideal", "vs ideal", "GiB/tenant", "ideal GiB", "sim", "switch ms", "failed"
+        "{:<10} {:<6} {:<7} {:>9} {:>11} {:>10} {:>8} {:>9} {:>10} {:>9} {:>8} {:>9} {:>8}  {}\n",
+        "mix", "level", "system", "budget", "units/s", "throughput", "ideal", "vs ideal", "GiB/tenant", "ideal GiB", "sim", "switch ms", "slice ms", "failed"
     );
     for r in rows {
         let mean = r.units_per_s.values().sum::<f64>() / r.units_per_s.len().max(1) as f64;
         let vs = r.throughput_norm.zip(r.ideal_norm).map(|(t, i)| t / i);
         s += &format!(
-            "{:<10} {:<6} {:<7} {:>9} {:>11} {:>10} {:>8} {:>9} {:>10} {:>9} {:>8} {:>8}  {}\n",
+            "{:<10} {:<6} {:<7} {:>9} {:>11} {:>10} {:>8} {:>9} {:>10} {:>9} {:>8} {:>9} {:>8}  {}\n",
             r.mix,
             format!("{}%", r.level),
             r.system,
@@ -291,6 +302,7 @@ fn table(rows: &[Row]) -> String {
             gib(r.ideal_bytes_per_tenant),
             f(r.sim_gmuxd_norm, 3),
             f(r.switch_wait_ms, 1),
+            f(r.slice_ms, 0),
             r.failed.join(", ")
         );
     }
@@ -301,5 +313,6 @@ fn table(rows: &[Row]) -> String {
         }
     }
     s + "units/s: mean per tenant (t: tokens, s: samples or sequences); throughput: mean over tenants of units/s over the same tenant's in-hbm units/s\n\
-         ideal, sim: the simulator on the traces gmux recorded (OPT bound; gmuxd's own code), normalized to its in-hbm replay; GiB: both ways, per tenant, in the window"
+         ideal, sim: the simulator on the traces gmux recorded (OPT bound; gmuxd's own code), normalized to its in-hbm replay; GiB: both ways, per tenant, in the window\n\
+         switch ms: from a switch to its slice's first command; slice ms: the slices gmuxd gave, stretched to amortize the switch (means over the window)"
 }
