@@ -279,29 +279,44 @@ pub fn slices_used(lab: &Lab, run: &str, tenants: &[&str], timeslice: &str) -> i
 }
 
 fn slices_in_log(log: &Path, from: f64, timeslice: &str) -> impl Fn(&str) -> String {
-    let base = gmux_core::knobs::parse_duration(timeslice).map_or(0.0, |ns| ns as f64 / 1e6);
-    let slots = slot_slices(log, from, f64::INFINITY, base);
+    let base = gmux_core::knobs::parse_duration(timeslice).map(|ns| ns as f64 / 1e6);
+    let mut slots: std::collections::HashMap<String, Vec<f64>> = std::collections::HashMap::new();
+    for s in slot_starts(log).into_iter().filter(|s| s.at >= from) {
+        if let Some(ms) = s.stretched_ms.or(base) {
+            slots.entry(s.tenant).or_default().push(ms);
+        }
+    }
     let timeslice = timeslice.to_string();
     move |name| match slots.get(name) {
-        Some(ms) if base > 0.0 => format!("{:.0}us", ms.iter().sum::<f64>() / ms.len() as f64 * 1e3),
-        _ => timeslice.clone(),
+        Some(ms) => format!("{:.0}us", ms.iter().sum::<f64>() / ms.len() as f64 * 1e3),
+        None => timeslice.clone(),
     }
 }
 
-/// The slice (ms) of every slot gmuxd's `--verbose` log `log` says started in [`from`,
-/// `to`] (UNIX seconds), by tenant: stretched where the log says so, else `timeslice_ms`.
-pub fn slot_slices(log: &Path, from: f64, to: f64, timeslice_ms: f64) -> std::collections::HashMap<String, Vec<f64>> {
-    let mut slots: std::collections::HashMap<String, Vec<f64>> = std::collections::HashMap::new();
-    for line in std::fs::read_to_string(log).unwrap_or_default().lines() {
-        let Some((stamp, msg)) = line.strip_prefix("gmuxd ").and_then(|l| l.split_once(": ")) else { continue };
-        if !stamp.parse::<f64>().is_ok_and(|t| (from..=to).contains(&t)) {
-            continue;
-        }
-        let Some((name, rest)) = msg.split_once(" started ").filter(|(_, r)| r.contains(" ms after its switch")) else { continue };
-        let stretched = rest.split_once("its slice is stretched to ").and_then(|(_, r)| r.split_once(" ms")).and_then(|(ms, _)| ms.parse().ok());
-        slots.entry(name.to_string()).or_default().push(stretched.unwrap_or(timeslice_ms));
-    }
-    slots
+/// A slot's start, as gmuxd's `--verbose` log says it.
+pub struct SlotStart {
+    /// The tenant switched in.
+    pub tenant: String,
+    /// When its slice started (UNIX seconds).
+    pub at: f64,
+    /// From its switch to its slice's first command (ms).
+    pub wait_ms: f64,
+    /// Its slice, where it was stretched (ms).
+    pub stretched_ms: Option<f64>,
+}
+
+/// Every slot start gmuxd's `--verbose` log `log` records ("NAME started N ms after its
+/// switch …").
+pub fn slot_starts(log: &Path) -> Vec<SlotStart> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let start = |line: &str| {
+        let (stamp, msg) = line.strip_prefix("gmuxd ")?.split_once(": ")?;
+        let (tenant, rest) = msg.split_once(" started ")?;
+        let (wait, rest) = rest.split_once(" ms after its switch")?;
+        let stretched_ms = rest.split_once("its slice is stretched to ").and_then(|(_, r)| r.split_once(" ms")).and_then(|(ms, _)| ms.parse().ok());
+        Some(SlotStart { tenant: tenant.to_string(), at: stamp.parse().ok()?, wait_ms: wait.parse().ok()?, stretched_ms })
+    };
+    text.lines().filter_map(start).collect()
 }
 
 /// Replays in the simulator, as `systems`, the traces of `tenants` that a run recorded in
@@ -345,17 +360,18 @@ mod tests {
         std::fs::write(
             &log,
             "gmuxd: serving x\n\
-             gmuxd 0.5: a started 5.0 ms after its switch (holds 1 GiB, wants 2 GiB); its slice is stretched to 900 ms (its switches cost 225.0 ms)\n\
+             gmuxd 0.5: a started 5.0 ms after its switch (holds 1 GiB, wants 2 GiB); its slice is stretched to 900 ms (a switch costs 225.0 ms)\n\
              gmuxd 1.0: a started 5.0 ms after its switch (holds 1 GiB, wants 2 GiB)\n\
              gmuxd 1.3: a ran 10 commands in 205.0 ms\n\
-             gmuxd 1.4: b started 50.0 ms after its switch (holds 1 GiB, wants 2 GiB); its slice is stretched to 900 ms (its switches cost 225.0 ms)\n\
-             gmuxd 2.4: a started 40.0 ms after its switch (holds 1 GiB, wants 2 GiB); its slice is stretched to 600 ms (its switches cost 150.0 ms)\n",
+             gmuxd 1.4: b started 50.0 ms after its switch (holds 1 GiB, wants 2 GiB); its slice is stretched to 900 ms (a switch costs 225.0 ms)\n\
+             gmuxd 2.4: a started 40.0 ms after its switch (holds 1 GiB, wants 2 GiB); its slice is stretched to 600 ms (a switch costs 150.0 ms)\n",
         )
         .unwrap();
         let slice = super::slices_in_log(&log, 1.0, "200ms");
         assert_eq!((slice("a"), slice("b"), slice("c")), ("400000us".to_string(), "900000us".to_string(), "200ms".to_string()));
-        let slots = super::slot_slices(&log, 1.0, 2.0, 200.0);
-        assert_eq!((&slots["a"], &slots["b"], slots.len()), (&vec![200.0], &vec![900.0], 2), "the slots started in [1, 2] s");
+        let starts = super::slot_starts(&log);
+        let waits: Vec<(&str, f64, Option<f64>)> = starts.iter().map(|s| (s.tenant.as_str(), s.wait_ms, s.stretched_ms)).collect();
+        assert_eq!(waits, [("a", 5.0, Some(900.0)), ("a", 5.0, None), ("b", 50.0, Some(900.0)), ("a", 40.0, Some(600.0))]);
         std::fs::remove_file(&log).unwrap();
     }
 }

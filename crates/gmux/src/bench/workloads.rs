@@ -235,28 +235,22 @@ fn one_run(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, system: &str, budg
     Ok((row, footprints))
 }
 
-/// The mean of gmuxd's "started N ms after its switch" lines (`--verbose`) stamped inside
-/// [`from`, `to`] (UNIX seconds).
+/// The mean time from a switch to its slice's first command over the slots gmuxd's log
+/// says started inside [`from`, `to`] (UNIX seconds), in ms.
 fn switch_wait_ms(log: &Path, from: f64, to: f64) -> Option<f64> {
-    let text = std::fs::read_to_string(log).ok()?;
-    let waits: Vec<f64> = text
-        .lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix("gmuxd ")?;
-            let (stamp, msg) = rest.split_once(": ")?;
-            let t: f64 = stamp.parse().ok()?;
-            let ms = msg.split_once(" started ")?.1.split_once(" ms after its switch")?.0;
-            (from..=to).contains(&t).then(|| ms.parse().ok()).flatten()
-        })
-        .collect();
-    (!waits.is_empty()).then(|| waits.iter().sum::<f64>() / waits.len() as f64)
+    mean(lab::slot_starts(log).iter().filter(|s| (from..=to).contains(&s.at)).map(|s| s.wait_ms))
 }
 
-/// The mean slice of the slots gmuxd's log says started inside [`from`, `to`] (ms).
+/// The mean slice (ms) of the slots gmuxd's log says started inside [`from`, `to`]:
+/// stretched where it says so, else `timeslice`.
 fn slice_ms(log: &Path, from: f64, to: f64, timeslice: &str) -> Option<f64> {
     let base = gmux_core::knobs::parse_duration(timeslice)? as f64 / 1e6;
-    let all: Vec<f64> = lab::slot_slices(log, from, to, base).into_values().flatten().collect();
-    (!all.is_empty()).then(|| all.iter().sum::<f64>() / all.len() as f64)
+    mean(lab::slot_starts(log).iter().filter(|s| (from..=to).contains(&s.at)).map(|s| s.stretched_ms.unwrap_or(base)))
+}
+
+fn mean(xs: impl Iterator<Item = f64>) -> Option<f64> {
+    let (sum, n) = xs.fold((0.0, 0), |(s, n), x| (s + x, n + 1));
+    (n > 0).then(|| sum / n as f64)
 }
 
 /// The simulator on the traces gmux recorded at `level`, each tenant with the slices
