@@ -80,6 +80,7 @@ class Window:
         self.start_at = args.start_at  # UNIX time, or None: warmup seconds after begin()
         self.ready_dir = args.ready_dir
         self.ready_count = args.ready_count
+        self.settle = args.settle
         self.start = self.end = math.inf
         self.late_start_s = 0.0
 
@@ -104,10 +105,10 @@ class Window:
     def begin(self):
         """Setup is done: fix the window on the monotonic clock. With --ready-dir, first
         wait until --ready-count processes are ready there; the window then opens
-        READY_MARGIN seconds after the last became ready (or at --start-at if later)."""
+        --settle seconds after the last became ready (or at --start-at if later)."""
         if self.ready_dir:
             last = ready_barrier(self.ready_dir, self.ready_count, lambda: self.stopped)
-            self.start_at = max(self.start_at or 0.0, last + READY_MARGIN)
+            self.start_at = max(self.start_at or 0.0, last + self.settle)
         now = time.monotonic()
         if self.start_at is None:
             self.start_at = time.time() + self.warmup
@@ -148,9 +149,6 @@ class Report(dict):
                 f.write("\n")
 
 
-READY_MARGIN = 1.0
-
-
 def ready_barrier(folder, count, stopped):
     """Marks this process ready in `folder` and waits until `count` are; returns the UNIX
     time the last one became ready (the same for every process that waits)."""
@@ -166,8 +164,9 @@ def ready_barrier(folder, count, stopped):
 
 def window_args(p):
     p.add_argument("--start-at", type=float, help="UNIX time the window opens (default: warm-up)")
-    p.add_argument("--ready-dir", help="wait after setup until --ready-count processes are ready in this folder; the window opens 1 s after the last")
+    p.add_argument("--ready-dir", help="wait after setup until --ready-count processes are ready in this folder; the window opens --settle seconds after the last")
     p.add_argument("--ready-count", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--settle", type=float, default=1.0, help="with --ready-dir: seconds the processes run together, all set up, before the window opens")
     p.add_argument("--duration", type=float, default=10.0, help="window length in seconds")
     p.add_argument("--warmup", type=float, default=3.0, help="seconds of warm-up without --start-at")
     p.add_argument("--out", help="also write the results as one JSON object to this file")

@@ -4,7 +4,8 @@
 #
 #   MIXES=multi-llm LEVELS=150,200,300 bash scripts/gpu-workloads.sh
 #
-# MIXES, LEVELS, SYSTEMS, SLICE (200ms), DURATION (10 s) and WARMUP (15 s) pass through;
+# MIXES, LEVELS, SYSTEMS, SLICE (200ms), DURATION (10 s), WARMUP (15 s) and SETTLE (10 s:
+# the tenants run together, set up, this long before the window) pass through;
 # BIN (.gpu-bin) names the build; REPLAY=0 skips the simulator's replay of the traces (it
 # takes about a minute a level).
 # Each run takes about a minute (setup, warm-up, window): keep one call to 8 runs (one
@@ -24,7 +25,7 @@ NO_REPLAY=()
 if [[ ${REPLAY:-1} == 0 ]]; then NO_REPLAY=(--no-replay); fi
 timeout "${LIMIT:-570}" "$BIN/gmux" bench workloads --mixes "${MIXES:-multi-llm}" --levels "${LEVELS:-150,200,300}" \
   --systems "${SYSTEMS:-native,in-hbm,gmux,whole}" --timeslice "${SLICE:-200ms}" --duration "${DURATION:-10}" \
-  --warmup "${WARMUP:-15}" "${NO_REPLAY[@]}" --out "$WORK" >"$WORK/table.txt" 2>"$WORK/progress.txt"
+  --warmup "${WARMUP:-15}" --settle "${SETTLE:-10}" "${NO_REPLAY[@]}" --out "$WORK" >"$WORK/table.txt" 2>"$WORK/progress.txt"
 echo "exit $?"
 cp "$WORK/workloads.json" "$WORK/workloads.svg" "$RESULTS/" 2>/dev/null
 tar czf "$RESULTS/workloads-logs.tgz" -C "$WORK" . 2>/dev/null

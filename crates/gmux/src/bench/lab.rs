@@ -198,9 +198,9 @@ pub fn wait_joined(socket: &Path, tenant: &str, limit: Duration) -> bool {
     false
 }
 
-/// Seconds between the last workload's setup and the window (as `gpu/tenant.py`'s
-/// `READY_MARGIN`).
-const READY_MARGIN: f64 = 1.0;
+/// Seconds the workloads run together, all set up, before the window opens, unless a
+/// benchmark asks for more (`--settle` of `gpu/tenant.py`, whose default it is).
+pub const SETTLE_S: f64 = 1.0;
 
 /// Waits until `count` workloads have marked themselves ready in `folder` (see
 /// `--ready-dir` in `gpu/tenant.py`), at most `limit`; the UNIX time the last one did.
@@ -221,13 +221,25 @@ fn ready_at(folder: &Path, count: usize, limit: Duration) -> Option<f64> {
     None
 }
 
-/// The measurement window, once `count` workloads are ready in `ready` (at most `setup`):
-/// it opens at `start`, or [`READY_MARGIN`] after the last became ready if later, and
-/// lasts `duration` seconds. Returns when it opened and `measure` at its start and end.
-/// `what` names the run in the message when some workload never became ready.
-pub fn measure_window<T>(ready: &Path, count: usize, setup: Duration, start: f64, duration: f64, what: &str, measure: impl Fn() -> T) -> (f64, T, T) {
+/// A run's measurement window.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    /// The UNIX time it opens at the earliest.
+    pub start: f64,
+    /// Seconds the workloads run together, all set up, before it opens.
+    pub settle: f64,
+    /// Its length in seconds.
+    pub duration: f64,
+}
+
+/// Measures window `w` once `count` workloads are ready in `ready` (at most `setup`): it
+/// opens at `w.start`, or `w.settle` seconds after the last became ready if later.
+/// Returns when it opened and `measure` at its start and end. `what` names the run in
+/// the message when some workload never became ready.
+pub fn measure_window<T>(ready: &Path, count: usize, setup: Duration, w: Window, what: &str, measure: impl Fn() -> T) -> (f64, T, T) {
+    let (start, duration) = (w.start, w.duration);
     let start = match ready_at(ready, count, setup) {
-        Some(last) => start.max(last + READY_MARGIN),
+        Some(last) => start.max(last + w.settle),
         None => {
             eprintln!("gmux bench: {what}: not every tenant finished its setup within {} s; see their logs", setup.as_secs());
             start
@@ -239,19 +251,20 @@ pub fn measure_window<T>(ready: &Path, count: usize, setup: Duration, start: f64
     (start, before, measure())
 }
 
-/// The arguments of `gpu/tenant.py`'s window (`window_args` there): open at UNIX time
-/// `start` or once `count` workloads are ready in `ready`, measure `duration` seconds,
-/// write the JSON report to `report`.
-pub fn window_args(start: f64, ready: &Path, count: usize, duration: f64, report: &Path) -> Vec<String> {
+/// The arguments of `gpu/tenant.py`'s window (`window_args` there) for window `w`, once
+/// `count` workloads are ready in `ready`; the JSON report goes to `report`.
+pub fn window_args(w: Window, ready: &Path, count: usize, report: &Path) -> Vec<String> {
     vec![
         "--start-at".into(),
-        format!("{start:.3}"),
+        format!("{:.3}", w.start),
         "--ready-dir".into(),
         ready.display().to_string(),
         "--ready-count".into(),
         count.to_string(),
+        "--settle".into(),
+        w.settle.to_string(),
         "--duration".into(),
-        duration.to_string(),
+        w.duration.to_string(),
         "--out".into(),
         report.display().to_string(),
     ]
@@ -373,5 +386,23 @@ mod tests {
         let waits: Vec<(&str, f64, Option<f64>)> = starts.iter().map(|s| (s.tenant.as_str(), s.wait_ms, s.stretched_ms)).collect();
         assert_eq!(waits, [("a", 5.0, Some(900.0)), ("a", 5.0, None), ("b", 50.0, Some(900.0)), ("a", 40.0, Some(600.0))]);
         std::fs::remove_file(&log).unwrap();
+    }
+
+    /// The window opens `settle` seconds after the last workload is ready, when that is
+    /// later than its start, and the workloads are told the same.
+    #[test]
+    fn the_window_opens_once_the_workloads_have_run_together_for_the_settle_time() {
+        let ready = std::env::temp_dir().join(format!("gmux-settle-{}", std::process::id()));
+        std::fs::create_dir_all(&ready).unwrap();
+        std::fs::write(ready.join("1.ready"), "").unwrap();
+        let marked = std::fs::metadata(ready.join("1.ready")).unwrap().modified().unwrap().duration_since(super::UNIX_EPOCH).unwrap().as_secs_f64();
+        let w = super::Window { start: marked - 100.0, settle: 0.3, duration: 0.05 };
+        let (opened, before, after) = super::measure_window(&ready, 1, std::time::Duration::from_secs(1), w, "test", super::unix_now);
+        assert!((opened - (marked + 0.3)).abs() < 1e-6, "opened {opened}, the workload was ready at {marked}");
+        assert!(before >= opened && after >= opened + 0.05, "measured at {before} and {after}");
+        let args = super::window_args(w, &ready, 1, std::path::Path::new("r.json"));
+        let settle = args.iter().position(|a| a == "--settle").map(|i| args[i + 1].as_str());
+        assert_eq!(settle, Some("0.3"));
+        std::fs::remove_dir_all(&ready).unwrap();
     }
 }

@@ -116,7 +116,7 @@ fn one_run(lab: &Lab, a: &MicroArgs, level: u32, gib: f64, system: &str) -> Resu
     };
     // The window opens at the warm-up's end, or 1 s after the last tenant finished its
     // setup if later (setups under memory pressure take long).
-    let start = lab::unix_now() + a.lab.warmup;
+    let window = lab::Window { start: lab::unix_now() + a.lab.warmup, settle: lab::SETTLE_S, duration: a.lab.duration };
     let ready = lab.file(&format!("L{level}-{system}.ready"));
     let _ = std::fs::remove_dir_all(&ready);
     std::fs::create_dir_all(&ready).map_err(|e| Failure::Runtime(format!("cannot create {}: {e}", ready.display())))?;
@@ -130,7 +130,7 @@ fn one_run(lab: &Lab, a: &MicroArgs, level: u32, gib: f64, system: &str) -> Resu
             trace.as_path()
         });
         let mut args: Vec<String> = vec!["--kind".into(), kind.into(), "--gib".into(), format!("{gib:.4}"), "--n".into(), a.n.to_string()];
-        args.extend(lab::window_args(start, &ready, TENANTS.len(), a.lab.duration, &report));
+        args.extend(lab::window_args(window, &ready, TENANTS.len(), &report));
         children.push((
             name.to_string(),
             lab.tenant(name, &format!("L{level}-{system}"), daemon.as_ref().map(|d| d.socket.as_path()), record, 0, "tenant.py", &args)?,
@@ -147,7 +147,7 @@ fn one_run(lab: &Lab, a: &MicroArgs, level: u32, gib: f64, system: &str) -> Resu
         d.as_ref().map_or((0, 0), |d| TENANTS.iter().map(|(n, _)| lab::stat(&d.socket, n)).fold((0, 0), |s, b| (s.0 + b.0, s.1 + b.1)))
     };
     let what = format!("level {level}%, {system}");
-    let (_, before, after) = lab::measure_window(&ready, TENANTS.len(), Duration::from_secs(300), start, a.lab.duration, &what, || bytes(&daemon));
+    let (_, before, after) = lab::measure_window(&ready, TENANTS.len(), Duration::from_secs(300), window, &what, || bytes(&daemon));
     let mut failed = lab.wait_all(children, Duration::from_secs_f64(120.0 + a.lab.duration));
     drop(daemon);
     let mut units_per_s = HashMap::new();

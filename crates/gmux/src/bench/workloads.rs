@@ -34,6 +34,12 @@ pub struct WorkloadsArgs {
     /// Systems: native, in-hbm, gmux, whole.
     #[arg(long, value_delimiter = ',', default_value = "native,in-hbm,gmux,whole")]
     systems: Vec<String>,
+    /// Seconds the tenants run together, every one set up, before the window opens: the
+    /// time the switch costs (and so the stretched slices) and the forecasts' histories
+    /// take to settle. The programs' own setup (imports, models, a first iteration) comes
+    /// before it and is not counted.
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    settle: f64,
     /// Skip the simulator's replay of the recorded traces (no ideal bound or prediction;
     /// the traces are still written, for `gmux sim` later).
     #[arg(long)]
@@ -179,7 +185,7 @@ fn one_run(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, system: &str, budg
         (s, None) => return Err(Failure::Runtime(format!("{s} needs a budget"))),
     }
     let daemon = (system != "native").then(|| lab.daemon(&run, &flags)).transpose()?;
-    let start = lab::unix_now() + a.lab.warmup;
+    let window = lab::Window { start: lab::unix_now() + a.lab.warmup, settle: a.settle, duration: a.lab.duration };
     let ready = lab.file(&format!("{run}.ready"));
     let _ = std::fs::remove_dir_all(&ready);
     std::fs::create_dir_all(&ready).map_err(|e| Failure::Runtime(format!("cannot create {}: {e}", ready.display())))?;
@@ -193,7 +199,7 @@ fn one_run(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, system: &str, budg
             trace.as_path()
         });
         let mut args: Vec<String> = vec!["--kind".into(), (*kind).into()];
-        args.extend(lab::window_args(start, &ready, tenants.len(), a.lab.duration, &report));
+        args.extend(lab::window_args(window, &ready, tenants.len(), &report));
         children.push((name.to_string(), lab.tenant(name, &run, daemon.as_ref().map(|d| d.socket.as_path()), record, 0, "workload.py", &args)?));
         if let Some(d) = &daemon {
             if !lab::wait_joined(&d.socket, name, Duration::from_secs(120)) {
@@ -202,7 +208,7 @@ fn one_run(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, system: &str, budg
         }
     }
     let bytes = |d: &Option<lab::Daemon>| d.as_ref().map(|d| tenants.iter().map(|(n, _)| lab::stat(&d.socket, n)).fold(0, |s, b| s + b.0 + b.1));
-    let (start, before, after) = lab::measure_window(&ready, tenants.len(), Duration::from_secs(600), start, a.lab.duration, &run, || bytes(&daemon));
+    let (start, before, after) = lab::measure_window(&ready, tenants.len(), Duration::from_secs(600), window, &run, || bytes(&daemon));
     let mut failed = lab.wait_all(children, Duration::from_secs_f64(180.0 + a.lab.duration));
     drop(daemon);
     let mut row = Row {
