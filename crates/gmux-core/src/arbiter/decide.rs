@@ -221,10 +221,8 @@ impl Arbiter {
             let cost = r.switch_cost(now);
             let avg = self.switch_costs.entry(r.tenant).or_insert(cost);
             *avg = avg.midpoint(cost);
-            let (ran, held) =
-                usage.get(&r.tenant).map_or((0, 0), |u| (u.commands.saturating_sub(r.commands), u.launches_held_ns.saturating_sub(r.launches_held_ns)));
-            let held = if held > 0 { format!("; its agent held its launches {:.1} ms", held as f64 / 1e6) } else { String::new() };
-            self.events.push(format!("{} ran {ran} commands in {:.1} ms{held}", self.tenants.get(r.tenant).name, (now - r.switched) as f64 / 1e6));
+            let summary = r.summary(usage.get(&r.tenant).unwrap_or(&r.before), now);
+            self.events.push(format!("{} {summary}", self.tenants.get(r.tenant).name));
         }
         let cost = self.switch_cost(live);
         for v in &mut views {
@@ -234,7 +232,7 @@ impl Arbiter {
             if let Some(head) = self.sched.timeline(&views, 1).head() {
                 let u = &usage[&head.tenant];
                 let timeslice = self.tenants.get(head.tenant).limits.timeslice;
-                self.running = Some(Slot::switch_in(head.tenant, now, u.commands, u.launches_held_ns, head.slice, timeslice));
+                self.running = Some(Slot::switch_in(head.tenant, now, *u, head.slice, timeslice));
                 self.tenants.get_mut(head.tenant).stat.switches += 1;
             }
         }

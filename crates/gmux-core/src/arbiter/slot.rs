@@ -5,6 +5,8 @@
 //! division gives the tenant has arrived. A slice is stretched to amortize it
 //! ([`stretched`]).
 
+use crate::protocol::ShimReport;
+use crate::size::format_size;
 use crate::{Nanos, TenantId};
 
 /// Longest a switched-in tenant may take to finish its first command before its slice
@@ -41,10 +43,9 @@ pub struct Slot {
     pub tenant: TenantId,
     /// When it was switched in.
     pub switched: Nanos,
-    /// Commands it had released at the switch.
-    pub commands: u64,
-    /// Nanoseconds its agent had held its launches at the switch.
-    pub launches_held_ns: u64,
+    /// The tenant's totals at the switch (commands released, bytes copied, time its agent
+    /// held its launches), which the slot's own are counted from.
+    pub before: ShimReport,
     /// Its slice, stretched ([`stretched`]).
     pub slice: Nanos,
     /// Its `compute.timeslice`, which bounds the switch.
@@ -58,11 +59,26 @@ pub struct Slot {
 }
 
 impl Slot {
-    /// `tenant` switched in at `now` with `commands` released so far and its launches
-    /// held `launches_held_ns` by its agent so far, for a slice of `slice` (its timeslice
-    /// `timeslice`, stretched).
-    pub fn switch_in(tenant: TenantId, now: Nanos, commands: u64, launches_held_ns: u64, slice: Nanos, timeslice: Nanos) -> Slot {
-        Slot { tenant, switched: now, commands, launches_held_ns, slice, timeslice, phase: Phase::Switching, waited_logged: false, arrived: None }
+    /// `tenant` switched in at `now` with totals `before` so far, for a slice of `slice`
+    /// (its timeslice `timeslice`, stretched).
+    pub fn switch_in(tenant: TenantId, now: Nanos, before: ShimReport, slice: Nanos, timeslice: Nanos) -> Slot {
+        Slot { tenant, switched: now, before, slice, timeslice, phase: Phase::Switching, waited_logged: false, arrived: None }
+    }
+
+    /// What the slot has done by `now`, when the tenant's totals are `totals`: "ran N
+    /// commands in T ms", the bytes it brought in and sent out, and how long its agent held
+    /// its launches, if at all.
+    pub fn summary(&self, totals: &ShimReport, now: Nanos) -> String {
+        let b = &self.before;
+        let held = totals.launches_held_ns.saturating_sub(b.launches_held_ns);
+        let held = if held > 0 { format!("; its agent held its launches {:.1} ms", held as f64 / 1e6) } else { String::new() };
+        format!(
+            "ran {} commands in {:.1} ms, bringing {} in and sending {} out{held}",
+            totals.commands.saturating_sub(b.commands),
+            now.saturating_sub(self.switched) as f64 / 1e6,
+            format_size(totals.bytes_h2d.saturating_sub(b.bytes_h2d)),
+            format_size(totals.bytes_d2h.saturating_sub(b.bytes_d2h))
+        )
     }
 
     /// Takes at `now` whether the memory the division gives the tenant is in.
@@ -82,7 +98,7 @@ impl Slot {
     /// the switch means one released after it has finished, and the slice starts. Returns
     /// whether it started now.
     pub fn observe(&mut self, finished: u64, now: Nanos) -> bool {
-        if self.phase == Phase::Switching && finished > self.commands {
+        if self.phase == Phase::Switching && finished > self.before.commands {
             self.phase = Phase::Slicing { since: now };
             return true;
         }
@@ -121,7 +137,7 @@ mod tests {
 
     #[test]
     fn the_slice_starts_when_a_command_released_after_the_switch_finishes() {
-        let mut s = Slot::switch_in(TenantId(1), 100 * MS, 40, 0, 50 * MS, 50 * MS);
+        let mut s = Slot::switch_in(TenantId(1), 100 * MS, ShimReport { commands: 40, ..Default::default() }, 50 * MS, 50 * MS);
         assert!(!s.observe(40, 130 * MS), "the 40 released before the switch finishing start nothing");
         assert_eq!(s.ends(), 100 * MS + 20 * 50 * MS, "a switch that never finishes ends after 20 slices");
         assert_eq!(s.charge(130 * MS), 0, "the switch is not charged");
@@ -134,7 +150,7 @@ mod tests {
 
     #[test]
     fn a_switch_costs_the_time_until_its_memory_has_arrived() {
-        let mut s = Slot::switch_in(TenantId(1), 100 * MS, 0, 0, 50 * MS, 50 * MS);
+        let mut s = Slot::switch_in(TenantId(1), 100 * MS, ShimReport::default(), 50 * MS, 50 * MS);
         s.observe_memory(false, 130 * MS);
         assert_eq!(s.switch_cost(170 * MS), 70 * MS, "not arrived yet: the slot so far");
         s.observe_memory(true, 180 * MS);
@@ -153,7 +169,7 @@ mod tests {
 
     #[test]
     fn a_long_switch_is_told_apart() {
-        let mut s = Slot::switch_in(TenantId(1), 0, 0, 0, 200 * MS, 50 * MS);
+        let mut s = Slot::switch_in(TenantId(1), 0, ShimReport::default(), 200 * MS, 50 * MS);
         assert_eq!(s.ends(), 1000 * MS, "twenty timeslices, not twenty stretched slices");
         assert!(!s.switching_longer_than(10, 500 * MS));
         assert!(s.switching_longer_than(10, 501 * MS));

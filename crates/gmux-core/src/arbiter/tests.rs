@@ -274,20 +274,21 @@ fn a_process_acting_on_an_older_grant_is_not_granted_what_it_gives_back() {
     assert_eq!(g[&2].cap, 2836 * M);
 }
 
-/// When a slot ends, the log says how long the tenant's agent held its launches in it
-/// (its fill steps' mappings), from the counter its process reports.
+/// When a slot ends, the log says what the tenant did in it: commands, the bytes it
+/// brought in and sent out, and how long its agent held its launches (its fill steps'
+/// mappings), from the counters its process reports.
 #[test]
-fn a_slot_says_how_long_the_agent_held_its_launches() {
+fn a_slot_says_what_it_ran_moved_and_held() {
     let mut d = four_of_8g(Switch::Msched);
-    rep(&mut d, 0, ShimReport { launches_held_ns: 2 * MS, ..busy(0, 8 * G) });
+    rep(&mut d, 0, ShimReport { launches_held_ns: 2 * MS, bytes_h2d: G, bytes_d2h: G, ..busy(0, 8 * G) });
     grants(&mut d, 0);
-    rep(&mut d, 0, ShimReport { commands: 1, finished: 1, launches_held_ns: 2 * MS, ..busy(8 * G, 8 * G) });
+    rep(&mut d, 0, ShimReport { commands: 1, finished: 1, launches_held_ns: 2 * MS, bytes_h2d: 5 * G, bytes_d2h: G, ..busy(8 * G, 8 * G) });
     grants(&mut d, MS);
-    rep(&mut d, 0, ShimReport { commands: 1465, finished: 1400, launches_held_ns: 69 * MS, ..busy(8 * G, 8 * G) });
+    rep(&mut d, 0, ShimReport { commands: 1465, finished: 1400, launches_held_ns: 69 * MS, bytes_h2d: 9 * G, bytes_d2h: 3 * G / 2, ..busy(8 * G, 8 * G) });
     grants(&mut d, 1000 * MS);
     let ended: Vec<&String> = d.events.iter().filter(|e| e.starts_with("t0 ran")).collect();
     assert_eq!(ended.len(), 1, "{:?}", d.events);
-    assert!(ended[0].starts_with("t0 ran 1465 commands in 1000.0 ms; its agent held its launches 67.0 ms"), "{}", ended[0]);
+    assert_eq!(ended[0], "t0 ran 1465 commands in 1000.0 ms, bringing 8.0 GiB in and sending 512.0 MiB out; its agent held its launches 67.0 ms");
 }
 
 /// Slices are stretched to four times what a switch costs among the tenants taking
