@@ -31,6 +31,14 @@ pub struct SimDevice {
     at: f64,
     /// The lane queue of the calls now made (one per process).
     queue: u32,
+    /// Chunks this batch unmaps, with the batch item that does it.
+    unmapping: Vec<(ChunkId, usize)>,
+    /// When the unmap of each unmapped chunk is done (it waits for the eviction copy out
+    /// of it).
+    unmapped_at: HashMap<ChunkId, f64>,
+    /// The caller's thread waits until then: it mapped an address whose unmap was not
+    /// done, which gmux-cuda finishes first, on the host (`settle_at`).
+    host_waits_until: f64,
 }
 
 /// A device call that cannot happen in the model (a mover bug).
@@ -62,12 +70,22 @@ impl SimDevice {
             next_phys: 0,
             at: 0.0,
             queue: 0,
+            unmapping: Vec::new(),
+            unmapped_at: HashMap::new(),
+            host_waits_until: 0.0,
         }
     }
 
     /// Starts a batch of calls issued at time `at`.
     pub fn begin(&mut self, at: f64) {
         self.at = at;
+        self.host_waits_until = 0.0;
+    }
+
+    /// Until when the calls made since [`SimDevice::begin`] held their caller's thread (0
+    /// if they did not): the time the last unmap of an address they mapped again is done.
+    pub fn host_waits_until(&self) -> f64 {
+        self.host_waits_until
     }
 
     /// Puts the calls from now on in lane queue `queue` (a process's streams).
@@ -81,6 +99,9 @@ impl SimDevice {
         for (ev, item) in self.pending_events.drain(..) {
             let t = item.map_or(self.at, |i| done[i]);
             self.event_time[ev as usize] = t;
+        }
+        for (c, i) in self.unmapping.drain(..) {
+            self.unmapped_at.insert(c, done[i]);
         }
         for (c, i) in self.chunk_last.drain() {
             let t = done[i];
@@ -146,11 +167,15 @@ impl Device for SimDevice {
     }
 
     /// One mapping costs `map_us + set_access_us` whatever its length (measured: the
-    /// driver's cost is per mapping).
+    /// driver's cost is per mapping). Mapping an address whose last unmap is not done holds
+    /// the caller until it is ([`SimDevice::host_waits_until`]).
     fn map(&mut self, first: ChunkId, chunks: u32, phys: PhysChunk) -> Result<(), SimDeviceError> {
         let dep = self.phys_free.get(&phys.0).copied();
         let i = self.push(Lane::Ctl, 0, self.model.map_us + self.model.set_access_us, [dep, None], 0.0);
         for c in (first.0..first.0 + chunks).map(ChunkId) {
+            if let Some(t) = self.unmapped_at.remove(&c).filter(|t| *t > self.at) {
+                self.host_waits_until = self.host_waits_until.max(t);
+            }
             self.mapped.insert(c, phys.0);
             self.chunk_last.insert(c, i);
         }
@@ -171,6 +196,7 @@ impl Device for SimDevice {
         self.phys_free.insert(phys.expect("a mapping has a chunk"), i);
         for c in run {
             self.chunk_last.insert(c, i);
+            self.unmapping.push((c, i));
         }
         self.stream_last[0] = Some(i);
         Ok(())
@@ -232,5 +258,49 @@ impl Device for SimDevice {
 
     fn forget(&mut self, chunk: ChunkId) {
         self.ready_at.remove(&chunk);
+        self.unmapped_at.remove(&chunk);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Maps chunk 0, evicts it after application work that ends at 5 ms, and unmaps it;
+    /// returns the device and when the unmap is done.
+    fn evicted_at_5ms() -> (SimDevice, f64) {
+        let mut d = SimDevice::new(DeviceModel::default());
+        d.begin(0.0);
+        let phys = d.create_chunk(1).unwrap();
+        d.map(ChunkId(0), 1, phys).unwrap();
+        d.evict_after(&[5e6]);
+        d.copy(CopyStream::Evict, ChunkId(0), Tier::Gpu, Tier::Host).unwrap();
+        d.unmap(ChunkId(0), 1).unwrap();
+        d.release_chunk(phys).unwrap();
+        d.run_batch();
+        let unmapped = d.unmapped_at[&ChunkId(0)];
+        (d, unmapped)
+    }
+
+    /// gmux-cuda finishes the unmap of an address on the host before it maps the address
+    /// again, so the caller waits for the eviction copy, which waits for the application.
+    #[test]
+    fn mapping_an_address_again_waits_for_its_unmap() {
+        let (mut d, unmapped) = evicted_at_5ms();
+        let copy_ns = CHUNK_BYTES as f64 / d.model.d2h_gbps;
+        assert!(unmapped >= 5e6 + copy_ns, "the unmap at {unmapped} ns follows the copy after the application");
+        d.begin(1e6);
+        assert_eq!(d.host_waits_until(), 0.0, "nothing mapped yet");
+        let phys = d.create_chunk(1).unwrap();
+        d.map(ChunkId(0), 1, phys).unwrap();
+        assert_eq!(d.host_waits_until(), unmapped);
+        d.begin(2e6);
+        assert_eq!(d.host_waits_until(), 0.0, "each batch starts unheld");
+
+        let (mut d, unmapped) = evicted_at_5ms();
+        d.begin(unmapped + 1.0);
+        let phys = d.create_chunk(1).unwrap();
+        d.map(ChunkId(0), 1, phys).unwrap();
+        assert_eq!(d.host_waits_until(), 0.0, "an unmap already done holds nobody");
     }
 }

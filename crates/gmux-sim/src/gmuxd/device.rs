@@ -40,6 +40,12 @@ impl ProcessDevice {
         self.dev.borrow().stream_done(stream)
     }
 
+    /// Until when the calls made since [`ProcessDevice::begin`] held the caller's thread
+    /// (0: they did not).
+    pub fn host_waits_until(&self) -> f64 {
+        self.dev.borrow().host_waits_until()
+    }
+
     /// When `event` completed.
     pub fn time(&self, event: Event) -> f64 {
         self.dev.borrow().time(event)

@@ -39,6 +39,9 @@ pub struct Process {
     switch: Switch<f64>,
     /// The agent waits for copies until then.
     agent_until: f64,
+    /// The application's thread is held in the shim until then, which finishes the unmap
+    /// of an address it maps again (its eviction copy) first.
+    host_until: f64,
     inflight: VecDeque<Released>,
     finished: u64,
     /// Bytes a command waits to have granted.
@@ -67,6 +70,7 @@ impl Process {
             open,
             switch: Switch::default(),
             agent_until: 0.0,
+            host_until: 0.0,
             inflight: VecDeque::new(),
             finished: 0,
             blocked: 0,
@@ -133,7 +137,7 @@ impl Process {
                 let done = self.mem.dev.stream_done(CopyStream::Evict);
                 Ok(match self.switch.shrunk(more, done) {
                     Some(t) => {
-                        self.agent_until = t;
+                        self.agent_until = t.max(self.mem.dev.host_waits_until());
                         more || self.mem.limit() != cap
                     }
                     None => true,
@@ -153,6 +157,7 @@ impl Process {
                 if let Some(t) = wait {
                     self.agent_until = t;
                 }
+                self.agent_until = self.agent_until.max(self.mem.dev.host_waits_until());
                 if complete && whole {
                     self.open = self.grant.run;
                 }
@@ -162,9 +167,16 @@ impl Process {
     }
 
     /// Releases what the gate, the grant and the in-flight bound allow at `now`; the GPU
-    /// runs one command at a time, the next from `gpu_free`.
+    /// runs one command at a time, the next from `gpu_free`. A command whose preparation
+    /// held the thread ([`ProcessDevice::host_waits_until`]) is released when it lets go,
+    /// and the next ones after it.
     pub fn issue(&mut self, now: f64, gpu_free: &mut f64) -> Result<(), String> {
-        while self.open && self.failed.is_none() && self.inflight.len() < INFLIGHT && !self.inflight.back().is_some_and(|c| c.task_end) {
+        while self.host_until <= now
+            && self.open
+            && self.failed.is_none()
+            && self.inflight.len() < INFLIGHT
+            && !self.inflight.back().is_some_and(|c| c.task_end)
+        {
             let Some(cmd) = self.next.take() else { return Ok(()) };
             if self.blocked > self.grant.cap {
                 self.next = Some(cmd);
@@ -183,7 +195,8 @@ impl Process {
             };
             match prepared {
                 Ok(events) => {
-                    let ready = events.iter().map(|e| self.mem.dev.time(*e)).fold(now, f64::max);
+                    self.host_until = self.mem.dev.host_waits_until();
+                    let ready = events.iter().map(|e| self.mem.dev.time(*e)).fold(now.max(self.host_until), f64::max);
                     let start = ready.max(*gpu_free).max(cmd.arrival_ns.unwrap_or(0.0));
                     let end = start + cmd.duration_ns;
                     *gpu_free = end;
@@ -216,7 +229,60 @@ impl Process {
     /// The next instant after `now` at which something of this process happens by itself.
     pub fn next_event(&self, now: f64) -> Option<f64> {
         let agent = Some(self.agent_until).filter(|t| *t > now);
+        let host = Some(self.host_until).filter(|t| *t > now);
         let command = self.inflight.front().map(|c| c.end).filter(|t| *t > now);
-        agent.into_iter().chain(command).reduce(f64::min)
+        agent.into_iter().chain(host).chain(command).reduce(f64::min)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::SimDevice;
+    use crate::model::DeviceModel;
+    use crate::workload::{Access, AllocSpec};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    const MIB: u64 = 1 << 20;
+    const MS: f64 = 1e6;
+
+    /// Commands of 1 ms over allocations A, B and C of 24 MiB in turn.
+    struct Rotation(usize);
+
+    impl Source for Rotation {
+        fn allocs(&self) -> Vec<AllocSpec> {
+            vec![AllocSpec { bytes: 24 * MIB, on_disk: false }; 3]
+        }
+        fn next(&mut self) -> Option<Command> {
+            self.0 += 1;
+            let ws = vec![Access { alloc: self.0 % 3, offset: 0, len: 24 * MIB, write: true }];
+            Some(Command { duration_ns: MS, ws, task_end: false, arrival_ns: None })
+        }
+    }
+
+    /// Under a 64 MiB grant the three allocations do not fit: each command evicts the one
+    /// used two commands before, after the command in flight, and maps again the one whose
+    /// eviction was the last to start. Its unmap is not done yet, so the application waits
+    /// for it, as it does in the shim, and the command goes only then.
+    #[test]
+    fn a_process_that_maps_an_address_whose_unmap_is_not_done_waits_for_it() {
+        let dev = Rc::new(RefCell::new(SimDevice::new(DeviceModel::default())));
+        let grant = Grant { cap: 64 * MIB, most: 64 * MIB, run: true, fill: Fill::None, inflight: 0, seq: 1 };
+        let mut p = Process::new(ProcessDevice::new(dev, 0), Box::new(Rotation(0)), super::super::SETTINGS, grant).unwrap();
+        let (mut now, mut gpu_free, mut held_at) = (0.0, 0.0, None);
+        while now < 20.0 * MS {
+            p.retire(now, f64::INFINITY);
+            p.issue(now, &mut gpu_free).unwrap();
+            if p.host_until > now && held_at.is_none() {
+                held_at = Some((now, p.host_until, p.inflight.back().map(|c| c.end)));
+            }
+            now = p.next_event(now).unwrap_or(now + MS);
+        }
+        let (at, until, end) = held_at.expect("some command had to wait for an unmap");
+        assert!(until > at, "held from {at} to {until}");
+        let end = end.expect("the waiting command was released");
+        assert!(end >= until + MS, "the command that waited ran after the wait: ends {end}, wait ends {until}");
+        assert!(p.finished >= 10, "it still makes progress: {} commands", p.finished);
     }
 }
