@@ -1,7 +1,7 @@
 """MSched micro-benchmark tenant (section 7.1): a streaming vector add or a matmul with a
 fixed footprint of device memory, measured over a shared wall-clock window.
 
-    tenant.py --kind vecadd --gib 8 --duration 30 [--start-at T] [--ready-dir D --ready-count N] [--out F] [--verify]
+    tenant.py --kind vecadd --gib 8 --duration 30 [--start-at T] [--ready-dir D --ready-count N [--settle S]] [--out F] [--verify]
     tenant.py --kind matmul --gib 8 --n 4096 --duration 30 [--start-at T] [--out F] [--verify]
     tenant.py --kind matmul --gib 0.05 --n 256 --duration 2 --verify --device cpu   # dry run
 

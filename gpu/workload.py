@@ -187,7 +187,7 @@ def main():
     marked = tc.DEVICE != "cuda"
     while not window.over(time.monotonic()):
         if not marked and time.monotonic() >= window.start:
-            torch.cuda.profiler.start()  # marks the window's opening in a trace gmux records
+            torch.cuda.profiler.start()  # marks the first iteration from the window's opening in a trace gmux records
             marked = True
         next(loop)
 

@@ -8,7 +8,7 @@
 # the tenants run together, set up, this long before the window) pass through;
 # BIN (.gpu-bin) names the build; REPLAY=0 skips the simulator's replay of the traces (it
 # takes about a minute a level).
-# Each run takes about a minute (setup, warm-up, window): keep one call to 8 runs (one
+# Each run takes 60-90 s (setup, 10 s settling, the window): keep one call to 6 runs (one
 # native and one in-hbm run per mix, then gmux and whole per level). The table is printed
 # last; the JSON, the plot, every log and the traces go to $OUT/workloads-logs.tgz.
 set -uo pipefail

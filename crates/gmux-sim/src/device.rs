@@ -95,6 +95,12 @@ impl SimDevice {
 
     /// Runs the queued batch; afterwards every event recorded in it has a time.
     pub fn run_batch(&mut self) {
+        // gmux-cuda maps a batch's memory before it issues any copy, so a wait in a
+        // mapping delays the whole batch.
+        let start = self.at.max(self.host_waits_until);
+        for it in &mut self.batch {
+            it.earliest = it.earliest.max(start);
+        }
         let done = self.lanes.schedule(&self.model, self.at, &self.batch);
         for (ev, item) in self.pending_events.drain(..) {
             let t = item.map_or(self.at, |i| done[i]);

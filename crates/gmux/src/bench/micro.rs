@@ -114,8 +114,8 @@ fn one_run(lab: &Lab, a: &MicroArgs, level: u32, gib: f64, system: &str) -> Resu
             ],
         )?),
     };
-    // The window opens at the warm-up's end, or 1 s after the last tenant finished its
-    // setup if later (setups under memory pressure take long).
+    // The window opens at the warm-up's end, or `lab::SETTLE_S` after the last tenant
+    // finished its setup if later (setups under memory pressure take long).
     let window = lab::Window { start: lab::unix_now() + a.lab.warmup, settle: lab::SETTLE_S, duration: a.lab.duration };
     let ready = lab.file(&format!("L{level}-{system}.ready"));
     let _ = std::fs::remove_dir_all(&ready);

@@ -38,7 +38,7 @@ pub struct WorkloadsArgs {
     /// time the switch costs (and so the stretched slices) and the forecasts' histories
     /// take to settle. The programs' own setup (imports, models, a first iteration) comes
     /// before it and is not counted.
-    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS", value_parser = seconds)]
     settle: f64,
     /// Skip the simulator's replay of the recorded traces (no ideal bound or prediction;
     /// the traces are still written, for `gmux sim` later).
@@ -47,6 +47,14 @@ pub struct WorkloadsArgs {
 }
 
 const SYSTEMS: [&str; 4] = ["native", "in-hbm", "gmux", "whole"];
+
+/// A number of seconds, 0 or more.
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err(format!("{s:?} is not a number of seconds: give 0 or more, e.g. 10")),
+    }
+}
 
 /// The tenants of a mix: (name, `workload.py --kind`).
 fn mix(name: &str) -> Option<&'static [(&'static str, &'static str)]> {
@@ -315,4 +323,19 @@ fn table(rows: &[Row]) -> String {
     s + "units/s: mean per tenant (t: tokens, s: samples or sequences); throughput: mean over tenants of units/s over the same tenant's in-hbm units/s\n\
          ideal, sim: the simulator on the traces gmux recorded (OPT bound; gmuxd's own code), normalized to its in-hbm replay; GiB: both ways, per tenant, in the window\n\
          switch ms: from a switch to its slice's first command; slice ms: the slices gmuxd gave, stretched to amortize the switch (means over the window)"
+}
+
+#[cfg(test)]
+mod tests {
+    /// `--settle` takes 0 or more seconds; anything else is refused with an example.
+    #[test]
+    fn settle_takes_seconds_from_zero_up() {
+        assert_eq!(super::seconds("10"), Ok(10.0));
+        assert_eq!(super::seconds("0"), Ok(0.0));
+        assert_eq!(super::seconds("2.5"), Ok(2.5));
+        for bad in ["-1", "NaN", "inf", "10s", ""] {
+            let e = super::seconds(bad).expect_err(bad);
+            assert!(e.contains("e.g. 10"), "{e}");
+        }
+    }
 }

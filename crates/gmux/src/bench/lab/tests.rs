@@ -1,0 +1,42 @@
+//! Tests of the benchmarks' processes, windows and daemon logs.
+
+/// The mean slice per tenant in the window counts an unstretched slot at the
+/// timeslice.
+#[test]
+fn the_slices_used_come_from_the_daemon_s_log() {
+    let log = std::env::temp_dir().join(format!("gmux-slices-{}.log", std::process::id()));
+    std::fs::write(
+        &log,
+        "gmuxd: serving x\n\
+         gmuxd 0.5: a started 5.0 ms after its switch (holds 1 GiB, wants 2 GiB); its slice is stretched to 900 ms (a switch costs 225.0 ms)\n\
+         gmuxd 1.0: a started 5.0 ms after its switch (holds 1 GiB, wants 2 GiB)\n\
+         gmuxd 1.3: a ran 10 commands in 205.0 ms\n\
+         gmuxd 1.4: b started 50.0 ms after its switch (holds 1 GiB, wants 2 GiB); its slice is stretched to 900 ms (a switch costs 225.0 ms)\n\
+         gmuxd 2.4: a started 40.0 ms after its switch (holds 1 GiB, wants 2 GiB); its slice is stretched to 600 ms (a switch costs 150.0 ms)\n",
+    )
+    .unwrap();
+    let slice = super::slices_in_log(&log, 1.0, "200ms");
+    assert_eq!((slice("a"), slice("b"), slice("c")), ("400000us".to_string(), "900000us".to_string(), "200ms".to_string()));
+    let starts = super::slot_starts(&log);
+    let waits: Vec<(&str, f64, Option<f64>)> = starts.iter().map(|s| (s.tenant.as_str(), s.wait_ms, s.stretched_ms)).collect();
+    assert_eq!(waits, [("a", 5.0, Some(900.0)), ("a", 5.0, None), ("b", 50.0, Some(900.0)), ("a", 40.0, Some(600.0))]);
+    std::fs::remove_file(&log).unwrap();
+}
+
+/// The window opens `settle` seconds after the last workload is ready, when that is
+/// later than its start, and the workloads are told the same.
+#[test]
+fn the_window_opens_once_the_workloads_have_run_together_for_the_settle_time() {
+    let ready = std::env::temp_dir().join(format!("gmux-settle-{}", std::process::id()));
+    std::fs::create_dir_all(&ready).unwrap();
+    std::fs::write(ready.join("1.ready"), "").unwrap();
+    let marked = std::fs::metadata(ready.join("1.ready")).unwrap().modified().unwrap().duration_since(super::UNIX_EPOCH).unwrap().as_secs_f64();
+    let w = super::Window { start: marked - 100.0, settle: 0.3, duration: 0.05 };
+    let (opened, before, after) = super::measure_window(&ready, 1, std::time::Duration::from_secs(1), w, "test", super::unix_now);
+    assert!((opened - (marked + 0.3)).abs() < 1e-6, "opened {opened}, the workload was ready at {marked}");
+    assert!(before >= opened && after >= opened + 0.05, "measured at {before} and {after}");
+    let args = super::window_args(w, &ready, 1, std::path::Path::new("r.json"));
+    let settle = args.iter().position(|a| a == "--settle").map(|i| args[i + 1].as_str());
+    assert_eq!(settle, Some("0.3"));
+    std::fs::remove_dir_all(&ready).unwrap();
+}
