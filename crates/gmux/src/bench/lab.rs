@@ -292,18 +292,23 @@ pub fn slices_used(lab: &Lab, run: &str, tenants: &[&str], timeslice: &str) -> i
 }
 
 fn slices_in_log(log: &Path, from: f64, timeslice: &str) -> impl Fn(&str) -> String {
-    let base = gmux_core::knobs::parse_duration(timeslice).map(|ns| ns as f64 / 1e6);
     let mut slots: std::collections::HashMap<String, Vec<f64>> = std::collections::HashMap::new();
-    for s in slot_starts(log).into_iter().filter(|s| s.at >= from) {
-        if let Some(ms) = s.stretched_ms.or(base) {
-            slots.entry(s.tenant).or_default().push(ms);
-        }
+    for (tenant, ms) in slot_slices(log, from, f64::INFINITY, timeslice) {
+        slots.entry(tenant).or_default().push(ms);
     }
     let timeslice = timeslice.to_string();
     move |name| match slots.get(name) {
         Some(ms) => format!("{:.0}us", ms.iter().sum::<f64>() / ms.len() as f64 * 1e3),
         None => timeslice.clone(),
     }
+}
+
+/// The slice (ms) of each slot gmuxd's log `log` says started inside [`from`, `to`] (UNIX
+/// seconds), with its tenant: stretched where the log says so, else `timeslice` (a slot
+/// of neither, when `timeslice` does not parse, is left out).
+pub fn slot_slices(log: &Path, from: f64, to: f64, timeslice: &str) -> Vec<(String, f64)> {
+    let base = gmux_core::knobs::parse_duration(timeslice).map(|ns| ns as f64 / 1e6);
+    slot_starts(log).into_iter().filter(|s| (from..=to).contains(&s.at)).filter_map(|s| Some((s.tenant, s.stretched_ms.or(base)?))).collect()
 }
 
 /// A slot's start, as gmuxd's `--verbose` log says it.

@@ -258,8 +258,7 @@ fn switch_wait_ms(log: &Path, from: f64, to: f64) -> Option<f64> {
 /// The mean slice (ms) of the slots gmuxd's log says started inside [`from`, `to`]:
 /// stretched where it says so, else `timeslice`.
 fn slice_ms(log: &Path, from: f64, to: f64, timeslice: &str) -> Option<f64> {
-    let base = gmux_core::knobs::parse_duration(timeslice)? as f64 / 1e6;
-    mean(lab::slot_starts(log).iter().filter(|s| (from..=to).contains(&s.at)).map(|s| s.stretched_ms.unwrap_or(base)))
+    mean(lab::slot_slices(log, from, to, timeslice).into_iter().map(|(_, ms)| ms))
 }
 
 fn mean(xs: impl Iterator<Item = f64>) -> Option<f64> {
