@@ -32,9 +32,19 @@ enum Command {
     /// Run gmuxd, the per-GPU daemon that schedules tenants and divides GPU memory.
     Daemon(gmuxd::DaemonArgs),
     /// List the daemon's tenants.
-    Ps,
+    Ps {
+        /// Print the daemon's status as one JSON object (schema: docs/observability.md).
+        #[arg(long)]
+        json: bool,
+    },
     /// Read a tenant's knobs (all, or one by its Ghost name).
-    Get { tenant: String, knob: Option<String> },
+    Get {
+        tenant: String,
+        knob: Option<String>,
+        /// Print a JSON object of knob names and values.
+        #[arg(long)]
+        json: bool,
+    },
     /// Set a tenant's knob: gmux set TENANT gmem.limit.high 8G
     Set { tenant: String, knob: String, value: String },
     /// Stop the daemon.
@@ -74,8 +84,8 @@ fn main() -> ExitCode {
         Command::Record(args) => record::record(&args),
         Command::Sim(args) => sim::sim(&args),
         Command::Daemon(args) => gmuxd::daemon(&args),
-        Command::Ps => control(gmuxd::ctl::Request::Ps),
-        Command::Get { tenant, knob } => control(gmuxd::ctl::Request::Get { tenant, knob }),
+        Command::Ps { json } => control(gmuxd::ctl::Request::Ps { json }),
+        Command::Get { tenant, knob, json } => control(gmuxd::ctl::Request::Get { tenant, knob, json }),
         Command::Set { tenant, knob, value } => control(gmuxd::ctl::Request::Set { tenant, knob, value }),
         Command::Stop => control(gmuxd::ctl::Request::Stop),
         Command::Bench(cmd) => bench::bench(&cmd),

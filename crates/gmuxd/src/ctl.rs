@@ -2,10 +2,10 @@
 //! client side, including starting a daemon on demand for `gmux run`.
 
 use super::server::Peer;
+use super::status::{status, table};
 use crate::Failure;
 use gmux_core::arbiter::Arbiter;
 use gmux_core::knobs::Knob;
-use gmux_core::size::format_size;
 use gmux_core::TenantId;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
@@ -17,10 +17,22 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
-    /// List tenants.
-    Ps,
+    /// List tenants: a table, or the [`Status`] as JSON.
+    Ps {
+        /// Answer with the [`Status`] as JSON.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        json: bool,
+    },
     /// Read one knob, or all of them.
-    Get { tenant: String, knob: Option<String> },
+    Get {
+        /// The tenant's name.
+        tenant: String,
+        /// The knob's Ghost name; all knobs when absent.
+        knob: Option<String>,
+        /// Answer with a JSON object of knob names and values ([`knobs_json`]).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        json: bool,
+    },
     /// Write a knob (owner of the daemon or root only).
     Set { tenant: String, knob: String, value: String },
     /// Stop the daemon (owner or root only).
@@ -56,14 +68,20 @@ pub fn answer(d: &mut Arbiter, req: &Request, who: Peer, owner: u32) -> Reply {
     // Exited tenants stay readable by their user and the owner (their counters).
     let find = |d: &Arbiter, name: &str| d.tenants.find(name).ok().filter(|t| may_read(d, *t));
     match req {
-        Request::Ps => Reply::ok(ps(d, &|t| may_read(d, t))),
-        Request::Get { tenant, knob } => {
+        Request::Ps { json } => {
+            let s = status(d, &|t| may_read(d, t));
+            Reply::ok(if *json { serde_json::to_string(&s).expect("serializable") } else { table(&s) })
+        }
+        Request::Get { tenant, knob, json } => {
             let Some(t) = find(d, tenant) else { return Reply::error(format!("unknown tenant {tenant:?}: list tenants with `gmux ps`")) };
             let knobs = match knob.as_deref().map(Knob::parse).transpose() {
                 Ok(Some(k)) => vec![k],
                 Ok(None) => Knob::ALL.to_vec(),
                 Err(e) => return Reply::error(e.to_string()),
             };
+            if *json {
+                return Reply::ok(knobs_json(d, t, &knobs).to_string());
+            }
             let one = knobs.len() == 1;
             let lines: Vec<String> =
                 knobs.iter().map(|k| if one { value(d, t, *k) } else { format!("{} {}", k.name(), value(d, t, *k).replace('\n', "\n  ")) }).collect();
@@ -85,6 +103,19 @@ pub fn answer(d: &mut Arbiter, req: &Request, who: Peer, owner: u32) -> Reply {
     }
 }
 
+/// Knobs as a JSON object: each name with the text `gmux get` prints for it, except
+/// `ggroup.stat`, an object of its counters.
+pub fn knobs_json(d: &Arbiter, t: TenantId, knobs: &[Knob]) -> serde_json::Value {
+    let pairs = knobs.iter().map(|k| {
+        let v = match k {
+            Knob::Stat => serde_json::to_value(d.stat(t)).expect("serializable"),
+            k => value(d, t, *k).into(),
+        };
+        (k.name().to_string(), v)
+    });
+    serde_json::Value::Object(pairs.collect())
+}
+
 fn value(d: &Arbiter, t: TenantId, k: Knob) -> String {
     let u = d.usage(t);
     match k {
@@ -96,51 +127,6 @@ fn value(d: &Arbiter, t: TenantId, k: Knob) -> String {
         }
         k => d.tenants.get(t).limits.get(k).expect("writable knob"),
     }
-}
-
-fn ps(d: &Arbiter, visible: &dyn Fn(TenantId) -> bool) -> String {
-    let mut rows = vec![["TENANT", "PIDS", "PRIO", "STATE", "GMEM", "WANT", "SWAP", "HIGH", "LOW", "COMMANDS", "SWITCHES"].map(String::from).to_vec()];
-    for t in d.live().into_iter().filter(|t| visible(*t)) {
-        let k = d.tenants.get(t);
-        let u = d.usage(t);
-        let state = if k.limits.frozen {
-            "frozen"
-        } else if d.stopped(t) {
-            "stopped"
-        } else if !d.responsive(t) {
-            "unresponsive"
-        } else if d.running_now(t) {
-            "running"
-        } else {
-            "paused"
-        };
-        let pids: Vec<String> = d.pids(t).iter().map(u32::to_string).collect();
-        rows.push(vec![
-            k.name.clone(),
-            pids.join(","),
-            k.priority.to_string(),
-            state.into(),
-            format_size(u.held),
-            format_size(u.want),
-            format_size(u.swapped),
-            k.limits.high.map_or("max".into(), format_size),
-            format_size(k.limits.low),
-            u.commands.to_string(),
-            k.stat.switches.to_string(),
-        ]);
-    }
-    let widths: Vec<usize> = (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
-    let held = d.live().iter().map(|t| d.usage(*t).held).fold(0, u64::saturating_add);
-    let budget = format!(
-        "budget {}, policy {}, held {} (peak {})",
-        d.settings.hbm.map_or("device".into(), format_size),
-        d.policy_name(),
-        format_size(held),
-        format_size(d.peak_held)
-    );
-    let lines: Vec<String> =
-        rows.iter().map(|r| r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string()).collect();
-    format!("{budget}\n{}", lines.join("\n"))
 }
 
 /// Sends `req` to the daemon at `path` and returns its reply.
@@ -230,7 +216,7 @@ mod tests {
     #[test]
     fn a_tenant_reads_its_own_knobs_and_only_the_owner_writes() {
         let mut d = daemon();
-        let get = |t: &str| Request::Get { tenant: t.into(), knob: Some("gmem.limit.high".into()) };
+        let get = |t: &str| Request::Get { tenant: t.into(), knob: Some("gmem.limit.high".into()), json: false };
         assert_eq!(ask(&mut d, get("mine"), 2000, 4242), Reply { ok: true, text: "max".into() });
         let r = ask(&mut d, get("theirs"), 2000, 4242);
         let none = ask(&mut d, get("nobody"), 2000, 4242);
@@ -246,20 +232,48 @@ mod tests {
         assert!(!r.ok && r.text.contains("owner"), "{r:?}");
         assert!(ask(&mut d, set, OWNER, 1).ok);
         assert_eq!(ask(&mut d, get("mine"), 0, 1).text, (4u64 << 30).to_string(), "root reads everything");
-        let ps = ask(&mut d, Request::Ps, 2000, 4242).text;
+        let ps = ask(&mut d, Request::Ps { json: false }, 2000, 4242).text;
         assert!(ps.contains("mine") && !ps.contains("theirs"), "{ps}");
+    }
+
+    #[test]
+    fn json_answers_carry_the_same_numbers_and_hide_the_same_tenants() {
+        let mut d = daemon();
+        let set = Request::Set { tenant: "mine".into(), knob: "gmem.limit.high".into(), value: "4G".into() };
+        assert!(ask(&mut d, set, OWNER, 1).ok);
+        let ps = ask(&mut d, Request::Ps { json: true }, 2000, 4242);
+        let s: crate::status::Status = serde_json::from_str(&ps.text).unwrap();
+        assert_eq!(s.tenants.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["mine"], "another user's tenant stays hidden");
+        let t = &s.tenants[0];
+        assert_eq!((t.uid, t.pids.as_slice(), t.limit_high, s.budget), (Some(2000), &[4242][..], Some(4 << 30), Some(16 << 30)));
+        let all: crate::status::Status = serde_json::from_str(&ask(&mut d, Request::Ps { json: true }, OWNER, 1).text).unwrap();
+        assert_eq!(all.tenants.len(), 2);
+        let get = ask(&mut d, Request::Get { tenant: "mine".into(), knob: None, json: true }, OWNER, 1);
+        let v: serde_json::Value = serde_json::from_str(&get.text).unwrap();
+        assert_eq!(v["gmem.limit.high"], "4294967296");
+        assert_eq!(v["ggroup.stat"]["switches"], 0);
+        assert_eq!(v.as_object().unwrap().len(), Knob::ALL.len());
+        let one = ask(&mut d, Request::Get { tenant: "mine".into(), knob: Some("gmem.limit.low".into()), json: true }, OWNER, 1);
+        assert_eq!(one.text, r#"{"gmem.limit.low":"0"}"#);
+    }
+
+    #[test]
+    fn a_request_without_json_reads_as_before() {
+        assert_eq!(serde_json::from_str::<Request>(r#"{"op":"ps"}"#).unwrap(), Request::Ps { json: false });
+        assert_eq!(serde_json::to_string(&Request::Ps { json: false }).unwrap(), r#"{"op":"ps"}"#);
+        assert!(serde_json::from_str::<Request>(r#"{"op":"ps","jsn":true}"#).is_err(), "unknown fields are refused");
     }
 
     #[test]
     fn errors_name_the_cause_and_the_fix() {
         let mut d = daemon();
-        let r = ask(&mut d, Request::Get { tenant: "nobody".into(), knob: None }, OWNER, 1);
+        let r = ask(&mut d, Request::Get { tenant: "nobody".into(), knob: None, json: false }, OWNER, 1);
         assert!(!r.ok && r.text.contains("gmux ps"), "{r:?}");
         let r = ask(&mut d, Request::Set { tenant: "mine".into(), knob: "gmem.limit".into(), value: "1G".into() }, OWNER, 1);
         assert!(!r.ok && r.text.contains("gmem.limit.high"), "{r:?}");
         let r = ask(&mut d, Request::Set { tenant: "mine".into(), knob: "gmem.current".into(), value: "1G".into() }, OWNER, 1);
         assert!(!r.ok && r.text.contains("read-only"), "{r:?}");
-        let all = ask(&mut d, Request::Get { tenant: "mine".into(), knob: None }, OWNER, 1).text;
+        let all = ask(&mut d, Request::Get { tenant: "mine".into(), knob: None, json: false }, OWNER, 1).text;
         assert_eq!(all.lines().filter(|l| l.starts_with("gmem.") || l.starts_with("compute.") || l.starts_with("ggroup.")).count(), 7, "{all}");
     }
 }

@@ -47,8 +47,8 @@ fn line() -> impl Strategy<Value = String> {
     let knob = prop_oneof![Just("gmem.limit.high"), Just("gmem.limit.low"), Just("compute.timeslice"), Just("compute.freeze"), Just("nope")];
     let value = prop_oneof![Just("1G".to_string()), Just("0".to_string()), Just("max".to_string()), Just("16777216T".to_string()), ".{0,12}"];
     let set = (name.clone(), knob, value).prop_map(|(tenant, knob, value)| serde_json::to_string(&Request::Set { tenant, knob: knob.into(), value }).unwrap());
-    let get = name.prop_map(|tenant| serde_json::to_string(&Request::Get { tenant, knob: None }).unwrap());
-    let ps = Just(serde_json::to_string(&Request::Ps).unwrap());
+    let get = (name, any::<bool>()).prop_map(|(tenant, json)| serde_json::to_string(&Request::Get { tenant, knob: None, json }).unwrap());
+    let ps = any::<bool>().prop_map(|json| serde_json::to_string(&Request::Ps { json }).unwrap());
     let junk = ".{0,300}";
     prop_oneof![3 => hello, 6 => rep, 1 => set, 1 => get, 1 => ps, 1 => junk.prop_map(String::from)]
 }

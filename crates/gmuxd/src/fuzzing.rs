@@ -77,7 +77,9 @@ pub fn take(d: &mut Arbiter, step: Step, now: Nanos) -> Result<(), String> {
     if d.settings.hbm.is_some() && exposed > limit {
         return Err(format!("the caps the processes may have applied add up to {exposed}, past the budget of {limit}"));
     }
-    ctl::answer(d, &Request::Ps, Peer { pid: 1, uid: 0 }, OWNER);
+    for json in [false, true] {
+        ctl::answer(d, &Request::Ps { json }, Peer { pid: 1, uid: 0 }, OWNER);
+    }
     Ok(())
 }
 

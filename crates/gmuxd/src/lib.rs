@@ -11,10 +11,12 @@ mod fuzz_props;
 pub mod fuzzing;
 pub mod journal;
 mod log;
+pub mod metrics;
 mod outbox;
 mod procfs;
 mod rundir;
 pub mod server;
+pub mod status;
 mod watch;
 
 use gmux_core::arbiter::Switch;
@@ -105,6 +107,11 @@ pub struct DaemonArgs {
     /// knobs and its processes still running are taken over.
     #[arg(long)]
     pub resume: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics (HOST:PORT; 127.0.0.1:9400 when
+    /// given without a value, port 9400 when without one). Whoever reaches ADDR reads
+    /// every tenant's name and counters.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1")]
+    pub metrics: Option<String>,
 }
 
 /// The socket the daemon listens on and clients connect to.
@@ -166,5 +173,6 @@ pub fn daemon(args: &DaemonArgs) -> Result<(), Failure> {
         always_slice: args.always_slice,
     };
     let group = args.group.as_deref().map(rundir::group_id).transpose().map_err(Failure::Usage)?;
-    server::serve(&path, settings, &server::Options { group, idle_exit: args.idle_exit, verbose: args.verbose, resume: args.resume })
+    let metrics = args.metrics.as_deref().map(metrics::parse_addr).transpose().map_err(Failure::Usage)?;
+    server::serve(&path, settings, &server::Options { group, idle_exit: args.idle_exit, verbose: args.verbose, resume: args.resume, metrics })
 }

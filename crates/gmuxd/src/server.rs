@@ -6,6 +6,7 @@
 
 use super::journal::{self, Entry, Journal, Settings};
 use super::log::say;
+use super::metrics::{self, Metrics};
 use super::outbox::Outbox;
 use super::rundir;
 use crate::Failure;
@@ -53,6 +54,8 @@ pub struct Options {
     pub verbose: bool,
     /// Take the settings of the previous daemon on this socket from its journal.
     pub resume: bool,
+    /// Serve Prometheus metrics at this address ([`crate::metrics`]).
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// What every task of the daemon shares.
@@ -78,6 +81,8 @@ pub(crate) struct Shared {
     pub(crate) watched: Mutex<BTreeMap<(u32, u64), Vec<u64>>>,
     last_tenant: Mutex<Instant>,
     verbose: bool,
+    /// What `/metrics` keeps between scrapes, when served.
+    pub(crate) metrics: Option<Metrics>,
 }
 
 /// Locks `m`, taking over from a holder that panicked.
@@ -113,6 +118,10 @@ impl Shared {
             if self.verbose {
                 say(&e);
             }
+        }
+        match &self.metrics {
+            Some(m) => m.take(d),
+            None => d.switch_times.clear(),
         }
     }
 
@@ -193,7 +202,14 @@ pub fn serve(path: &Path, settings: Settings, opts: &Options) -> Result<(), Fail
         rundir::share(path, gid, 0o660).map_err(Failure::Runtime)?;
     }
     listener.set_nonblocking(true).map_err(|e| Failure::Runtime(e.to_string()))?;
+    let scrapes = opts.metrics.map(metrics::bind).transpose()?;
     announce(path, &d);
+    if let Some(l) = &scrapes {
+        eprintln!("gmuxd: metrics at http://{}/metrics", l.local_addr().map_err(|e| Failure::Runtime(e.to_string()))?);
+    }
+    // SAFETY: geteuid has no preconditions.
+    let owner = unsafe { libc::geteuid() };
+    let gpu = path.file_stem().map_or("gpu0".into(), |s| s.to_string_lossy().into_owned());
     let awaited: Vec<(u32, u64)> = d.awaited().map(|(pid, start, _)| (pid, start)).collect();
     let shared = Arc::new(Shared {
         d: Mutex::new(d),
@@ -203,8 +219,7 @@ pub fn serve(path: &Path, settings: Settings, opts: &Options) -> Result<(), Fail
         journal: Mutex::new(Some(journal)),
         journal_path: jpath,
         started,
-        // SAFETY: geteuid has no preconditions.
-        owner: unsafe { libc::geteuid() },
+        owner,
         path: path.to_path_buf(),
         start: Instant::now(),
         next_conn: AtomicU64::new(1),
@@ -212,6 +227,7 @@ pub fn serve(path: &Path, settings: Settings, opts: &Options) -> Result<(), Fail
         watched: Mutex::new(BTreeMap::new()),
         last_tenant: Mutex::new(Instant::now()),
         verbose: opts.verbose,
+        metrics: scrapes.is_some().then(|| Metrics::new(&gpu, owner)),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -225,6 +241,9 @@ pub fn serve(path: &Path, settings: Settings, opts: &Options) -> Result<(), Fail
             super::watch::watch_pid(&shared, pid, start, None);
         }
         tokio::spawn(schedule(shared.clone()));
+        if let Some(l) = scrapes {
+            tokio::spawn(metrics::serve(shared.clone(), l));
+        }
         if opts.idle_exit > 0 {
             tokio::spawn(exit_when_idle(shared.clone(), opts.idle_exit));
         }

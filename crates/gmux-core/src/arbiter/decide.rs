@@ -219,6 +219,7 @@ impl Arbiter {
         if let Some(r) = self.running.take_if(|_| keep.is_none()) {
             self.sched.charge(r.tenant, r.charge(now));
             let cost = r.switch_cost(now);
+            self.switch_times.push((r.tenant, cost));
             let avg = self.switch_costs.entry(r.tenant).or_insert(cost);
             *avg = avg.midpoint(cost);
             let summary = r.summary(usage.get(&r.tenant).unwrap_or(&r.before), now);

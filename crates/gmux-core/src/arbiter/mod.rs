@@ -114,6 +114,9 @@ pub struct Arbiter {
     departed: BTreeMap<u64, (TenantId, ShimReport)>,
     /// Switches and slice starts since the server last took them (`--verbose`).
     pub events: Vec<String>,
+    /// What the switch of each slot that ended since the server last took them cost
+    /// ([`Slot::switch_cost`]), with its tenant: the daemon's switch-time histogram.
+    pub switch_times: Vec<(TenantId, Nanos)>,
     past: HashMap<TenantId, Past>,
     running: Option<Slot>,
     /// Each tenant's switch cost, averaged over its slots ([`Slot::switch_cost`]).
@@ -160,6 +163,7 @@ impl Arbiter {
             past: HashMap::new(),
             running: None,
             switch_costs: HashMap::new(),
+            switch_times: Vec::new(),
             awaited: BTreeMap::new(),
             journal: Vec::new(),
         }

@@ -192,7 +192,7 @@ pub fn run(a: &FuzzArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::Runtime(format!("cannot start gmuxd: {e}")))?;
     let pid = daemon.id();
     let t0 = Instant::now();
-    while request(&socket, &Request::Ps).is_err() {
+    while request(&socket, &Request::Ps { json: false }).is_err() {
         if t0.elapsed() > Duration::from_secs(5) {
             let _ = daemon.kill();
             return Err(Failure::Runtime(format!("gmuxd did not start; see {}", dir.join("daemon.log").display())));
@@ -219,7 +219,7 @@ pub fn run(a: &FuzzArgs) -> Result<(), Failure> {
         std::thread::sleep(Duration::from_millis(20));
         if sent.load(Ordering::Relaxed) >= next || workers.iter().all(|w| w.is_finished()) {
             let t = Instant::now();
-            let ok = request(&socket, &Request::Ps).is_ok_and(|r| r.ok);
+            let ok = request(&socket, &Request::Ps { json: false }).is_ok_and(|r| r.ok);
             let ms = t.elapsed().as_secs_f64() * 1e3;
             ps_max_ms = ps_max_ms.max(if ok { ms } else { f64::INFINITY });
             batches += 1;
@@ -231,7 +231,7 @@ pub fn run(a: &FuzzArgs) -> Result<(), Failure> {
         let _ = w.join();
     }
     let seconds = start.elapsed().as_secs_f64();
-    let daemon_alive = daemon.try_wait().is_ok_and(|s| s.is_none()) && request(&socket, &Request::Ps).is_ok();
+    let daemon_alive = daemon.try_wait().is_ok_and(|s| s.is_none()) && request(&socket, &Request::Ps { json: false }).is_ok();
     // Let the daemon notice the last hang-ups. It keeps one descriptor (a pidfd) watching
     // this process, its clients' pid, until this process exits.
     let (fds_allowed, threads_allowed) = (fds_before + 1, threads_before);

@@ -180,7 +180,7 @@ impl Lab {
 
 /// A tenant's `ggroup.stat` from the daemon: bytes in each direction.
 pub fn stat(socket: &Path, tenant: &str) -> (u64, u64) {
-    let Ok(r) = ctl::request(socket, &Request::Get { tenant: tenant.into(), knob: Some("ggroup.stat".into()) }) else { return (0, 0) };
+    let Ok(r) = ctl::request(socket, &Request::Get { tenant: tenant.into(), knob: Some("ggroup.stat".into()), json: false }) else { return (0, 0) };
     let field = |k: &str| r.text.lines().find_map(|l| l.strip_prefix(k).and_then(|v| v.trim().parse().ok())).unwrap_or(0);
     (field("bytes_h2d "), field("bytes_d2h "))
 }
@@ -190,7 +190,7 @@ pub fn stat(socket: &Path, tenant: &str) -> (u64, u64) {
 pub fn wait_joined(socket: &Path, tenant: &str, limit: Duration) -> bool {
     let t0 = Instant::now();
     while t0.elapsed() < limit {
-        if ctl::request(socket, &Request::Get { tenant: tenant.into(), knob: None }).is_ok_and(|r| r.ok) {
+        if ctl::request(socket, &Request::Get { tenant: tenant.into(), knob: None, json: false }).is_ok_and(|r| r.ok) {
             return true;
         }
         std::thread::sleep(Duration::from_millis(50));

@@ -1,0 +1,181 @@
+//! What the daemon is doing, as data: the one snapshot that `gmux ps` prints as a table,
+//! `gmux ps --json` as JSON and `/metrics` as Prometheus metrics. Its schema is
+//! documented in docs/observability.md.
+
+use gmux_core::arbiter::{Arbiter, Switch};
+use gmux_core::size::format_size;
+use gmux_core::TenantId;
+use serde::{Deserialize, Serialize};
+
+/// The daemon and the tenants the asker may read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// GPU-memory budget in bytes (`None`: each process's free device memory).
+    pub budget: Option<u64>,
+    /// Host-tier budget in bytes (`None`: unlimited).
+    pub host: Option<u64>,
+    /// Scheduling policy: rr, priority or share.
+    pub policy: String,
+    /// How a time-sliced switch moves memory: msched or whole.
+    pub switch: Switch,
+    /// GPU memory all live tenants hold now, in bytes.
+    pub held: u64,
+    /// Most GPU memory all processes held at once since the daemon started, in bytes.
+    pub peak_held: u64,
+    /// The tenant whose slot runs now, when time-sliced and readable by the asker.
+    pub slice_owner: Option<String>,
+    /// Live tenants, in the order they were made.
+    pub tenants: Vec<TenantStatus>,
+}
+
+/// What one tenant runs as: its scheduling state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// Its processes may release commands.
+    Running,
+    /// Waiting for its turn.
+    Paused,
+    /// `compute.freeze` is 1.
+    Frozen,
+    /// A process of it is stopped (SIGSTOP): it cannot answer.
+    Stopped,
+    /// A process of it has not answered the daemon in time.
+    Unresponsive,
+}
+
+impl State {
+    /// The word `gmux ps` prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Running => "running",
+            State::Paused => "paused",
+            State::Frozen => "frozen",
+            State::Stopped => "stopped",
+            State::Unresponsive => "unresponsive",
+        }
+    }
+}
+
+/// One tenant: its knobs, its memory and its counters (which include exited processes).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantStatus {
+    /// Its name.
+    pub name: String,
+    /// Uid of the user who made it (`None`: made by the daemon's owner).
+    pub uid: Option<u32>,
+    /// Pids of its processes.
+    pub pids: Vec<u32>,
+    /// Strict-priority class.
+    pub priority: i32,
+    /// Scheduling state.
+    pub state: State,
+    /// GPU memory held, mapped or spare, in bytes (`gmem.current`).
+    pub held: u64,
+    /// Bytes of its chunks resident on the GPU.
+    pub resident: u64,
+    /// Bytes its next slice is forecast to use.
+    pub want: u64,
+    /// Bytes evicted to host memory (`gmem.swap.current`).
+    pub swapped: u64,
+    /// `gmem.limit.high` in bytes (`None`: max).
+    pub limit_high: Option<u64>,
+    /// `gmem.limit.low` in bytes.
+    pub limit_low: u64,
+    /// Commands released (`ggroup.stat` commands).
+    pub commands: u64,
+    /// Commands seen finished.
+    pub finished: u64,
+    /// Bytes copied host to device.
+    pub bytes_h2d: u64,
+    /// Bytes copied device to host.
+    pub bytes_d2h: u64,
+    /// Times it was switched in.
+    pub switches: u64,
+    /// Nanoseconds its agent held its launches to map and fill memory.
+    pub launches_held_ns: u64,
+}
+
+/// The status of `d` with the tenants `visible` says the asker may read.
+pub fn status(d: &Arbiter, visible: &dyn Fn(TenantId) -> bool) -> Status {
+    let live = d.live();
+    let tenants: Vec<TenantStatus> = live.iter().copied().filter(|t| visible(*t)).map(|t| tenant(d, t)).collect();
+    let owner = live.iter().copied().find(|t| d.running_now(*t) && visible(*t));
+    Status {
+        budget: d.settings.hbm,
+        host: d.settings.host,
+        policy: d.policy_name().into(),
+        switch: d.settings.switch,
+        held: live.iter().map(|t| d.usage(*t).held).fold(0, u64::saturating_add),
+        peak_held: d.peak_held,
+        slice_owner: owner.filter(|_| d.slice_end().is_some()).map(|t| d.tenants.get(t).name.clone()),
+        tenants,
+    }
+}
+
+fn tenant(d: &Arbiter, t: TenantId) -> TenantStatus {
+    let k = d.tenants.get(t);
+    let u = d.usage(t);
+    let state = if k.limits.frozen {
+        State::Frozen
+    } else if d.stopped(t) {
+        State::Stopped
+    } else if !d.responsive(t) {
+        State::Unresponsive
+    } else if d.running_now(t) {
+        State::Running
+    } else {
+        State::Paused
+    };
+    TenantStatus {
+        name: k.name.clone(),
+        uid: k.owner,
+        pids: d.pids(t),
+        priority: k.priority,
+        state,
+        held: u.held,
+        resident: u.resident,
+        want: u.want,
+        swapped: u.swapped,
+        limit_high: k.limits.high,
+        limit_low: k.limits.low,
+        commands: u.commands,
+        finished: u.finished,
+        bytes_h2d: u.bytes_h2d,
+        bytes_d2h: u.bytes_d2h,
+        switches: k.stat.switches,
+        launches_held_ns: u.launches_held_ns,
+    }
+}
+
+/// The table `gmux ps` prints: a line on the budget, then one row per tenant.
+pub fn table(s: &Status) -> String {
+    let mut rows = vec![["TENANT", "PIDS", "PRIO", "STATE", "GMEM", "WANT", "SWAP", "HIGH", "LOW", "COMMANDS", "SWITCHES"].map(String::from).to_vec()];
+    for t in &s.tenants {
+        let pids: Vec<String> = t.pids.iter().map(u32::to_string).collect();
+        rows.push(vec![
+            t.name.clone(),
+            pids.join(","),
+            t.priority.to_string(),
+            t.state.name().into(),
+            format_size(t.held),
+            format_size(t.want),
+            format_size(t.swapped),
+            t.limit_high.map_or("max".into(), format_size),
+            format_size(t.limit_low),
+            t.commands.to_string(),
+            t.switches.to_string(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
+    let budget = format!(
+        "budget {}, policy {}, held {} (peak {})",
+        s.budget.map_or("device".into(), format_size),
+        s.policy,
+        format_size(s.held),
+        format_size(s.peak_held)
+    );
+    let lines: Vec<String> =
+        rows.iter().map(|r| r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string()).collect();
+    format!("{budget}\n{}", lines.join("\n"))
+}
