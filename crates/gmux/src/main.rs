@@ -8,6 +8,7 @@ mod sim;
 mod table;
 #[cfg(test)]
 mod testdata;
+mod top;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -37,6 +38,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Watch the daemon and its tenants live (q quits; one plain line per refresh when
+    /// not on a terminal).
+    Top(top::TopArgs),
     /// Read a tenant's knobs (all, or one by its Ghost name).
     Get {
         tenant: String,
@@ -85,6 +89,7 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim::sim(&args),
         Command::Daemon(args) => gmuxd::daemon(&args),
         Command::Ps { json } => control(gmuxd::ctl::Request::Ps { json }),
+        Command::Top(args) => top::top(&args, &gmuxd::socket_path()),
         Command::Get { tenant, knob, json } => control(gmuxd::ctl::Request::Get { tenant, knob, json }),
         Command::Set { tenant, knob, value } => control(gmuxd::ctl::Request::Set { tenant, knob, value }),
         Command::Stop => control(gmuxd::ctl::Request::Stop),

@@ -171,6 +171,7 @@ impl Sandbox {
 }
 
 /// A finished process.
+#[derive(Debug)]
 pub struct Ran {
     pub status: ExitStatus,
     pub stdout: String,
