@@ -1,6 +1,7 @@
 //! gmux: share one GPU among many CUDA processes. Command-line entry point.
 
 mod bench;
+mod events;
 mod plot;
 mod record;
 mod run;
@@ -38,6 +39,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the daemon's events as they happen: joins, leaves, refusals, switches, slot
+    /// ends and knob changes.
+    Events(events::EventsArgs),
     /// Watch the daemon and its tenants live (q quits; one plain line per refresh when
     /// not on a terminal).
     Top(top::TopArgs),
@@ -89,6 +93,7 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim::sim(&args),
         Command::Daemon(args) => gmuxd::daemon(&args),
         Command::Ps { json } => control(gmuxd::ctl::Request::Ps { json }),
+        Command::Events(args) => events::events(&args, &gmuxd::socket_path()),
         Command::Top(args) => top::top(&args, &gmuxd::socket_path()),
         Command::Get { tenant, knob, json } => control(gmuxd::ctl::Request::Get { tenant, knob, json }),
         Command::Set { tenant, knob, value } => control(gmuxd::ctl::Request::Set { tenant, knob, value }),

@@ -104,8 +104,27 @@ fn another_user_can_neither_join_nor_read_nor_change_nor_stop_what_is_not_theirs
     };
     let joined = hello("victim");
     assert!(joined.contains("another user's"), "{joined}");
+    // Watching: nobody's `gmux events` streams its own tenant's events and none of root's.
+    let hidden = ctl(&["events", "--tenant", "victim"], true);
+    assert!(!hidden.status.success() && hidden.stderr.contains("unknown tenant \"victim\""), "{}", hidden.describe());
+    let mut watch = Command::new(&gmux);
+    watch.args(["events", "--json", "--count", "4"]).env("GMUX_SOCKET", &socket).stdout(Stdio::piped()).stderr(Stdio::null());
+    let mut watch = as_nobody(&mut watch).spawn().unwrap();
+    let lines = std::io::BufRead::lines(std::io::BufReader::new(watch.stdout.take().unwrap()));
+    let (tx, seen) = std::sync::mpsc::channel();
+    std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| _ = tx.send(l)));
+    let next = || seen.recv_timeout(Duration::from_secs(20)).expect("an event within 20 s");
     let own = hello("nobodys");
     assert!(own.contains("\"cap\""), "a member of the daemon's group runs a tenant of its own: {own}");
+    let first = next();
+    assert!(first.contains("\"joined\"") && first.contains("nobodys"), "{first}");
+    // Subscribed for sure now: root's tenant changes, and nobody joins again.
+    assert!(ctl(&["set", "victim", "compute.timeslice", "30ms"], false).status.success());
+    hello("nobodys");
+    let rest = [next(), next(), next()];
+    assert!(rest.iter().all(|l| l.contains("nobodys") && !l.contains("victim")), "{rest:?}");
+    let _ = watch.kill();
+    let _ = watch.wait();
     // Holding more connections than a user may.
     let mut c = Command::new(&me);
     c.args(["--exact", "hello_as_another_user", "--ignored", "--nocapture"]).env("GMUX_SOCKET", &socket).env("GMUX_ATTACK_CONNS", "300");

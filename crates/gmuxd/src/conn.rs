@@ -2,10 +2,11 @@
 //! control client (one request, one reply). Everything a peer sends is bounded: lines,
 //! the time to send the first one, and the connections one user may hold.
 
-use super::ctl::{self, Request};
+use super::ctl::{self, Lost, Request};
 use super::log::say;
 use super::outbox;
 use super::server::{lock, Peer, Shared};
+use gmux_core::arbiter::event::{Event, Notice};
 use gmux_core::arbiter::{Hello, Sender, Silence};
 use gmux_core::protocol::{FromShim, Refused};
 use gmux_core::size::format_size;
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::broadcast;
 
 /// Most connections one user other than the daemon's owner and root may hold at once.
 const MAX_CONNS_PER_USER: usize = 256;
@@ -144,7 +146,16 @@ async fn serve_conn(s: Arc<Shared>, stream: UnixStream, slot: Slot) {
                     reply(&mut write, &ctl::Reply { ok: true, text: "gmuxd stopped".into() }).await;
                     return s.stop(&format!("stopped by pid {}", who.pid));
                 }
-                Ok(req) => ctl::answer(&mut s.lock(), &req, who, s.owner),
+                Ok(Request::Events { tenant }) => return stream_events(&s, reader, write, who, tenant).await,
+                Ok(req) => {
+                    let mut d = s.lock();
+                    let answer = ctl::answer(&mut d, &req, who, s.owner);
+                    if let (Request::Set { tenant, knob, value }, true) = (&req, answer.ok) {
+                        let uid = d.tenants.find(tenant).ok().and_then(|t| d.tenants.get(t).owner);
+                        s.publish(Notice { uid, event: Event::KnobSet { tenant: tenant.clone(), knob: knob.clone(), value: value.clone() } });
+                    }
+                    answer
+                }
                 Err(e) => ctl::Reply::error(format!("bad request ({e}); use the gmux CLI of the same version as the daemon")),
             };
             s.wake.notify_one();
@@ -192,6 +203,7 @@ async fn serve_tenant(s: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, wri
         Ok(held) => held,
         Err((why, mut write)) => {
             say(&format!("pid {} (uid {}) refused: {why}", who.pid, who.uid));
+            s.publish(Notice { uid: Some(who.uid), event: Event::Refused { tenant: hello.tenant.into(), pid: who.pid, why: why.clone() } });
             return reply(&mut write, &Refused { refused: why }).await;
         }
     };
@@ -205,6 +217,7 @@ async fn serve_tenant(s: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, wri
         )),
         None => say(&format!("pid {} joined tenant {tenant:?} (priority {priority})", who.pid)),
     }
+    s.publish(Notice { uid: Some(who.uid), event: Event::Joined { tenant: tenant.into(), pid: who.pid, priority } });
     super::watch::watch_pid(s, who.pid, start, Some(conn));
     let mut line = String::new();
     let mut bad = 0u64;
@@ -257,4 +270,43 @@ async fn serve_tenant(s: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, wri
     }
     s.leave(conn, "disconnected");
     s.lock().closed(conn);
+}
+
+/// Streams events to a `gmux events` client until it hangs up, or falls so far behind
+/// that a write waits [`FIRST_LINE`]: it never holds the daemon up. A client that falls
+/// behind the events kept is told how many it lost.
+async fn stream_events(s: &Shared, mut reader: BufReader<OwnedReadHalf>, mut write: OwnedWriteHalf, who: Peer, tenant: Option<String>) {
+    let mut events = s.events.subscribe();
+    let admin = who.uid == s.owner || who.uid == 0;
+    if let Some(t) = &tenant {
+        let readable = {
+            let d = s.lock();
+            d.tenants.find(t).ok().is_some_and(|id| admin || d.tenants.get(id).owner == Some(who.uid))
+        };
+        if !readable {
+            return reply(&mut write, &ctl::Reply::error(format!("unknown tenant {t:?}: list tenants with `gmux ps`"))).await;
+        }
+    }
+    reply(&mut write, &ctl::Reply { ok: true, text: String::new() }).await;
+    loop {
+        let line = tokio::select! {
+            e = events.recv() => match e {
+                Ok(e) if (admin || e.uid == Some(who.uid)) && tenant.as_ref().is_none_or(|t| t == e.event.tenant()) => serde_json::to_string(&*e).expect("serializable"),
+                Ok(_) => continue,
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    // How many only to those who may see every tenant's events.
+                    let at = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
+                    let count = admin.then_some(n);
+                    serde_json::to_string(&Lost { at, lost: true, count }).expect("serializable")
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            // The client sends nothing more: anything, or its hanging up, ends the stream.
+            _ = reader.fill_buf() => return,
+        };
+        let sent = tokio::time::timeout(FIRST_LINE, write.write_all(format!("{line}\n").as_bytes())).await;
+        if !matches!(sent, Ok(Ok(()))) {
+            return;
+        }
+    }
 }

@@ -37,6 +37,13 @@ pub enum Request {
     Set { tenant: String, knob: String, value: String },
     /// Stop the daemon (owner or root only).
     Stop,
+    /// Stream events as they happen ([`crate::server::Stamped`], one JSON line each),
+    /// after a first [`Reply`]: of all tenants the asker may read, or of one.
+    Events {
+        /// Only this tenant's events.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tenant: Option<String>,
+    },
 }
 
 /// The answer: text to print.
@@ -100,6 +107,8 @@ pub fn answer(d: &mut Arbiter, req: &Request, who: Peer, owner: u32) -> Reply {
             }
         }
         Request::Stop => Reply::error("permission denied: only the daemon's owner or root may stop it".into()),
+        // The server streams them on the connection itself.
+        Request::Events { .. } => Reply::error("events stream on a connection of their own; use `gmux events`".into()),
     }
 }
 
@@ -131,16 +140,65 @@ fn value(d: &Arbiter, t: TenantId, k: Knob) -> String {
 
 /// Sends `req` to the daemon at `path` and returns its reply.
 pub fn request(path: &Path, req: &Request) -> Result<Reply, Failure> {
-    let mut s = UnixStream::connect(path)
-        .map_err(|e| Failure::Runtime(format!("gmuxd is not running at {} ({e}); start it with `gmux daemon` (or any `gmux run`)", path.display())))?;
-    trusted(&s, path)?;
+    let mut s = connect(path)?;
     let mut line = serde_json::to_string(req).expect("serializable");
     line.push('\n');
     s.write_all(line.as_bytes()).map_err(|e| Failure::Runtime(format!("cannot talk to gmuxd at {}: {e}", path.display())))?;
     let mut reply = String::new();
     BufReader::new(s).read_line(&mut reply).map_err(|e| Failure::Runtime(format!("no answer from gmuxd at {}: {e}", path.display())))?;
-    serde_json::from_str(reply.trim())
-        .map_err(|_| Failure::Runtime(format!("gmuxd at {} answered {:?}; is it the same version as this gmux?", path.display(), reply.trim())))
+    parse_reply(path, &reply)
+}
+
+fn parse_reply(path: &Path, line: &str) -> Result<Reply, Failure> {
+    serde_json::from_str(line.trim())
+        .map_err(|_| Failure::Runtime(format!("gmuxd at {} answered {:?}; is it the same version as this gmux?", path.display(), line.trim())))
+}
+
+/// Connects to the daemon at `path`, if it is run by this user or root.
+fn connect(path: &Path) -> Result<UnixStream, Failure> {
+    let s = UnixStream::connect(path)
+        .map_err(|e| Failure::Runtime(format!("gmuxd is not running at {} ({e}); start it with `gmux daemon` (or any `gmux run`)", path.display())))?;
+    trusted(&s, path)?;
+    Ok(s)
+}
+
+/// A line of `gmux events` after its first: an event, or word that some were lost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum StreamLine {
+    /// An event.
+    Event(crate::server::Stamped),
+    /// Events were dropped before this client read them.
+    Lost(Lost),
+}
+
+/// Events were dropped before a `gmux events` client read them: it did not keep up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Lost {
+    /// When it was noticed, in RFC 3339.
+    pub at: String,
+    /// Always true.
+    pub lost: bool,
+    /// How many events, of all tenants (told only to the daemon's owner and root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+}
+
+/// Subscribes to the events of the daemon at `path` (of `tenant` alone, if given): the
+/// lines after the daemon's first answer, as they come.
+pub fn events(path: &Path, tenant: Option<String>) -> Result<impl Iterator<Item = Result<String, Failure>>, Failure> {
+    let s = connect(path)?;
+    let mut line = serde_json::to_string(&Request::Events { tenant }).expect("serializable");
+    line.push('\n');
+    (&s).write_all(line.as_bytes()).map_err(|e| Failure::Runtime(format!("cannot talk to gmuxd at {}: {e}", path.display())))?;
+    let mut lines = BufReader::new(s).lines();
+    let first = lines.next().unwrap_or_else(|| Ok(String::new())).map_err(|e| Failure::Runtime(format!("no answer from gmuxd at {}: {e}", path.display())))?;
+    let reply = parse_reply(path, &first)?;
+    if !reply.ok {
+        return Err(Failure::Runtime(reply.text));
+    }
+    let shown = path.display().to_string();
+    Ok(lines.map(move |l| l.map_err(|e| Failure::Runtime(format!("lost gmuxd at {shown}: {e}")))))
 }
 
 /// Refuses a daemon run by a user other than this one or root: whoever listens on the

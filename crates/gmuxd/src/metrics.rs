@@ -6,8 +6,7 @@
 use super::server::Shared;
 use super::status::{status, State, Status, TenantStatus};
 use crate::Failure;
-use gmux_core::arbiter::Arbiter;
-use gmux_core::{Nanos, TenantId};
+use gmux_core::arbiter::event::{Event, Notice};
 use prometheus_client::encoding::{prometheus_text, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -68,12 +67,10 @@ impl Metrics {
         TenantLabels { tenant: tenant.into(), gpu: self.gpu.clone(), uid: uid.unwrap_or(self.owner) }
     }
 
-    /// Takes the switch times the arbiter measured since the last call.
-    pub(crate) fn take(&self, d: &mut Arbiter) {
-        let times: Vec<(TenantId, Nanos)> = d.switch_times.drain(..).collect();
-        for (t, ns) in times {
-            let k = d.tenants.get(t);
-            self.switch_seconds.get_or_create(&self.labels(&k.name, k.owner)).observe(ns as f64 / 1e9);
+    /// Takes an event: a slot's end adds its switch time to the histogram.
+    pub(crate) fn observe(&self, n: &Notice) {
+        if let Event::SlotEnded { tenant, switch_ns, .. } = &n.event {
+            self.switch_seconds.get_or_create(&self.labels(tenant, n.uid)).observe(*switch_ns as f64 / 1e9);
         }
     }
 
@@ -277,13 +274,13 @@ mod tests {
     #[test]
     fn switch_times_land_in_their_tenants_histogram() {
         let m = Metrics::new("gpu0", 0);
-        let mut d = Arbiter::new(Some(1 << 30), None, gmux_core::sched::Policy::RoundRobin, Switch::Msched);
-        let t = d.tenants.add("a").unwrap();
-        d.switch_times.extend([(t, 500_000_000), (t, 2_000_000_000)]);
-        m.take(&mut d);
-        assert!(d.switch_times.is_empty());
+        for switch_ns in [500_000_000, 2_000_000_000] {
+            let event = Event::SlotEnded { tenant: "a".into(), switch_ns, ran_ns: switch_ns, commands: 1, bytes_h2d: 0, bytes_d2h: 0 };
+            m.observe(&Notice { uid: Some(7), event });
+        }
+        m.observe(&Notice { uid: Some(7), event: Event::SwitchedIn { tenant: "a".into(), slice_ns: 1 } });
         let text = m.encode(&one_tenant());
-        let l = r#"tenant="a",gpu="gpu0",uid="0""#;
+        let l = r#"tenant="a",gpu="gpu0",uid="7""#;
         for want in [
             format!("gmux_tenant_switch_seconds_count{{{l}}} 2"),
             format!("gmux_tenant_switch_seconds_sum{{{l}}} 2.5"),

@@ -10,6 +10,7 @@ use super::metrics::{self, Metrics};
 use super::outbox::Outbox;
 use super::rundir;
 use crate::Failure;
+use gmux_core::arbiter::event::{Event, Notice};
 use gmux_core::arbiter::Arbiter;
 use gmux_core::size::format_size;
 use gmux_core::Nanos;
@@ -20,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tokio::sync::Notify;
+use tokio::sync::{broadcast, Notify};
 
 /// Who is on the other end of a connection (`SO_PEERCRED`).
 #[derive(Debug, Clone, Copy)]
@@ -83,6 +84,25 @@ pub(crate) struct Shared {
     verbose: bool,
     /// What `/metrics` keeps between scrapes, when served.
     pub(crate) metrics: Option<Metrics>,
+    /// Events for `gmux events` subscribers; one that falls this far behind loses the
+    /// oldest ([`EVENTS_KEPT`]).
+    pub(crate) events: broadcast::Sender<Arc<Stamped>>,
+}
+
+/// Events kept for subscribers that have not read them yet.
+const EVENTS_KEPT: usize = 1024;
+
+/// An event with the time it happened and who may see it, as `gmux events` streams it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Stamped {
+    /// When, in RFC 3339 (UTC, milliseconds).
+    pub at: String,
+    /// What happened.
+    #[serde(flatten)]
+    pub event: Event,
+    /// Who may see it besides the daemon's owner and root.
+    #[serde(skip)]
+    pub uid: Option<u32>,
 }
 
 /// Locks `m`, taking over from a holder that panicked.
@@ -119,10 +139,18 @@ impl Shared {
                 say(&e);
             }
         }
-        match &self.metrics {
-            Some(m) => m.take(d),
-            None => d.switch_times.clear(),
+        for n in d.notices.drain(..) {
+            self.publish(n);
         }
+    }
+
+    /// Tells `n` to `/metrics` and to the subscribers of `gmux events` (none may be).
+    pub(crate) fn publish(&self, n: Notice) {
+        if let Some(m) = &self.metrics {
+            m.observe(&n);
+        }
+        let at = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
+        let _ = self.events.send(Arc::new(Stamped { at, event: n.event, uid: n.uid }));
     }
 
     /// Appends the state's new journal entries, or rewrites the journal whole once it has
@@ -169,6 +197,8 @@ impl Shared {
         let mut d = self.lock();
         let held = d.usage_of_conn(conn);
         let Some((pid, tenant)) = d.leave(conn) else { return };
+        let uid = d.tenants.find(&tenant).ok().and_then(|t| d.tenants.get(t).owner);
+        self.publish(Notice { uid, event: Event::Left { tenant: tenant.clone(), pid, why: why.into(), held } });
         for (_, conns) in lock(&self.watched).range_mut((pid, 0)..=(pid, u64::MAX)) {
             conns.retain(|c| *c != conn);
         }
@@ -228,6 +258,7 @@ pub fn serve(path: &Path, settings: Settings, opts: &Options) -> Result<(), Fail
         last_tenant: Mutex::new(Instant::now()),
         verbose: opts.verbose,
         metrics: scrapes.is_some().then(|| Metrics::new(&gpu, owner)),
+        events: broadcast::channel(EVENTS_KEPT).0,
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

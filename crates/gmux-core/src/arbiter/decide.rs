@@ -1,6 +1,7 @@
 //! The daemon's decisions: who runs (time slicing, or all at once when everything fits
 //! or under strict priority), and how much GPU memory each process may hold now.
 
+use super::event::Event;
 use super::*;
 
 impl Arbiter {
@@ -219,11 +220,21 @@ impl Arbiter {
         if let Some(r) = self.running.take_if(|_| keep.is_none()) {
             self.sched.charge(r.tenant, r.charge(now));
             let cost = r.switch_cost(now);
-            self.switch_times.push((r.tenant, cost));
             let avg = self.switch_costs.entry(r.tenant).or_insert(cost);
             *avg = avg.midpoint(cost);
-            let summary = r.summary(usage.get(&r.tenant).unwrap_or(&r.before), now);
-            self.events.push(format!("{} {summary}", self.tenants.get(r.tenant).name));
+            let totals = usage.get(&r.tenant).unwrap_or(&r.before);
+            let k = self.tenants.get(r.tenant);
+            self.events.push(format!("{} {}", k.name, r.summary(totals, now)));
+            let b = &r.before;
+            let event = Event::SlotEnded {
+                tenant: k.name.clone(),
+                switch_ns: cost,
+                ran_ns: now.saturating_sub(r.switched),
+                commands: totals.commands.saturating_sub(b.commands),
+                bytes_h2d: totals.bytes_h2d.saturating_sub(b.bytes_h2d),
+                bytes_d2h: totals.bytes_d2h.saturating_sub(b.bytes_d2h),
+            };
+            self.notices.push(Notice { uid: k.owner, event });
         }
         let cost = self.switch_cost(live);
         for v in &mut views {
@@ -234,7 +245,9 @@ impl Arbiter {
                 let u = &usage[&head.tenant];
                 let timeslice = self.tenants.get(head.tenant).limits.timeslice;
                 self.running = Some(Slot::switch_in(head.tenant, now, *u, head.slice, timeslice));
-                self.tenants.get_mut(head.tenant).stat.switches += 1;
+                let k = self.tenants.get_mut(head.tenant);
+                k.stat.switches += 1;
+                self.notices.push(Notice { uid: k.owner, event: Event::SwitchedIn { tenant: k.name.clone(), slice_ns: head.slice } });
             }
         }
         let timeline = self.sched.timeline(&views, 2 * live.len().max(1));

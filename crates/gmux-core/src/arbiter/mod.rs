@@ -10,6 +10,7 @@ use crate::protocol::{Fill, Grant, ShimReport};
 use crate::sched::{Policy, Scheduler, TenantView};
 use crate::size::format_size;
 use crate::{Nanos, TenantId, Tenants, CHUNK_BYTES};
+use event::Notice;
 use record::{Entry, Settings};
 use slot::Slot;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -114,9 +115,9 @@ pub struct Arbiter {
     departed: BTreeMap<u64, (TenantId, ShimReport)>,
     /// Switches and slice starts since the server last took them (`--verbose`).
     pub events: Vec<String>,
-    /// What the switch of each slot that ended since the server last took them cost
-    /// ([`Slot::switch_cost`]), with its tenant: the daemon's switch-time histogram.
-    pub switch_times: Vec<(TenantId, Nanos)>,
+    /// Switches and slot ends since the server last took them, for those who watch
+    /// ([`event`]).
+    pub notices: Vec<Notice>,
     past: HashMap<TenantId, Past>,
     running: Option<Slot>,
     /// Each tenant's switch cost, averaged over its slots ([`Slot::switch_cost`]).
@@ -163,7 +164,7 @@ impl Arbiter {
             past: HashMap::new(),
             running: None,
             switch_costs: HashMap::new(),
-            switch_times: Vec::new(),
+            notices: Vec::new(),
             awaited: BTreeMap::new(),
             journal: Vec::new(),
         }
@@ -368,6 +369,7 @@ impl Arbiter {
 }
 
 mod decide;
+pub mod event;
 pub mod record;
 mod recovery;
 pub mod slot;

@@ -134,7 +134,7 @@ impl Sim {
         } else {
             self.arbiter.events.clear();
         }
-        self.arbiter.switch_times.clear();
+        self.arbiter.notices.clear();
         let changed = !grants.is_empty();
         for (conn, g) in grants {
             if let Some(p) = self.procs.get_mut(conn as usize - 1) {

@@ -1,0 +1,84 @@
+//! `gmux events` against a daemon with stand-in tenants: every kind of event arrives, in
+//! order, with its numbers.
+
+mod common;
+
+use common::daemon::*;
+use common::*;
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+/// `gmux events ARGS` on `d`, its lines arriving on the receiver.
+fn watch(d: &Daemon, args: &[&str]) -> (std::process::Child, Receiver<String>) {
+    let mut c =
+        Command::new(gmux_bin()).arg("events").args(args).env("GMUX_SOCKET", d.sb.socket()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let lines = std::io::BufReader::new(c.stdout.take().unwrap()).lines();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| _ = tx.send(l)));
+    (c, rx)
+}
+
+/// Events until one satisfies `last`, within 20 s.
+fn until(rx: &Receiver<String>, what: &str, last: impl Fn(&serde_json::Value) -> bool) -> Vec<serde_json::Value> {
+    let t0 = Instant::now();
+    let mut seen = Vec::new();
+    loop {
+        let left = Duration::from_secs(20).saturating_sub(t0.elapsed());
+        let line = rx.recv_timeout(left).unwrap_or_else(|_| panic!("no {what} within 20 s; saw {seen:#?}"));
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        let done = last(&v);
+        seen.push(v);
+        if done {
+            return seen;
+        }
+    }
+}
+
+fn is(v: &serde_json::Value, event: &str, tenant: &str) -> bool {
+    v["event"] == event && v["tenant"] == tenant
+}
+
+#[test]
+fn events_tell_joins_switches_slots_knobs_refusals_and_leaves() {
+    let d = Daemon::start("events", &["--hbm", "48M", "--timeslice", "5ms", "--max-timeslice", "5ms"]);
+    let (mut all, rx) = watch(&d, &["--json"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let forever = ["loop", "--buffers", "8", "--bytes", "4M", "--rounds", "1000000"];
+    let mut a = d.tenant("a", &forever);
+    let seen = until(&rx, "a's join", |v| is(v, "joined", "a"));
+    let pid = seen.last().unwrap()["pid"].as_u64().unwrap();
+    assert_eq!(pid, u64::from(a.child().id()));
+    let _b = d.tenant("b", &forever);
+    until(&rx, "b's join", |v| is(v, "joined", "b"));
+    // A tenant's events alone, once it exists.
+    let (mut only_b, rx_b) = watch(&d, &["--json", "--tenant", "b"]);
+    // 2 x 32 MiB over 48 MiB: they take turns, and each slot's end says what it moved.
+    let seen = until(&rx, "a slot of b that moved bytes", |v| is(v, "slot_ended", "b") && v["bytes_h2d"].as_u64().unwrap() > 0);
+    assert!(seen.iter().any(|v| is(v, "switched_in", "a") && v["slice_ns"] == 5_000_000), "{seen:#?}");
+    let end = seen.last().unwrap();
+    assert!(end["ran_ns"].as_u64().unwrap() >= end["switch_ns"].as_u64().unwrap(), "{end}");
+    assert!(end["at"].as_str().unwrap().ends_with('Z') && end["at"].as_str().unwrap().contains('T'), "RFC 3339: {end}");
+    assert!(d.ctl(&["set", "a", "gmem.limit.high", "16M"]).status.success());
+    until(&rx, "the knob change", |v| is(v, "knob_set", "a") && v["knob"] == "gmem.limit.high" && v["value"] == "16M");
+    // A process refused: a priority past what any tenant may ask for.
+    let mut c = d.sb.gmux_sub(&["run", "--priority", "2000000"], None, forever);
+    c.env("GMUX_TENANT", "c").stdout(Stdio::piped()).stderr(Stdio::piped());
+    let refused = c.output().unwrap();
+    assert!(!refused.status.success(), "a priority of 2000000 was accepted");
+    let seen = until(&rx, "c's refusal", |v| is(v, "refused", "c"));
+    assert!(seen.last().unwrap()["why"].as_str().unwrap().contains("priority"), "{seen:#?}\n{refused:?}");
+    a.child().kill().unwrap();
+    let seen = until(&rx, "a's leave", |v| is(v, "left", "a"));
+    assert_eq!(seen.last().unwrap()["pid"].as_u64().unwrap(), pid);
+    // The filtered watcher saw b's events and nobody else's.
+    let b_seen = until(&rx_b, "b's slot end", |v| is(v, "slot_ended", "b"));
+    assert!(b_seen.iter().all(|v| v["tenant"] == "b"), "{b_seen:#?}");
+    for c in [&mut all, &mut only_b] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let human = d.ctl(&["events", "--count", "1", "--tenant", "nosuch"]);
+    assert!(!human.status.success() && human.stderr.contains("unknown tenant \"nosuch\""), "{human:?}");
+}
