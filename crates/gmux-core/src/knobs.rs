@@ -22,11 +22,14 @@ pub enum Knob {
     Freeze,
     /// `ggroup.stat`: command, byte and switch counters (read-only).
     Stat,
+    /// `gmem.pressure`: the share of time its commands waited for GPU memory, as PSI
+    /// reports it (read-only; [`crate::pressure`]).
+    Pressure,
 }
 
 impl Knob {
     /// All knobs in display order.
-    pub const ALL: [Knob; 7] = [Knob::LimitHigh, Knob::LimitLow, Knob::Current, Knob::SwapCurrent, Knob::Timeslice, Knob::Freeze, Knob::Stat];
+    pub const ALL: [Knob; 8] = [Knob::LimitHigh, Knob::LimitLow, Knob::Current, Knob::SwapCurrent, Knob::Timeslice, Knob::Freeze, Knob::Stat, Knob::Pressure];
 
     /// The Ghost name.
     pub fn name(self) -> &'static str {
@@ -38,6 +41,7 @@ impl Knob {
             Knob::Timeslice => "compute.timeslice",
             Knob::Freeze => "compute.freeze",
             Knob::Stat => "ggroup.stat",
+            Knob::Pressure => "gmem.pressure",
         }
     }
 
@@ -127,7 +131,7 @@ impl Limits {
                     _ => return Err(bad(knob, v, "write 1 to freeze or 0 to thaw")),
                 }
             }
-            Knob::Current | Knob::SwapCurrent | Knob::Stat => return Err(CoreError::ReadOnlyKnob(knob.name())),
+            Knob::Current | Knob::SwapCurrent | Knob::Stat | Knob::Pressure => return Err(CoreError::ReadOnlyKnob(knob.name())),
         }
         Ok(())
     }

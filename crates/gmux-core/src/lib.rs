@@ -19,6 +19,7 @@ pub mod memory;
 pub mod mover;
 pub mod placement;
 pub mod planner;
+pub mod pressure;
 pub mod protocol;
 pub mod sched;
 pub mod size;

@@ -86,6 +86,10 @@ pub struct ShimReport {
     /// copies) and builds its reports.
     #[serde(default)]
     pub launches_held_ns: u64,
+    /// Nanoseconds, in all, that its launches spent bringing their memory in: waiting for
+    /// a grant, planning and issuing the moves.
+    #[serde(default)]
+    pub prepare_ns: u64,
 }
 
 /// Daemon → shim, in place of the first grant: the `Hello` was refused, and why (with

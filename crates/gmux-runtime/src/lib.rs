@@ -103,6 +103,9 @@ pub struct Stats {
     pub spilled: u64,
     /// The most bytes one such command had mapped on the host.
     pub largest_spill: u64,
+    /// Nanoseconds the launches spent bringing their memory in: waiting for the
+    /// daemon's grant, planning and issuing the moves.
+    pub prepare_ns: u64,
     /// Commands released in each of the last three slots in which the daemon let the
     /// process run and it released any, newest first (0: no such slot yet); the largest is
     /// the horizon of the next slice's forecast.

@@ -99,17 +99,34 @@ impl<D: Device> TenantMemory<D> {
         on: Option<D::Stream>,
         sig: u64,
         grant: impl FnOnce() -> Option<u64>,
-        mut after: impl FnMut() -> Vec<D::Fence>,
+        after: impl FnMut() -> Vec<D::Fence>,
     ) -> Result<Vec<Event>, Error<D::Error>> {
         let allocs = self.allocs_in(ws);
         let allocs = allocs.as_ref();
         if allocs.iter().all(|a| self.is_whole(*a)) {
             return Ok(self.landing_waits(allocs, on));
         }
-        let mut need = self.chunks_in(ws, allocs);
+        let need = self.chunks_in(ws, allocs);
         if matches!(ws, WorkingSet::Spans(_)) && need.iter().all(|c| self.mem.is_resident(*c)) {
             return Ok(self.landing_waits(allocs, on));
         }
+        let slow = Instant::now();
+        let r = self.bring_in(need, allocs, on, sig, grant, after);
+        self.stats.prepare_ns = self.stats.prepare_ns.saturating_add(u64::try_from(slow.elapsed().as_nanos()).unwrap_or(u64::MAX));
+        r
+    }
+
+    /// [`Self::make_resident`] once some of `need`, the chunks of `allocs`, is not
+    /// resident: waits for the grant, plans and issues the moves.
+    fn bring_in(
+        &mut self,
+        mut need: Vec<ChunkId>,
+        allocs: &[AllocId],
+        on: Option<D::Stream>,
+        sig: u64,
+        grant: impl FnOnce() -> Option<u64>,
+        mut after: impl FnMut() -> Vec<D::Fence>,
+    ) -> Result<Vec<Event>, Error<D::Error>> {
         if let Some(cap) = grant().filter(|c| *c > self.limit) {
             self.set_limit(cap);
         }

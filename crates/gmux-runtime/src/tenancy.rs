@@ -148,6 +148,7 @@ impl<D: Device> TenantMemory<D> {
             grant: 0,
             largest: self.stats.largest_need,
             launches_held_ns: 0,
+            prepare_ns: self.stats.prepare_ns,
         }
     }
 }

@@ -1,7 +1,9 @@
-//! `gmux events`: the daemon's events as they happen, one line each.
+//! `gmux events` (the daemon's events as they happen) and `gmux watch` (a trigger on one
+//! tenant), one line each.
 
 use crate::Failure;
-use gmuxd::ctl::StreamLine;
+use gmux_core::pressure::StallKind;
+use gmuxd::ctl::{Request, StreamLine, Trigger};
 use std::io::Write;
 use std::path::Path;
 
@@ -19,19 +21,59 @@ pub struct EventsArgs {
     pub count: u64,
 }
 
+/// Arguments of `gmux watch`.
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("when").required(true).args(["pressure_above", "limit_below_held"])))]
+pub struct WatchArgs {
+    /// The tenant to watch.
+    pub tenant: String,
+    /// Tell when its gmem.pressure rises above this percentage (0 to 100).
+    #[arg(long, value_name = "PERCENT")]
+    pub pressure_above: Option<f64>,
+    /// Which pressure: some (a process waits for memory) or full (all of them do).
+    #[arg(long, default_value = "some", value_parser = StallKind::parse)]
+    pub kind: StallKind,
+    /// The window of the average, in seconds: 10, 60 or 300.
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    pub window: u32,
+    /// Tell when its gmem.limit.high falls below what it holds.
+    #[arg(long)]
+    pub limit_below_held: bool,
+    /// One JSON object per line.
+    #[arg(long)]
+    pub json: bool,
+    /// Stop after this many (0: run until the daemon ends or Ctrl-C).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub count: u64,
+}
+
 /// Prints the events of the daemon at `socket` as they come.
 pub fn events(args: &EventsArgs, socket: &Path) -> Result<(), Failure> {
+    print(socket, &Request::Events { tenant: args.tenant.clone() }, args.json, args.count)
+}
+
+/// Prints each time the trigger of `args` fires.
+pub fn watch(args: &WatchArgs, socket: &Path) -> Result<(), Failure> {
+    let trigger = match args.pressure_above {
+        Some(percent) => Trigger::PressureAbove { kind: args.kind, window: args.window, percent },
+        None => Trigger::LimitBelowHeld,
+    };
+    trigger.check().map_err(Failure::Usage)?;
+    print(socket, &Request::Watch { tenant: args.tenant.clone(), trigger }, args.json, args.count)
+}
+
+fn print(socket: &Path, req: &Request, json: bool, count: u64) -> Result<(), Failure> {
     let mut out = std::io::stdout().lock();
     let mut seen = 0;
-    for line in gmuxd::ctl::events(socket, args.tenant.clone())? {
+    for line in gmuxd::ctl::stream(socket, req)? {
         let line = line?;
-        let text = if args.json { line } else { human(&line) };
+        let text = if json { line } else { human(&line) };
         // A closed stdout (`| head`) ends the stream quietly.
         if writeln!(out, "{text}").and_then(|()| out.flush()).is_err() {
             return Ok(());
         }
         seen += 1;
-        if args.count > 0 && seen >= args.count {
+        if count > 0 && seen >= count {
             break;
         }
     }

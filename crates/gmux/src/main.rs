@@ -42,6 +42,9 @@ enum Command {
     /// Print the daemon's events as they happen: joins, leaves, refusals, switches, slot
     /// ends and knob changes.
     Events(events::EventsArgs),
+    /// Tell each time a tenant's memory pressure rises above a threshold, or its
+    /// gmem.limit.high falls below what it holds: gmux watch TENANT --pressure-above 20
+    Watch(events::WatchArgs),
     /// Watch the daemon and its tenants live (q quits; one plain line per refresh when
     /// not on a terminal).
     Top(top::TopArgs),
@@ -94,6 +97,7 @@ fn main() -> ExitCode {
         Command::Daemon(args) => gmuxd::daemon(&args),
         Command::Ps { json } => control(gmuxd::ctl::Request::Ps { json }),
         Command::Events(args) => events::events(&args, &gmuxd::socket_path()),
+        Command::Watch(args) => events::watch(&args, &gmuxd::socket_path()),
         Command::Top(args) => top::top(&args, &gmuxd::socket_path()),
         Command::Get { tenant, knob, json } => control(gmuxd::ctl::Request::Get { tenant, knob, json }),
         Command::Set { tenant, knob, value } => control(gmuxd::ctl::Request::Set { tenant, knob, value }),

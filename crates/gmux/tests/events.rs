@@ -82,3 +82,67 @@ fn events_tell_joins_switches_slots_knobs_refusals_and_leaves() {
     let human = d.ctl(&["events", "--count", "1", "--tenant", "nosuch"]);
     assert!(!human.status.success() && human.stderr.contains("unknown tenant \"nosuch\""), "{human:?}");
 }
+
+/// The held bytes of tenant `t`, as `gmux ps --json` says.
+fn held(d: &Daemon, t: &str) -> u64 {
+    let s: serde_json::Value = serde_json::from_str(&d.ctl(&["ps", "--json"]).stdout).unwrap();
+    s["tenants"].as_array().unwrap().iter().find(|x| x["name"] == t).map_or(0, |x| x["held"].as_u64().unwrap())
+}
+
+#[test]
+fn a_watcher_hears_within_100_ms_that_its_limit_fell_below_what_it_holds_or_its_pressure_rose() {
+    let d = Daemon::start("watch", &["--hbm", "64M"]);
+    let _a = d.tenant("a", &["loop", "--buffers", "8", "--bytes", "4M", "--rounds", "1000000"]);
+    d.wait_commands("a", 20);
+    let (mut below, rx) = watch_cmd(&d, &["a", "--limit-below-held", "--json"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut latencies = Vec::new();
+    for _ in 0..5 {
+        assert!(d.ctl(&["set", "a", "gmem.limit.high", "max"]).status.success());
+        let t0 = Instant::now();
+        while held(&d, "a") < 24 << 20 {
+            assert!(t0.elapsed() < Duration::from_secs(10), "a never grew back");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // From before `gmux set` starts: the latency includes starting that process.
+        let set = Instant::now();
+        assert!(d.ctl(&["set", "a", "gmem.limit.high", "8M"]).status.success());
+        let (heard, line) = rx.recv_timeout(Duration::from_secs(5)).expect("the watcher heard nothing within 5 s");
+        latencies.push(heard - set);
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!((v["event"].as_str(), v["limit_high"].as_u64()), (Some("limit_below_held"), Some(8 << 20)), "{v}");
+        assert!(v["held"].as_u64().unwrap() > 8 << 20, "{v}");
+    }
+    latencies.sort();
+    eprintln!("limit below held: heard after {latencies:?}");
+    assert!(latencies[2] <= Duration::from_millis(100) && latencies[4] <= Duration::from_secs(1), "{latencies:?}");
+    let _ = below.kill();
+    // Held at 8M, a 32M loop waits for memory most of the time.
+    let (mut pressed, rx) = watch_cmd(&d, &["a", "--pressure-above", "10", "--json"]);
+    let (_, line) = rx.recv_timeout(Duration::from_secs(20)).expect("no pressure event within 20 s");
+    let heard = std::time::SystemTime::now();
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!((v["event"].as_str(), v["kind"].as_str(), v["window"].as_u64()), (Some("pressure_above"), Some("some"), Some(10)), "{v}");
+    assert!(v["percent"].as_f64().unwrap() > 10.0 && v["threshold"] == 10.0, "{v}");
+    let at = humantime::parse_rfc3339(v["at"].as_str().unwrap()).unwrap();
+    let delivered = heard.duration_since(at).unwrap_or_default();
+    eprintln!("pressure above 10%: delivered {delivered:?} after the daemon saw it");
+    assert!(delivered <= Duration::from_secs(1), "{delivered:?}");
+    let p: serde_json::Value = serde_json::from_str(&d.ctl(&["get", "--json", "a", "gmem.pressure"]).stdout).unwrap();
+    assert!(p["gmem.pressure"]["some"]["avg10"].as_f64().unwrap() > 0.05, "{p}");
+    let text = d.ctl(&["get", "a", "gmem.pressure"]).stdout;
+    assert!(text.starts_with("some avg10=") && text.contains("\nfull avg10="), "{text}");
+    let _ = pressed.kill();
+    let bad = d.ctl(&["watch", "a", "--pressure-above", "10", "--window", "30"]);
+    assert!(!bad.status.success() && bad.stderr.contains("10, 60 or 300"), "{bad:?}");
+}
+
+/// `gmux watch ARGS` on `d`, its lines arriving on the receiver.
+fn watch_cmd(d: &Daemon, args: &[&str]) -> (std::process::Child, Receiver<(Instant, String)>) {
+    let mut c =
+        Command::new(gmux_bin()).arg("watch").args(args).env("GMUX_SOCKET", d.sb.socket()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().unwrap();
+    let lines = std::io::BufReader::new(c.stdout.take().unwrap()).lines();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| _ = tx.send((Instant::now(), l))));
+    (c, rx)
+}

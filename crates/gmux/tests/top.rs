@@ -50,10 +50,10 @@ fn row<'a>(screen: &'a str, name: &str) -> Option<Vec<&'a str>> {
 
 /// The COMMANDS-per-second and SWITCHES cells of `name`'s row.
 fn numbers(screen: &str, name: &str) -> Option<(String, String)> {
-    // TENANT STATE PRIO GMEM(2) WANT(2) SWAP(2) LOW(2) HIGH IN/s(2) OUT/s(2) CMD/s SWITCHES WAIT
+    // TENANT STATE PRIO GMEM(2) WANT(2) SWAP(2) LOW(2) HIGH IN/s(2) OUT/s(2) CMD/s SWITCHES WAIT PSI10
     let c = row(screen, name)?;
     let n = c.len();
-    Some((c[n - 3].to_string(), c[n - 2].to_string()))
+    Some((c[n - 4].to_string(), c[n - 3].to_string()))
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! control client (one request, one reply). Everything a peer sends is bounded: lines,
 //! the time to send the first one, and the connections one user may hold.
 
-use super::ctl::{self, Lost, Request};
+use super::ctl::{self, Request};
 use super::log::say;
 use super::outbox;
 use super::server::{lock, Peer, Shared};
@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::broadcast;
 
 /// Most connections one user other than the daemon's owner and root may hold at once.
 const MAX_CONNS_PER_USER: usize = 256;
@@ -26,7 +25,7 @@ const MAX_LINE: u64 = 64 << 10;
 
 /// How long a new connection has to send its first line, and a reply or refusal has to
 /// be read.
-const FIRST_LINE: Duration = Duration::from_secs(5);
+pub(crate) const FIRST_LINE: Duration = Duration::from_secs(5);
 
 /// How long a grant may wait for its process to read before the process loses its turns.
 const PATIENCE: Duration = Duration::from_millis(500);
@@ -118,7 +117,7 @@ fn silent(s: &Shared, conn: u64, pid: u32, stopped: bool) {
 }
 
 /// Writes `value` as one line, giving up after [`FIRST_LINE`].
-async fn reply<T: serde::Serialize>(w: &mut OwnedWriteHalf, value: &T) {
+pub(crate) async fn reply<T: serde::Serialize>(w: &mut OwnedWriteHalf, value: &T) {
     let mut text = serde_json::to_string(value).expect("serializable");
     text.push('\n');
     let _ = tokio::time::timeout(FIRST_LINE, w.write_all(text.as_bytes())).await;
@@ -146,7 +145,8 @@ async fn serve_conn(s: Arc<Shared>, stream: UnixStream, slot: Slot) {
                     reply(&mut write, &ctl::Reply { ok: true, text: "gmuxd stopped".into() }).await;
                     return s.stop(&format!("stopped by pid {}", who.pid));
                 }
-                Ok(Request::Events { tenant }) => return stream_events(&s, reader, write, who, tenant).await,
+                Ok(Request::Events { tenant }) => return super::stream::events(&s, reader, write, who, tenant).await,
+                Ok(Request::Watch { tenant, trigger }) => return super::stream::watch(&s, reader, write, who, &tenant, trigger).await,
                 Ok(req) => {
                     let mut d = s.lock();
                     let answer = ctl::answer(&mut d, &req, who, s.owner);
@@ -270,43 +270,4 @@ async fn serve_tenant(s: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, wri
     }
     s.leave(conn, "disconnected");
     s.lock().closed(conn);
-}
-
-/// Streams events to a `gmux events` client until it hangs up, or falls so far behind
-/// that a write waits [`FIRST_LINE`]: it never holds the daemon up. A client that falls
-/// behind the events kept is told how many it lost.
-async fn stream_events(s: &Shared, mut reader: BufReader<OwnedReadHalf>, mut write: OwnedWriteHalf, who: Peer, tenant: Option<String>) {
-    let mut events = s.events.subscribe();
-    let admin = who.uid == s.owner || who.uid == 0;
-    if let Some(t) = &tenant {
-        let readable = {
-            let d = s.lock();
-            d.tenants.find(t).ok().is_some_and(|id| admin || d.tenants.get(id).owner == Some(who.uid))
-        };
-        if !readable {
-            return reply(&mut write, &ctl::Reply::error(format!("unknown tenant {t:?}: list tenants with `gmux ps`"))).await;
-        }
-    }
-    reply(&mut write, &ctl::Reply { ok: true, text: String::new() }).await;
-    loop {
-        let line = tokio::select! {
-            e = events.recv() => match e {
-                Ok(e) if (admin || e.uid == Some(who.uid)) && tenant.as_ref().is_none_or(|t| t == e.event.tenant()) => serde_json::to_string(&*e).expect("serializable"),
-                Ok(_) => continue,
-                Err(broadcast::error::RecvError::Lagged(n)) => {
-                    // How many only to those who may see every tenant's events.
-                    let at = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
-                    let count = admin.then_some(n);
-                    serde_json::to_string(&Lost { at, lost: true, count }).expect("serializable")
-                }
-                Err(broadcast::error::RecvError::Closed) => return,
-            },
-            // The client sends nothing more: anything, or its hanging up, ends the stream.
-            _ = reader.fill_buf() => return,
-        };
-        let sent = tokio::time::timeout(FIRST_LINE, write.write_all(format!("{line}\n").as_bytes())).await;
-        if !matches!(sent, Ok(Ok(()))) {
-            return;
-        }
-    }
 }

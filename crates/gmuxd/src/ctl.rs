@@ -4,8 +4,10 @@
 use super::server::Peer;
 use super::status::{status, table};
 use crate::Failure;
+use gmux_core::arbiter::event::Event;
 use gmux_core::arbiter::Arbiter;
 use gmux_core::knobs::Knob;
+use gmux_core::pressure::{Pressure, StallKind};
 use gmux_core::TenantId;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
@@ -44,6 +46,61 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tenant: Option<String>,
     },
+    /// Stream an event each time `trigger` fires on `tenant`, after a first [`Reply`].
+    Watch {
+        /// The tenant watched.
+        tenant: String,
+        /// What to wait for.
+        trigger: Trigger,
+    },
+}
+
+/// What `gmux watch` waits for on a tenant.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "when", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Trigger {
+    /// Its `gmem.pressure` of `kind`, averaged over `window` seconds (10, 60 or 300),
+    /// rises above `percent`.
+    PressureAbove {
+        /// Some or full.
+        kind: StallKind,
+        /// 10, 60 or 300.
+        window: u32,
+        /// Above 0, at most 100.
+        percent: f64,
+    },
+    /// Its `gmem.limit.high` falls below what it holds.
+    LimitBelowHeld,
+}
+
+impl Trigger {
+    /// Refuses a trigger that could never fire, or always would.
+    pub fn check(&self) -> Result<(), String> {
+        match *self {
+            Trigger::PressureAbove { window, .. } if !matches!(window, 10 | 60 | 300) => {
+                Err(format!("pressure is averaged over 10, 60 or 300 s, not {window}; pick one of them"))
+            }
+            Trigger::PressureAbove { percent, .. } if !(percent > 0.0 && percent < 100.0) => {
+                Err(format!("a pressure threshold is a percentage above 0 and below 100, not {percent}"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The event to send when the trigger's condition holds for `tenant` with this
+    /// pressure, what it holds and its `gmem.limit.high`; `None` while it does not.
+    pub fn fires(&self, tenant: &str, pressure: &Pressure, held: u64, limit_high: Option<u64>) -> Option<Event> {
+        match *self {
+            Trigger::PressureAbove { kind, window, percent } => {
+                let now = pressure.of(kind).over(window)? * 100.0;
+                (now > percent).then(|| Event::PressureAbove { tenant: tenant.into(), kind, window, percent: now, threshold: percent })
+            }
+            Trigger::LimitBelowHeld => {
+                let limit = limit_high.filter(|l| *l < held)?;
+                Some(Event::LimitBelowHeld { tenant: tenant.into(), limit_high: limit, held })
+            }
+        }
+    }
 }
 
 /// The answer: text to print.
@@ -108,7 +165,7 @@ pub fn answer(d: &mut Arbiter, req: &Request, who: Peer, owner: u32) -> Reply {
         }
         Request::Stop => Reply::error("permission denied: only the daemon's owner or root may stop it".into()),
         // The server streams them on the connection itself.
-        Request::Events { .. } => Reply::error("events stream on a connection of their own; use `gmux events`".into()),
+        Request::Events { .. } | Request::Watch { .. } => Reply::error("events stream on a connection of their own; use `gmux events` or `gmux watch`".into()),
     }
 }
 
@@ -118,6 +175,7 @@ pub fn knobs_json(d: &Arbiter, t: TenantId, knobs: &[Knob]) -> serde_json::Value
     let pairs = knobs.iter().map(|k| {
         let v = match k {
             Knob::Stat => serde_json::to_value(d.stat(t)).expect("serializable"),
+            Knob::Pressure => serde_json::to_value(d.pressure(t)).expect("serializable"),
             k => value(d, t, *k).into(),
         };
         (k.name().to_string(), v)
@@ -130,6 +188,7 @@ fn value(d: &Arbiter, t: TenantId, k: Knob) -> String {
     match k {
         Knob::Current => u.held.to_string(),
         Knob::SwapCurrent => u.swapped.to_string(),
+        Knob::Pressure => d.pressure(t).text(),
         Knob::Stat => {
             let s = d.stat(t);
             format!("commands {}\nbytes_h2d {}\nbytes_d2h {}\nswitches {}", s.submitted, s.bytes_h2d, s.bytes_d2h, s.switches)
@@ -184,11 +243,11 @@ pub struct Lost {
     pub count: Option<u64>,
 }
 
-/// Subscribes to the events of the daemon at `path` (of `tenant` alone, if given): the
-/// lines after the daemon's first answer, as they come.
-pub fn events(path: &Path, tenant: Option<String>) -> Result<impl Iterator<Item = Result<String, Failure>>, Failure> {
+/// Sends `req`, which streams ([`Request::Events`], [`Request::Watch`]), to the daemon at
+/// `path`: the lines after its first answer, as they come.
+pub fn stream(path: &Path, req: &Request) -> Result<impl Iterator<Item = Result<String, Failure>>, Failure> {
     let s = connect(path)?;
-    let mut line = serde_json::to_string(&Request::Events { tenant }).expect("serializable");
+    let mut line = serde_json::to_string(req).expect("serializable");
     line.push('\n');
     (&s).write_all(line.as_bytes()).map_err(|e| Failure::Runtime(format!("cannot talk to gmuxd at {}: {e}", path.display())))?;
     let mut lines = BufReader::new(s).lines();
@@ -316,6 +375,31 @@ mod tests {
     }
 
     #[test]
+    fn a_trigger_fires_only_while_its_condition_holds_and_refuses_what_cannot_fire() {
+        let mut p = Pressure::default();
+        p.some.avg10 = 0.25;
+        p.full.avg10 = 0.05;
+        let some = Trigger::PressureAbove { kind: StallKind::Some, window: 10, percent: 20.0 };
+        let full = Trigger::PressureAbove { kind: StallKind::Full, window: 10, percent: 20.0 };
+        assert_eq!(
+            some.fires("a", &p, 0, None),
+            Some(Event::PressureAbove { tenant: "a".into(), kind: StallKind::Some, window: 10, percent: 25.0, threshold: 20.0 })
+        );
+        assert_eq!(full.fires("a", &p, 0, None), None);
+        assert_eq!(Trigger::PressureAbove { kind: StallKind::Some, window: 60, percent: 20.0 }.fires("a", &p, 0, None), None);
+        let below = Trigger::LimitBelowHeld;
+        assert_eq!(below.fires("a", &p, 8 << 20, None), None, "max is never below");
+        assert_eq!(below.fires("a", &p, 8 << 20, Some(8 << 20)), None);
+        assert_eq!(below.fires("a", &p, 8 << 20, Some(4 << 20)), Some(Event::LimitBelowHeld { tenant: "a".into(), limit_high: 4 << 20, held: 8 << 20 }));
+        assert!(Trigger::PressureAbove { kind: StallKind::Some, window: 30, percent: 20.0 }.check().unwrap_err().contains("10, 60 or 300"));
+        for bad in [0.0, 100.0, f64::NAN, -1.0] {
+            assert!(Trigger::PressureAbove { kind: StallKind::Some, window: 10, percent: bad }.check().is_err(), "{bad}");
+        }
+        let wire = serde_json::to_string(&Request::Watch { tenant: "a".into(), trigger: some }).unwrap();
+        assert_eq!(wire, r#"{"op":"watch","tenant":"a","trigger":{"when":"pressure_above","kind":"some","window":10,"percent":20.0}}"#);
+    }
+
+    #[test]
     fn a_request_without_json_reads_as_before() {
         assert_eq!(serde_json::from_str::<Request>(r#"{"op":"ps"}"#).unwrap(), Request::Ps { json: false });
         assert_eq!(serde_json::to_string(&Request::Ps { json: false }).unwrap(), r#"{"op":"ps"}"#);
@@ -332,6 +416,6 @@ mod tests {
         let r = ask(&mut d, Request::Set { tenant: "mine".into(), knob: "gmem.current".into(), value: "1G".into() }, OWNER, 1);
         assert!(!r.ok && r.text.contains("read-only"), "{r:?}");
         let all = ask(&mut d, Request::Get { tenant: "mine".into(), knob: None, json: false }, OWNER, 1).text;
-        assert_eq!(all.lines().filter(|l| l.starts_with("gmem.") || l.starts_with("compute.") || l.starts_with("ggroup.")).count(), 7, "{all}");
+        assert_eq!(all.lines().filter(|l| l.starts_with("gmem.") || l.starts_with("compute.") || l.starts_with("ggroup.")).count(), 8, "{all}");
     }
 }

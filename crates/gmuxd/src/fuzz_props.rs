@@ -32,6 +32,7 @@ fn report() -> impl Strategy<Value = ShimReport> {
             grant,
             largest: want,
             launches_held_ns: finished,
+            prepare_ns: grant,
         },
     )
 }

@@ -77,6 +77,15 @@ pub fn take(d: &mut Arbiter, step: Step, now: Nanos) -> Result<(), String> {
     if d.settings.hbm.is_some() && exposed > limit {
         return Err(format!("the caps the processes may have applied add up to {exposed}, past the budget of {limit}"));
     }
+    for t in d.live() {
+        let p = d.pressure(t);
+        for a in [p.some, p.full] {
+            if ![a.avg10, a.avg60, a.avg300].iter().all(|v| (0.0..=1.0).contains(v)) || a.total_ns > now {
+                return Err(format!("pressure out of bounds at {now} ns: {p:?}"));
+            }
+        }
+    }
+    d.notices.clear();
     for json in [false, true] {
         ctl::answer(d, &Request::Ps { json }, Peer { pid: 1, uid: 0 }, OWNER);
     }

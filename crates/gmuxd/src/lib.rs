@@ -17,6 +17,7 @@ mod procfs;
 mod rundir;
 pub mod server;
 pub mod status;
+mod stream;
 mod watch;
 
 use gmux_core::arbiter::Switch;

@@ -44,6 +44,22 @@ pub struct TenantLabels {
 /// A per-tenant series: its name after `gmux_`, its help, and its value for a tenant.
 type Series<T> = (&'static str, &'static str, fn(&TenantStatus) -> T);
 
+/// The labels of a tenant's stall time: the tenant's, and the kind (some or full).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StallLabels {
+    #[prometheus(flatten)]
+    tenant: TenantLabels,
+    kind: &'static str,
+}
+
+/// The labels of a tenant's pressure: its stall's, and the window.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PressureLabels {
+    #[prometheus(flatten)]
+    stall: StallLabels,
+    window: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GpuLabels {
     gpu: String,
@@ -129,6 +145,23 @@ impl Metrics {
             held.get_or_create(&self.labels(&t.name, t.uid)).inc_by(t.launches_held_ns as f64 / 1e9);
         }
         r.register("tenant_launches_held_seconds", "Time the tenant's agent held its launches to map and fill memory", held);
+        let ratio = Family::<PressureLabels, Gauge<f64, AtomicU64>>::default();
+        let stalled = Family::<StallLabels, Counter<f64, AtomicU64>>::default();
+        for t in &s.tenants {
+            for (kind, a) in [("some", &t.pressure.some), ("full", &t.pressure.full)] {
+                let stall = StallLabels { tenant: self.labels(&t.name, t.uid), kind };
+                for (window, v) in [("10s", a.avg10), ("60s", a.avg60), ("300s", a.avg300)] {
+                    ratio.get_or_create(&PressureLabels { stall: stall.clone(), window }).set(v);
+                }
+                stalled.get_or_create(&stall).inc_by(a.total_ns as f64 / 1e9);
+            }
+        }
+        r.register(
+            "tenant_memory_pressure_ratio",
+            "gmem.pressure: share of the window its commands waited for GPU memory (some: one process, full: all)",
+            ratio,
+        );
+        r.register("tenant_memory_stalled_seconds", "Time its commands waited for GPU memory (some: one process, full: all)", stalled);
         r.register(
             "tenant_switch_seconds",
             "Time from a switch to the tenant until the memory it was given had arrived, per slot",
@@ -237,6 +270,10 @@ mod tests {
             bytes_d2h: 6,
             switches: 9,
             launches_held_ns: 1_500_000_000,
+            pressure: gmux_core::pressure::Pressure {
+                some: gmux_core::pressure::Averages { avg10: 0.25, total_ns: 2_500_000_000, ..Default::default() },
+                ..Default::default()
+            },
         };
         Status {
             budget: Some(16 << 30),
@@ -265,6 +302,8 @@ mod tests {
             format!("gmux_tenant_commands_total{l} 1234"),
             format!("gmux_tenant_h2d_bytes_total{l} 18446744073709551615"),
             format!("gmux_tenant_launches_held_seconds_total{l} 1.5"),
+            format!("{}kind=\"some\",window=\"10s\"}} 0.25", r#"gmux_tenant_memory_pressure_ratio{tenant="llm \"a\"",gpu="gpu1",uid="1000","#),
+            format!("{}kind=\"some\"}} 2.5", r#"gmux_tenant_memory_stalled_seconds_total{tenant="llm \"a\"",gpu="gpu1",uid="1000","#),
         ] {
             assert!(text.lines().any(|x| x == want), "no line {want:?} in\n{text}");
         }

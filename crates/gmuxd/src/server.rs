@@ -87,6 +87,8 @@ pub(crate) struct Shared {
     /// Events for `gmux events` subscribers; one that falls this far behind loses the
     /// oldest ([`EVENTS_KEPT`]).
     pub(crate) events: broadcast::Sender<Arc<Stamped>>,
+    /// Counts the decisions: `gmux watch` subscribers look at their tenant after each.
+    pub(crate) decided: tokio::sync::watch::Sender<u64>,
 }
 
 /// Events kept for subscribers that have not read them yet.
@@ -142,6 +144,7 @@ impl Shared {
         for n in d.notices.drain(..) {
             self.publish(n);
         }
+        self.decided.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Tells `n` to `/metrics` and to the subscribers of `gmux events` (none may be).
@@ -149,8 +152,7 @@ impl Shared {
         if let Some(m) = &self.metrics {
             m.observe(&n);
         }
-        let at = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
-        let _ = self.events.send(Arc::new(Stamped { at, event: n.event, uid: n.uid }));
+        let _ = self.events.send(super::stream::stamped(n.event, n.uid));
     }
 
     /// Appends the state's new journal entries, or rewrites the journal whole once it has
@@ -259,6 +261,7 @@ pub fn serve(path: &Path, settings: Settings, opts: &Options) -> Result<(), Fail
         verbose: opts.verbose,
         metrics: scrapes.is_some().then(|| Metrics::new(&gpu, owner)),
         events: broadcast::channel(EVENTS_KEPT).0,
+        decided: tokio::sync::watch::Sender::new(0),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

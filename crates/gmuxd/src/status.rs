@@ -3,6 +3,7 @@
 //! documented in docs/observability.md.
 
 use gmux_core::arbiter::{Arbiter, Switch};
+use gmux_core::pressure::Pressure;
 use gmux_core::size::format_size;
 use gmux_core::TenantId;
 use serde::{Deserialize, Serialize};
@@ -94,6 +95,8 @@ pub struct TenantStatus {
     pub switches: u64,
     /// Nanoseconds its agent held its launches to map and fill memory.
     pub launches_held_ns: u64,
+    /// `gmem.pressure`: the share of time its commands waited for memory.
+    pub pressure: Pressure,
 }
 
 /// The status of `d` with the tenants `visible` says the asker may read.
@@ -145,6 +148,7 @@ fn tenant(d: &Arbiter, t: TenantId) -> TenantStatus {
         bytes_d2h: u.bytes_d2h,
         switches: k.stat.switches,
         launches_held_ns: u.launches_held_ns,
+        pressure: d.pressure(t),
     }
 }
 

@@ -8,6 +8,7 @@ impl Arbiter {
     /// Decides at time `now` and returns the grants that changed, by connection.
     pub fn decide(&mut self, now: Nanos) -> Vec<(u64, Grant)> {
         self.now = now;
+        self.tick_pressure(now);
         let live = self.live();
         let usage: HashMap<TenantId, ShimReport> = live.iter().map(|t| (*t, self.usage(*t))).collect();
         // What a tenant holds counts only up to its newest grant: above it, it is giving

@@ -2,6 +2,7 @@
 //! histogram of `/metrics`): tenants' births and deaths, refusals, switches, slot ends
 //! and knob changes. Its JSON is documented in docs/observability.md.
 
+use crate::pressure::StallKind;
 use crate::size::format_size;
 use crate::Nanos;
 use serde::{Deserialize, Serialize};
@@ -62,6 +63,30 @@ pub enum Event {
         /// Bytes copied device to host in the slot.
         bytes_d2h: u64,
     },
+    /// A watcher's trigger fired: the tenant's pressure rose above its threshold (sent to
+    /// that watcher alone).
+    PressureAbove {
+        /// The tenant.
+        tenant: String,
+        /// Which stall.
+        kind: StallKind,
+        /// The average's window, in seconds.
+        window: u32,
+        /// The average now, in percent.
+        percent: f64,
+        /// The watcher's threshold, in percent.
+        threshold: f64,
+    },
+    /// A watcher's trigger fired: the tenant's `gmem.limit.high` is below what it holds,
+    /// so it is about to be evicted down to it (sent to that watcher alone).
+    LimitBelowHeld {
+        /// The tenant.
+        tenant: String,
+        /// `gmem.limit.high`.
+        limit_high: u64,
+        /// What it holds.
+        held: u64,
+    },
     /// The daemon's owner or root set a knob.
     KnobSet {
         /// The tenant.
@@ -82,6 +107,8 @@ impl Event {
             | Event::Left { tenant, .. }
             | Event::SwitchedIn { tenant, .. }
             | Event::SlotEnded { tenant, .. }
+            | Event::PressureAbove { tenant, .. }
+            | Event::LimitBelowHeld { tenant, .. }
             | Event::KnobSet { tenant, .. } => tenant,
         }
     }
@@ -106,6 +133,13 @@ impl std::fmt::Display for Event {
                 format_size(*bytes_d2h),
                 ms(*switch_ns)
             ),
+            Event::PressureAbove { tenant, kind, window, percent, threshold } => {
+                let kind = if *kind == StallKind::Some { "some" } else { "full" };
+                write!(f, "{tenant}'s pressure ({kind}, avg{window}) is {percent:.1}%, above {threshold}%")
+            }
+            Event::LimitBelowHeld { tenant, limit_high, held } => {
+                write!(f, "{tenant}'s gmem.limit.high of {} is below the {} it holds: it gives the rest back", format_size(*limit_high), format_size(*held))
+            }
             Event::KnobSet { tenant, knob, value } => write!(f, "{tenant}: {knob} set to {value}"),
         }
     }

@@ -6,6 +6,7 @@
 
 use crate::hbm::{all_fit, divide, Claim};
 use crate::knobs::GroupStat;
+use crate::pressure::{Pressure, StallMark};
 use crate::protocol::{Fill, Grant, ShimReport};
 use crate::sched::{Policy, Scheduler, TenantView};
 use crate::size::format_size;
@@ -79,6 +80,8 @@ pub struct Proc {
     pub exposure: u64,
     /// Sequence number of its first grant (after the last one of a previous daemon).
     pub first_seq: u64,
+    /// What it had waited for memory at the last decision ([`crate::pressure`]).
+    pub stall: StallMark,
 }
 
 /// Counters of a tenant's processes that have exited.
@@ -118,6 +121,9 @@ pub struct Arbiter {
     /// Switches and slot ends since the server last took them, for those who watch
     /// ([`event`]).
     pub notices: Vec<Notice>,
+    /// Each tenant's memory pressure, and when it was last brought up to date.
+    pressure: HashMap<TenantId, Pressure>,
+    pressure_at: Nanos,
     past: HashMap<TenantId, Past>,
     running: Option<Slot>,
     /// Each tenant's switch cost, averaged over its slots ([`Slot::switch_cost`]).
@@ -165,6 +171,8 @@ impl Arbiter {
             running: None,
             switch_costs: HashMap::new(),
             notices: Vec::new(),
+            pressure: HashMap::new(),
+            pressure_at: 0,
             awaited: BTreeMap::new(),
             journal: Vec::new(),
         }
@@ -195,6 +203,7 @@ impl Arbiter {
                 unresponsive: false,
                 stopped: false,
                 sent: None,
+                stall: StallMark::default(),
                 exposure: 0,
                 first_seq: 1,
             },
@@ -355,6 +364,27 @@ impl Arbiter {
     pub fn stat(&self, t: TenantId) -> GroupStat {
         let u = self.usage(t);
         GroupStat { submitted: u.commands, finished: u.finished, bytes_h2d: u.bytes_h2d, bytes_d2h: u.bytes_d2h, switches: self.tenants.get(t).stat.switches }
+    }
+
+    /// `gmem.pressure` of a tenant.
+    pub fn pressure(&self, t: TenantId) -> Pressure {
+        self.pressure.get(&t).copied().unwrap_or_default()
+    }
+
+    /// Brings every live tenant's pressure up to `now` from its processes' reports.
+    fn tick_pressure(&mut self, now: Nanos) {
+        let dt = now.saturating_sub(self.pressure_at);
+        if dt == 0 {
+            return;
+        }
+        self.pressure_at = now;
+        let mut stalls: BTreeMap<TenantId, Vec<Nanos>> = BTreeMap::new();
+        for p in self.procs.values_mut() {
+            stalls.entry(p.tenant).or_default().push(p.stall.stall(&p.report, dt));
+        }
+        for (t, s) in stalls {
+            self.pressure.entry(t).or_default().add(&s, dt);
+        }
     }
 
     /// Whether tenant `t`'s processes were last granted to run.

@@ -191,6 +191,7 @@ pub fn believable(p: &Proc, mut r: ShimReport, budget: u64) -> (ShimReport, Opti
         ("bytes_h2d", &mut r.bytes_h2d, last.bytes_h2d),
         ("bytes_d2h", &mut r.bytes_d2h, last.bytes_d2h),
         ("launches_held_ns", &mut r.launches_held_ns, last.launches_held_ns),
+        ("prepare_ns", &mut r.prepare_ns, last.prepare_ns),
     ] {
         if *v < was {
             doubts.push(format!("{name} going back from {was} to {v}"));

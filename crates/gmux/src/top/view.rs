@@ -16,7 +16,8 @@ pub struct Row {
     pub out_rate: Option<f64>,
     /// Commands released per second.
     pub cmd_rate: Option<f64>,
-    /// Share of the time its agent held its launches to map and fill memory (0 to 1).
+    /// Share of the refresh in which a process of it waited for memory (0 to 1), from
+    /// its `gmem.pressure` total.
     pub wait_share: Option<f64>,
 }
 
@@ -82,7 +83,7 @@ impl View {
                     in_rate: rate(t.bytes_h2d, before.map(|b| b.bytes_h2d)),
                     out_rate: rate(t.bytes_d2h, before.map(|b| b.bytes_d2h)),
                     cmd_rate: rate(t.commands, before.map(|b| b.commands)),
-                    wait_share: rate(t.launches_held_ns, before.map(|b| b.launches_held_ns)).map(|ns| (ns / 1e9).min(1.0)),
+                    wait_share: rate(t.pressure.some.total_ns, before.map(|b| b.pressure.some.total_ns)).map(|ns| (ns / 1e9).min(1.0)),
                 }
             })
             .collect();
@@ -121,7 +122,7 @@ impl View {
             .map(|r| {
                 let t = &r.now;
                 format!(
-                    "{} {} gmem {} want {} swap {} in {} out {} cmd {} switches {} wait {}",
+                    "{} {} gmem {} want {} swap {} in {} out {} cmd {} switches {} wait {} pressure {:.0}%",
                     t.name,
                     t.state.name(),
                     format_size(t.held),
@@ -131,7 +132,8 @@ impl View {
                     per_second(r.out_rate),
                     count_rate(r.cmd_rate),
                     t.switches,
-                    share(r.wait_share)
+                    share(r.wait_share),
+                    t.pressure.some.avg10 * 100.0
                 )
             })
             .collect();
@@ -140,7 +142,7 @@ impl View {
 
     /// The table's cells: a header row, then one row per tenant.
     pub fn cells(&self) -> Vec<Vec<String>> {
-        let head = ["TENANT", "STATE", "PRIO", "GMEM", "WANT", "SWAP", "LOW", "HIGH", "IN/s", "OUT/s", "CMD/s", "SWITCHES", "WAIT"];
+        let head = ["TENANT", "STATE", "PRIO", "GMEM", "WANT", "SWAP", "LOW", "HIGH", "IN/s", "OUT/s", "CMD/s", "SWITCHES", "WAIT", "PSI10"];
         let mut out = vec![head.map(String::from).to_vec()];
         for r in &self.rows {
             let t = &r.now;
@@ -158,6 +160,7 @@ impl View {
                 count_rate(r.cmd_rate),
                 t.switches.to_string(),
                 share(r.wait_share),
+                format!("{:.0}%", t.pressure.some.avg10 * 100.0),
             ]);
         }
         out
@@ -201,6 +204,7 @@ fn share(v: Option<f64>) -> String {
 mod tests {
     use super::*;
     use gmux_core::arbiter::Switch;
+    use gmux_core::pressure::{Averages, Pressure};
 
     fn tenant(name: &str, held: u64, h2d: u64, commands: u64, held_ns: u64) -> TenantStatus {
         TenantStatus {
@@ -220,7 +224,8 @@ mod tests {
             bytes_h2d: h2d,
             bytes_d2h: h2d / 2,
             switches: 3,
-            launches_held_ns: held_ns,
+            launches_held_ns: 0,
+            pressure: Pressure { some: Averages { avg10: 0.5, total_ns: held_ns, ..Default::default() }, ..Default::default() },
         }
     }
 
@@ -239,8 +244,12 @@ mod tests {
         assert_eq!((a.in_rate, a.out_rate, a.cmd_rate, a.wait_share), (Some(2097152.0), Some(1048576.0), Some(100.0), Some(0.25)));
         assert_eq!(v.rows[2].in_rate, None);
         assert_eq!(v.link(), (3.0 * 1048576.0, 1.5 * 1048576.0));
-        assert_eq!(v.cells()[1][8..13], ["2.0 MiB/s", "1.0 MiB/s", "100", "3", "25%"]);
-        assert!(v.plain().contains("a running gmem 1.0 MiB want 1.0 MiB swap 0 B in 2.0 MiB/s out 1.0 MiB/s cmd 100 switches 3 wait 25% | b"), "{}", v.plain());
+        assert_eq!(v.cells()[1][8..14], ["2.0 MiB/s", "1.0 MiB/s", "100", "3", "25%", "50%"]);
+        assert!(
+            v.plain().contains("a running gmem 1.0 MiB want 1.0 MiB swap 0 B in 2.0 MiB/s out 1.0 MiB/s cmd 100 switches 3 wait 25% pressure 50% | b"),
+            "{}",
+            v.plain()
+        );
         assert!(v.header().contains("link in 3.0 MiB/s out 1.5 MiB/s  slice a  policy rr/msched"), "{}", v.header());
     }
 
