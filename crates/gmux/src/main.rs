@@ -11,12 +11,15 @@ mod table;
 mod testdata;
 mod top;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
+
+/// The version and the build it names (`gmux --version`).
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("GMUX_BUILD"), ")");
 
 /// Command-line arguments.
 #[derive(Debug, Parser)]
-#[command(name = "gmux", version, about = "Share one GPU among many CUDA processes.")]
+#[command(name = "gmux", version = VERSION, about = "Share one GPU among many CUDA processes.")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -60,6 +63,14 @@ enum Command {
     Set { tenant: String, knob: String, value: String },
     /// Stop the daemon.
     Stop,
+    /// Print the completions of a shell (bash, zsh, fish, elvish, powershell), e.g.
+    /// gmux completions bash > /usr/share/bash-completion/completions/gmux
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page of gmux (roff): gmux man > gmux.1
+    Man,
     /// GPU benchmarks of gmuxd with real tenant processes.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -103,6 +114,15 @@ fn main() -> ExitCode {
         Command::Set { tenant, knob, value } => control(gmuxd::ctl::Request::Set { tenant, knob, value }),
         Command::Stop => control(gmuxd::ctl::Request::Stop),
         Command::Bench(cmd) => bench::bench(&cmd),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "gmux", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man => match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+            // A reader that stops early (`| head`) is no failure.
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Failure::Runtime(format!("cannot write the man page: {e}"))),
+            _ => Ok(()),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
