@@ -93,7 +93,8 @@ kill_test() {
   wait "$a" 2>/dev/null
   stop_daemon
   local t_daemon daemon_s
-  t_daemon=$(grep -m1 'tenant "A" pid .* \(exited\|disconnected\)' "$OUT/kill.daemon.log" | sed 's/^gmuxd \([0-9.]*\):.*/\1/')
+  t_daemon=$(grep -m1 'tenant "A" pid .* \(exited\|disconnected\)' "$OUT/kill.daemon.log" | sed 's/^gmuxd \([^ ]*Z\):.*/\1/')
+  [[ -n $t_daemon ]] && t_daemon=$(date -d "$t_daemon" +%s.%N)
   daemon_s=$(awk "BEGIN { printf \"%.3f\", ${t_daemon:-0} - $t_kill }")
   local free_s=nan
   [[ -n $t_free ]] && free_s=$(awk "BEGIN { printf \"%.3f\", $t_free - $t_kill }")

@@ -20,6 +20,8 @@ pub enum Knob {
     Timeslice,
     /// `compute.freeze`: 1 stops dispatch, 0 resumes.
     Freeze,
+    /// `compute.weight`: under `--policy share`, time in proportion to it (1 to 10000).
+    Weight,
     /// `ggroup.stat`: command, byte and switch counters (read-only).
     Stat,
     /// `gmem.pressure`: the share of time its commands waited for GPU memory, as PSI
@@ -29,7 +31,8 @@ pub enum Knob {
 
 impl Knob {
     /// All knobs in display order.
-    pub const ALL: [Knob; 8] = [Knob::LimitHigh, Knob::LimitLow, Knob::Current, Knob::SwapCurrent, Knob::Timeslice, Knob::Freeze, Knob::Stat, Knob::Pressure];
+    pub const ALL: [Knob; 9] =
+        [Knob::LimitHigh, Knob::LimitLow, Knob::Current, Knob::SwapCurrent, Knob::Timeslice, Knob::Freeze, Knob::Weight, Knob::Stat, Knob::Pressure];
 
     /// The Ghost name.
     pub fn name(self) -> &'static str {
@@ -40,6 +43,7 @@ impl Knob {
             Knob::SwapCurrent => "gmem.swap.current",
             Knob::Timeslice => "compute.timeslice",
             Knob::Freeze => "compute.freeze",
+            Knob::Weight => "compute.weight",
             Knob::Stat => "ggroup.stat",
             Knob::Pressure => "gmem.pressure",
         }
@@ -69,11 +73,21 @@ pub struct Limits {
     pub timeslice: Nanos,
     /// `compute.freeze`.
     pub frozen: bool,
+    /// `compute.weight`: its share of the time under `--policy share`.
+    #[serde(default = "one")]
+    pub weight: u32,
 }
+
+fn one() -> u32 {
+    1
+}
+
+/// Largest `compute.weight`.
+pub const MAX_WEIGHT: u32 = 10_000;
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { high: None, low: 0, timeslice: DEFAULT_TIMESLICE, frozen: false }
+        Limits { high: None, low: 0, timeslice: DEFAULT_TIMESLICE, frozen: false, weight: 1 }
     }
 }
 
@@ -131,6 +145,9 @@ impl Limits {
                     _ => return Err(bad(knob, v, "write 1 to freeze or 0 to thaw")),
                 }
             }
+            Knob::Weight => {
+                self.weight = v.parse().ok().filter(|w| (1..=MAX_WEIGHT).contains(w)).ok_or_else(|| bad(knob, v, "write a whole number from 1 to 10000"))?
+            }
             Knob::Current | Knob::SwapCurrent | Knob::Stat | Knob::Pressure => return Err(CoreError::ReadOnlyKnob(knob.name())),
         }
         Ok(())
@@ -143,6 +160,7 @@ impl Limits {
             Knob::LimitLow => self.low.to_string(),
             Knob::Timeslice => format!("{}us", self.timeslice / 1000),
             Knob::Freeze => u8::from(self.frozen).to_string(),
+            Knob::Weight => self.weight.to_string(),
             _ => return None,
         })
     }
@@ -182,6 +200,21 @@ mod tests {
             assert_eq!(Knob::parse(k.name()).unwrap(), k);
         }
         assert!(matches!(Knob::parse("gmem.limit"), Err(CoreError::UnknownKnob(_))));
+    }
+
+    #[test]
+    fn weight_takes_a_whole_number_from_1_to_10000_and_old_records_read_as_1() {
+        let mut l = Limits::default();
+        assert_eq!(l.get(Knob::Weight).unwrap(), "1");
+        l.set(Knob::Weight, "3").unwrap();
+        assert_eq!(l.weight, 3);
+        for bad in ["0", "10001", "-1", "1.5", "x"] {
+            let e = l.set(Knob::Weight, bad).unwrap_err().to_string();
+            assert!(e.contains("1 to 10000"), "{bad}: {e}");
+        }
+        assert_eq!(l.weight, 3, "a refused value changes nothing");
+        let old: Limits = serde_json::from_str(r#"{"high":null,"low":0,"timeslice":20000000,"frozen":false}"#).unwrap();
+        assert_eq!(old.weight, 1);
     }
 
     #[test]

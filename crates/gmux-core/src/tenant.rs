@@ -17,8 +17,6 @@ pub struct Tenant {
     pub limits: Limits,
     /// Strict-priority class: larger runs first.
     pub priority: i32,
-    /// Weight for the weighted-share policy.
-    pub weight: u32,
     /// `ggroup.stat`.
     pub stat: GroupStat,
     /// Uid of the user whose process made the tenant: only that user and root join it, and
@@ -47,7 +45,6 @@ impl Tenants {
             name: name.to_string(),
             limits: Limits::default(),
             priority: 0,
-            weight: 1,
             stat: GroupStat::default(),
             owner: None,
             high_set_by_admin: false,

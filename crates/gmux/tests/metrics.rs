@@ -125,14 +125,6 @@ fn a_stalled_or_hostile_scraper_never_stalls_the_daemon() {
     assert!(d.ctl(&["ps"]).status.success());
     assert!(t0.elapsed() < Duration::from_secs(2), "gmux ps took {:?} beside stalled scrapers", t0.elapsed());
     drop(idle);
-    // A head past 8 KiB is refused, and so are other methods and paths.
-    let mut s = TcpStream::connect(&addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let junk = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n", "x".repeat(64 << 10));
-    let _ = s.write_all(junk.as_bytes());
-    let mut answer = String::new();
-    let _ = s.read_to_string(&mut answer);
-    assert!(answer.starts_with("HTTP/1.1 431"), "{answer:?}");
     // Slots freed, a scrape answers again within the stalled clients' timeout.
     let t0 = Instant::now();
     loop {
@@ -148,5 +140,20 @@ fn a_stalled_or_hostile_scraper_never_stalls_the_daemon() {
         assert!(t0.elapsed() < Duration::from_secs(10), "scrapes never answered again");
         std::thread::sleep(Duration::from_millis(100));
     }
+    // A head past 8 KiB is refused.
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let junk = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n", "x".repeat(64 << 10));
+    let _ = s.write_all(junk.as_bytes());
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer:?}");
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"DELETE /metrics HTTP/1.1\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 405"), "{answer:?}");
     assert!(http_get(&addr, "/metrics").0.ends_with("200 OK"));
 }

@@ -302,6 +302,11 @@ pub fn ensure_daemon(path: &Path) -> Result<(), Failure> {
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(5) {
         if UnixStream::connect(path).is_ok() {
+            // Said to a person at a terminal only: a program run in a pipe or a script
+            // keeps its own output, untouched.
+            if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+                eprintln!("gmux: started gmuxd at {} (it exits after a minute without tenants); its log: {}", path.display(), log_path.display());
+            }
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -416,6 +421,6 @@ mod tests {
         let r = ask(&mut d, Request::Set { tenant: "mine".into(), knob: "gmem.current".into(), value: "1G".into() }, OWNER, 1);
         assert!(!r.ok && r.text.contains("read-only"), "{r:?}");
         let all = ask(&mut d, Request::Get { tenant: "mine".into(), knob: None, json: false }, OWNER, 1).text;
-        assert_eq!(all.lines().filter(|l| l.starts_with("gmem.") || l.starts_with("compute.") || l.starts_with("ggroup.")).count(), 8, "{all}");
+        assert_eq!(all.lines().filter(|l| l.starts_with("gmem.") || l.starts_with("compute.") || l.starts_with("ggroup.")).count(), 9, "{all}");
     }
 }

@@ -36,11 +36,10 @@ pub fn start() {
     }
 }
 
-/// Logs one line with the wall-clock time (seconds since the epoch), so that events can
-/// be lined up with other programs' clocks.
+/// Logs one line with the wall-clock time (RFC 3339, UTC, milliseconds), so that events
+/// can be lined up with other programs' clocks.
 pub fn say(msg: &str) {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let line = format!("gmuxd {:.3}: {msg}", t.as_secs_f64());
+    let line = format!("gmuxd {}: {msg}", humantime::format_rfc3339_millis(std::time::SystemTime::now()));
     match QUEUED.get() {
         Some(tx) => {
             PENDING.fetch_add(1, Ordering::Acquire);

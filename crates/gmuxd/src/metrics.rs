@@ -216,7 +216,11 @@ async fn answer(mut conn: tokio::net::TcpStream, shared: &Shared) -> std::io::Re
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
         if head.len() > MAX_REQUEST {
-            return respond(&mut conn, "431 Request Header Fields Too Large", "text/plain", "request too large\n").await;
+            respond(&mut conn, "431 Request Header Fields Too Large", "text/plain", "request too large\n").await?;
+            // What the client still sends is read and dropped (within the scrape's time):
+            // closing with it unread would reset the connection and lose the answer.
+            while conn.read(&mut buf).await? > 0 {}
+            return Ok(());
         }
         let n = conn.read(&mut buf).await?;
         if n == 0 {

@@ -191,7 +191,7 @@ impl Arbiter {
                     ready,
                     frozen: k.limits.frozen || !self.responsive(*t),
                     priority: k.priority,
-                    weight: k.weight,
+                    weight: k.limits.weight,
                     timeslice: k.limits.timeslice,
                 }
             })

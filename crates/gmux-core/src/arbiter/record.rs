@@ -66,7 +66,7 @@ impl TenantRecord {
     pub fn checked_limits(&self) -> (Limits, Vec<String>) {
         let mut l = Limits::default();
         let mut bad = Vec::new();
-        for k in [Knob::LimitHigh, Knob::LimitLow, Knob::Timeslice, Knob::Freeze] {
+        for k in [Knob::LimitHigh, Knob::LimitLow, Knob::Timeslice, Knob::Freeze, Knob::Weight] {
             if let Some(v) = self.limits.get(k) {
                 if let Err(e) = l.set(k, &v) {
                     bad.push(format!("{}: {e}", k.name()));
@@ -117,10 +117,10 @@ mod tests {
             owner: None,
             priority: 0,
             high_set_by_admin: true,
-            limits: Limits { high: Some(1), low: 0, timeslice: 5_000_000, frozen: true },
+            limits: Limits { high: Some(1), low: 0, timeslice: 5_000_000, frozen: true, weight: 0 },
         };
         let (l, bad) = r.checked_limits();
-        assert_eq!((l.high, l.timeslice, l.frozen), (None, 5_000_000, true));
-        assert!(bad.len() == 1 && bad[0].starts_with("gmem.limit.high"), "{bad:?}");
+        assert_eq!((l.high, l.timeslice, l.frozen, l.weight), (None, 5_000_000, true, 1));
+        assert!(bad.len() == 2 && bad[0].starts_with("gmem.limit.high") && bad[1].starts_with("compute.weight"), "{bad:?}");
     }
 }

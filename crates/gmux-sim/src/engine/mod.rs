@@ -74,7 +74,7 @@ pub fn run(mut spec: RunSpec) -> Result<Outcome, String> {
         let id = tenants.add(&s.name).map_err(|e| e.to_string())?;
         let t = tenants.get_mut(id);
         t.priority = s.priority;
-        t.weight = s.weight.max(1);
+        t.limits.weight = s.weight.max(1);
         t.limits.timeslice = s.timeslice;
         t.limits.high = s.limit_high;
         t.limits.low = s.limit_low;

@@ -39,7 +39,7 @@ impl Engine<'_> {
                     ready: self.runs[id.0 as usize].buf.front().is_some_and(|q| q.cmd.arrival_ns.is_none_or(|a| a <= at)),
                     frozen: t.limits.frozen,
                     priority: if native { 0 } else { t.priority },
-                    weight: t.weight,
+                    weight: t.limits.weight,
                     timeslice: if native { (self.spec.model.native_timeslice_us * 1e3) as u64 } else { t.limits.timeslice },
                 }
             })

@@ -52,7 +52,7 @@ pub fn run(spec: RunSpec) -> Result<Outcome, String> {
     for (i, s) in spec.tenants.into_iter().enumerate() {
         let id = arbiter.join(i as u64 + 1, 1000 + i as u32, &s.name, s.priority);
         let t = arbiter.tenants.get_mut(id);
-        t.weight = s.weight.max(1);
+        t.limits.weight = s.weight.max(1);
         t.limits.timeslice = s.timeslice;
         t.limits.high = s.limit_high;
         t.limits.low = s.limit_low;

@@ -332,7 +332,8 @@ pub fn slot_starts(log: &Path) -> Vec<SlotStart> {
         let (tenant, rest) = msg.split_once(" started ")?;
         let (wait, rest) = rest.split_once(" ms after its switch")?;
         let stretched_ms = rest.split_once("its slice is stretched to ").and_then(|(_, r)| r.split_once(" ms")).and_then(|(ms, _)| ms.parse().ok());
-        Some(SlotStart { tenant: tenant.to_string(), at: stamp.parse().ok()?, wait_ms: wait.parse().ok()?, stretched_ms })
+        let at = humantime::parse_rfc3339(stamp).ok()?.duration_since(UNIX_EPOCH).ok()?.as_secs_f64();
+        Some(SlotStart { tenant: tenant.to_string(), at, wait_ms: wait.parse().ok()?, stretched_ms })
     };
     text.lines().filter_map(start).collect()
 }

@@ -8,11 +8,11 @@ fn the_slices_used_come_from_the_daemon_s_log() {
     std::fs::write(
         &log,
         "gmuxd: serving x\n\
-         gmuxd 0.5: a started 5.0 ms after its switch (holds 1 GiB, wants 2 GiB); its slice is stretched to 900 ms (a switch costs 225.0 ms)\n\
-         gmuxd 1.0: a started 5.0 ms after its switch (holds 1 GiB, wants 2 GiB)\n\
-         gmuxd 1.3: a ran 10 commands in 205.0 ms\n\
-         gmuxd 1.4: b started 50.0 ms after its switch (holds 1 GiB, wants 2 GiB); its slice is stretched to 900 ms (a switch costs 225.0 ms)\n\
-         gmuxd 2.4: a started 40.0 ms after its switch (holds 1 GiB, wants 2 GiB); its slice is stretched to 600 ms (a switch costs 150.0 ms)\n",
+         gmuxd 1970-01-01T00:00:00.500Z: a started 5.0 ms after its switch (holds 1 GiB, wants 2 GiB); its slice is stretched to 900 ms (a switch costs 225.0 ms)\n\
+         gmuxd 1970-01-01T00:00:01.000Z: a started 5.0 ms after its switch (holds 1 GiB, wants 2 GiB)\n\
+         gmuxd 1970-01-01T00:00:01.300Z: a ran 10 commands in 205.0 ms\n\
+         gmuxd 1970-01-01T00:00:01.400Z: b started 50.0 ms after its switch (holds 1 GiB, wants 2 GiB); its slice is stretched to 900 ms (a switch costs 225.0 ms)\n\
+         gmuxd 1970-01-01T00:00:02.400Z: a started 40.0 ms after its switch (holds 1 GiB, wants 2 GiB); its slice is stretched to 600 ms (a switch costs 150.0 ms)\n",
     )
     .unwrap();
     let slice = super::slices_in_log(&log, 1.0, "200ms");
