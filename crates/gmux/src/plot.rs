@@ -1,5 +1,7 @@
 //! Hand-written SVG charts of a report: throughput against subscription when the
-//! scenario sweeps it, otherwise one horizontal bar per row.
+//! scenario sweeps it, otherwise horizontal bars per row (p50 and p99 latency where the
+//! report has them, throughput otherwise). Every chart carries its numbers: the bars
+//! their values, the lines their last point in the legend.
 
 use gmux_sim::{Report, Row};
 use std::fmt::Write;
@@ -12,8 +14,10 @@ const TOP: f64 = 50.0;
 
 /// Renders the report as a standalone SVG document.
 pub fn svg(report: &Report) -> String {
-    let swept = report.results.iter().any(|r| r.subscription.is_some() && r.throughput_norm.is_some());
-    if swept {
+    let mut levels: Vec<f64> = report.results.iter().filter(|r| r.throughput_norm.is_some()).filter_map(|r| r.subscription).collect();
+    levels.sort_by(f64::total_cmp);
+    levels.dedup();
+    if levels.len() >= 2 {
         line_chart(report)
     } else {
         bar_chart(report)
@@ -57,13 +61,14 @@ fn series(rows: &[Row]) -> Vec<Series> {
     out
 }
 
-/// A linear map from data values to pixels, with tick positions.
+/// A map from data values to pixels, linear or logarithmic, with tick positions.
 struct Axis {
     lo: f64,
     hi: f64,
     from: f64,
     to: f64,
     step: f64,
+    log: bool,
 }
 
 impl Axis {
@@ -76,21 +81,32 @@ impl Axis {
             true => ((lo / step).floor() * step, (hi / step).ceil() * step),
             false => (lo, hi),
         };
-        Axis { lo, hi, from, to, step }
+        Axis { lo, hi, from, to, step, log: false }
+    }
+
+    /// A logarithmic axis over `[lo, hi]` (both above 0), widened to powers of ten.
+    fn log(lo: f64, hi: f64, from: f64, to: f64) -> Axis {
+        let (lo, hi) = (10f64.powf(lo.log10().floor()), 10f64.powf(hi.log10().ceil().max(lo.log10().floor() + 1.0)));
+        Axis { lo, hi, from, to, step: 10.0, log: true }
     }
 
     fn px(&self, v: f64) -> f64 {
-        self.from + (v - self.lo) / (self.hi - self.lo) * (self.to - self.from)
+        let at = |v: f64| if self.log { v.max(self.lo).log10() } else { v };
+        self.from + (at(v) - at(self.lo)) / (at(self.hi) - at(self.lo)) * (self.to - self.from)
     }
 
     fn ticks(&self) -> Vec<f64> {
+        if self.log {
+            let (first, last) = (self.lo.log10().round() as i32, self.hi.log10().round() as i32);
+            return (first..=last).map(|e| 10f64.powi(e)).collect();
+        }
         let first = (self.lo / self.step - 1e-9).ceil() as i64;
         let last = (self.hi / self.step + 1e-9).floor() as i64;
         (first..=last).map(|i| i as f64 * self.step).collect()
     }
 
     fn label(&self, v: f64) -> String {
-        let decimals = (-self.step.log10().floor()).max(0.0) as usize;
+        let decimals = if self.log { (-v.log10().round()).max(0.0) as usize } else { (-self.step.log10().floor()).max(0.0) as usize };
         format!("{v:.decimals$}")
     }
 }
@@ -107,14 +123,19 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
-fn open(width: f64, height: f64, title: &str) -> String {
+/// The document's start: a white page, the report's name as its title and its
+/// description below.
+fn open(width: f64, height: f64, report: &Report) -> String {
     format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" \
          viewBox=\"0 0 {width} {height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
          <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{:.1}\" y=\"28\" text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\">{}</text>\n",
+         <text x=\"{:.1}\" y=\"22\" text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\">{}</text>\n\
+         <text x=\"{:.1}\" y=\"40\" text-anchor=\"middle\" font-size=\"11\" fill=\"#555\">{}</text>\n",
         width / 2.0,
-        esc(title)
+        esc(&report.scenario),
+        width / 2.0,
+        esc(&report.description)
     )
 }
 
@@ -126,10 +147,29 @@ fn dash(modelled: bool) -> &'static str {
     }
 }
 
+/// Marker number `i` at `(x, y)`: a dot, then hollow shapes (square, triangle, diamond,
+/// ring), so that series that coincide stay visible.
+fn marker(i: usize, x: f64, y: f64, color: &str) -> String {
+    match i % 5 {
+        0 => format!("<circle cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"3.5\" fill=\"{color}\"/>\n"),
+        1 => format!("<rect x=\"{:.1}\" y=\"{:.1}\" width=\"9\" height=\"9\" fill=\"none\" stroke=\"{color}\" stroke-width=\"2\"/>\n", x - 4.5, y - 4.5),
+        2 => format!("<path d=\"M{x:.1},{:.1} l5,9 h-10 z\" fill=\"none\" stroke=\"{color}\" stroke-width=\"2\"/>\n", y - 6.0),
+        3 => format!("<path d=\"M{x:.1},{:.1} l6,6 l-6,6 l-6,-6 z\" fill=\"none\" stroke=\"{color}\" stroke-width=\"2\"/>\n", y - 6.0),
+        _ => format!("<circle cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"7\" fill=\"none\" stroke=\"{color}\" stroke-width=\"2\"/>\n"),
+    }
+}
+
 fn line_chart(report: &Report) -> String {
     let all = series(&report.results);
     let (bottom, right) = (380.0, 540.0);
-    let longest = all.iter().map(|s| legend_name(&s.name, s.modelled).len()).max().unwrap_or(0);
+    let legend: Vec<String> = all
+        .iter()
+        .map(|s| {
+            let last = s.points.last().map_or(String::new(), |&(a, b)| format!(": {b:.3} at {}%", crate::table::percent(a)));
+            format!("{}{last}", legend_name(&s.name, s.modelled))
+        })
+        .collect();
+    let longest = legend.iter().map(String::len).max().unwrap_or(0);
     let width = right + (CHAR * longest as f64 + 60.0).max(220.0);
     let xs = all.iter().flat_map(|s| s.points.iter().map(|p| p.0));
     let (xlo, xhi) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| (a.min(x), b.max(x)));
@@ -137,7 +177,7 @@ fn line_chart(report: &Report) -> String {
     let x = Axis::new(xlo, xhi, LEFT, right, true);
     let y = Axis::new(0.0, ymax, bottom, TOP, false);
 
-    let mut out = open(width, bottom + 60.0, &report.scenario);
+    let mut out = open(width, bottom + 60.0, report);
     for t in x.ticks() {
         let px = x.px(t);
         let _ = writeln!(
@@ -172,36 +212,41 @@ fn line_chart(report: &Report) -> String {
         let color = PALETTE[i % PALETTE.len()];
         let pts: Vec<String> = s.points.iter().map(|&(a, b)| format!("{:.1},{:.1}", x.px(a), y.px(b))).collect();
         let _ = writeln!(out, "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\"{} points=\"{}\"/>", dash(s.modelled), pts.join(" "));
+        // Each series has its own marker, so that series that coincide stay visible.
         for &(a, b) in &s.points {
-            let _ = writeln!(out, "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3.5\" fill=\"{color}\"/>", x.px(a), y.px(b));
+            out += &marker(i, x.px(a), y.px(b), color);
         }
         let ly = TOP + 10.0 + 20.0 * i as f64;
         let lx = right + 20.0;
         let _ = writeln!(
             out,
-            "<line x1=\"{lx}\" y1=\"{ly:.1}\" x2=\"{:.1}\" y2=\"{ly:.1}\" stroke=\"{color}\" stroke-width=\"2\"{}/>\n\
-             <circle cx=\"{:.1}\" cy=\"{ly:.1}\" r=\"3.5\" fill=\"{color}\"/>\n\
+            "<line x1=\"{lx}\" y1=\"{ly:.1}\" x2=\"{:.1}\" y2=\"{ly:.1}\" stroke=\"{color}\" stroke-width=\"2\"{}/>\n{}\
              <text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
             lx + 24.0,
             dash(s.modelled),
-            lx + 12.0,
+            marker(i, lx + 12.0, ly, color),
             lx + 30.0,
             ly + 4.0,
-            esc(&legend_name(&s.name, s.modelled))
+            esc(&legend[i])
         );
     }
     out + "</svg>\n"
 }
 
+/// What a bar chart shows of each row: p50 and p99 latency where the report has latency,
+/// else throughput; each with the prefix of its value's label.
+type Metric = (&'static str, fn(&Row) -> Option<f64>);
+
 fn bar_chart(report: &Report) -> String {
     let rows = &report.results;
-    let use_tput = rows.iter().any(|r| r.throughput_norm.is_some());
-    let (metric, title): (fn(&Row) -> Option<f64>, &str) = match use_tput {
-        true => (|r| r.throughput_norm, "throughput (relative to in-hbm)"),
-        false => (|r| r.p99_ms, "p99 latency (ms)"),
+    let latency = rows.iter().any(|r| r.p99_ms.is_some());
+    let (metrics, title, digits): (Vec<Metric>, &str, usize) = if latency {
+        (vec![("p50 ", |r| r.p50_ms), ("p99 ", |r| r.p99_ms)], "latency (ms): p50 and p99", 2)
+    } else {
+        (vec![("", |r| r.throughput_norm)], "throughput (relative to in-hbm)", 3)
     };
-    let max = rows.iter().filter_map(metric).fold(0.0, f64::max);
-    let xmax = if use_tput { max.max(1.05) } else { (max * 1.05).max(1e-3) };
+    let values: Vec<f64> = rows.iter().flat_map(|r| metrics.iter().filter_map(|(_, m)| m(r))).filter(|v| *v > 0.0).collect();
+    let (lo, hi) = values.iter().fold((f64::INFINITY, 0.0f64), |(a, b), v| (a.min(*v), b.max(*v)));
 
     let mut names: Vec<String> = Vec::new();
     let labels: Vec<(String, usize)> = rows
@@ -221,11 +266,16 @@ fn bar_chart(report: &Report) -> String {
         .collect();
     let longest = labels.iter().map(|l| l.0.len()).max().unwrap_or(0);
     let left = (CHAR * longest as f64 + 20.0).max(LEFT + 200.0);
-    let (right, pitch) = (left + 430.0, 26.0);
+    let bar = 18.0 / metrics.len() as f64;
+    let (right, pitch) = (left + 430.0, 8.0 + 18.0 + 4.0 * (metrics.len() - 1) as f64);
     let bottom = TOP + pitch * rows.len() as f64 + 6.0;
-    let x = Axis::new(0.0, xmax, left, right, false);
+    // Values over a decade or more apart get a logarithmic axis, so that the small ones
+    // show; otherwise the axis ends just past the largest value, not at a fixed 1.
+    let log = !values.is_empty() && hi / lo >= 10.0;
+    let x = if log { Axis::log(lo, hi, left, right) } else { Axis::new(0.0, (hi * 1.15).max(1e-3), left, right, false) };
+    let title = if log { format!("{title}, logarithmic") } else { title.to_string() };
 
-    let mut out = open(right + 60.0, bottom + 60.0, &report.scenario);
+    let mut out = open(right + 90.0, bottom + 60.0, report);
     for t in x.ticks() {
         let px = x.px(t);
         let _ = writeln!(
@@ -243,23 +293,31 @@ fn bar_chart(report: &Report) -> String {
         (left + right) / 2.0,
         bottom + 40.0
     );
-    let digits = if use_tput { 3 } else { 2 };
     for (i, (r, (label, k))) in rows.iter().zip(&labels).enumerate() {
         let top = TOP + 4.0 + pitch * i as f64;
         let _ = writeln!(out, "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>", left - 8.0, top + 13.0, esc(label));
-        let value = metric(r);
-        let end = value.map_or(left, |v| x.px(v));
-        if value.is_some() {
+        for (j, (prefix, metric)) in metrics.iter().enumerate() {
+            let y = top + (bar + 4.0) * j as f64;
+            let value = metric(r);
+            let end = value.map_or(left, |v| x.px(v));
+            if value.is_some() {
+                let _ = writeln!(
+                    out,
+                    "<rect x=\"{left}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{bar:.1}\" fill=\"{}\"{}/>",
+                    end - left,
+                    PALETTE[k % PALETTE.len()],
+                    if r.modelled || j + 1 < metrics.len() { " fill-opacity=\"0.5\"" } else { "" }
+                );
+            }
+            let text = value.map_or("-".to_string(), |v| format!("{prefix}{v:.digits$}"));
             let _ = writeln!(
                 out,
-                "<rect x=\"{left}\" y=\"{top:.1}\" width=\"{:.1}\" height=\"18\" fill=\"{}\"{}/>",
-                end - left,
-                PALETTE[k % PALETTE.len()],
-                if r.modelled { " fill-opacity=\"0.5\"" } else { "" }
+                "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"{}\">{text}</text>",
+                end + 4.0,
+                y + bar - 2.0,
+                if metrics.len() > 1 { 10 } else { 12 }
             );
         }
-        let text = value.map_or("-".to_string(), |v| format!("{v:.digits$}"));
-        let _ = writeln!(out, "<text x=\"{:.1}\" y=\"{:.1}\">{text}</text>", end + 4.0, top + 13.0);
     }
     out + "</svg>\n"
 }
@@ -290,8 +348,9 @@ mod tests {
         assert_eq!(polylines.len(), 2);
         assert!(polylines.iter().all(|p| points(p) == 3));
         assert!(!polylines[0].contains("dasharray") && polylines[1].contains("dasharray"));
-        assert!(doc.contains(">gmux-exact/tier-order</text>"));
-        assert!(doc.contains(">um (modelled)</text>"));
+        assert!(doc.contains(">gmux-exact/tier-order: 0.875 at 200%</text>"), "the legend carries each line's last value");
+        assert!(doc.contains(">um (modelled): 0.250 at 200%</text>"));
+        assert!(doc.contains("<circle") && doc.contains("<rect x=\"") && doc.contains("fill=\"none\""), "two kinds of marker");
         assert!(doc.contains(">oversub</text>"));
         for tick in [">100</text>", ">200</text>", ">0.0</text>", ">1.0</text>"] {
             assert!(doc.contains(tick), "{tick}");
@@ -315,7 +374,42 @@ mod tests {
         let doc = svg(&r);
         well_formed(&doc);
         assert_eq!(doc.matches("<rect x=").count(), 1);
-        assert!(doc.contains(">42.00</text>") && doc.contains("p99 latency"));
+        assert!(doc.contains(">p99 42.00</text>") && doc.contains("latency (ms): p50 and p99</text>"), "{doc}");
+    }
+
+    #[test]
+    fn one_level_gives_bars_and_latencies_a_decade_apart_a_log_axis() {
+        let mut r = report();
+        r.results.retain(|row| row.subscription == Some(100.0));
+        for (row, (p50, p99)) in r.results.iter_mut().zip([(5.02, 11.73), (1201.25, 2925.02)]) {
+            (row.p50_ms, row.p99_ms) = (Some(p50), Some(p99));
+        }
+        let doc = svg(&r);
+        well_formed(&doc);
+        assert!(!doc.contains("<polyline"), "one subscription level is no sweep");
+        assert_eq!(doc.matches("<rect x=").count(), 4, "p50 and p99 of both rows");
+        for label in [">p50 5.02</text>", ">p99 11.73</text>", ">p50 1201.25</text>", ">p99 2925.02</text>", "logarithmic</text>"] {
+            assert!(doc.contains(label), "{label} in\n{doc}");
+        }
+        for tick in [">1</text>", ">10</text>", ">100</text>", ">1000</text>", ">10000</text>"] {
+            assert!(doc.contains(tick), "tick {tick}");
+        }
+    }
+
+    #[test]
+    fn throughputs_apart_less_than_a_decade_fill_a_linear_axis() {
+        let mut r = report();
+        r.results.retain(|row| row.subscription == Some(100.0));
+        r.results[0].throughput_norm = Some(0.008);
+        r.results[1].throughput_norm = Some(0.023);
+        let doc = svg(&r);
+        let widths: Vec<f64> = doc
+            .lines()
+            .filter(|l| l.starts_with("<rect x="))
+            .map(|l| l.split("width=\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap())
+            .collect();
+        assert!(!doc.contains("logarithmic"));
+        assert!((widths[1] / widths[0] - 0.023 / 0.008).abs() < 0.01 && widths[1] > 300.0, "the larger bar nearly fills the axis: {widths:?}");
     }
 
     #[test]

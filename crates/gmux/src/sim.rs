@@ -28,6 +28,12 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
     for out in args.json.iter().chain(&args.plot) {
         check_output_dir(out)?;
     }
+    if let Some(p) = args.plot.as_ref().filter(|p| p.extension().is_none_or(|e| !e.eq_ignore_ascii_case("svg"))) {
+        return Err(Failure::Usage(format!(
+            "--plot {}: gmux draws SVG; name the file .svg (for a PNG, convert it: rsvg-convert -o out.png out.svg)",
+            p.display()
+        )));
+    }
     let scenario = gmux_sim::load_scenario(&args.scenario).map_err(|e| Failure::Usage(e.to_string()))?;
 
     let bar = if args.quiet { ProgressBar::hidden() } else { ProgressBar::new(0) };
@@ -116,5 +122,12 @@ mod tests {
         assert!(msg.contains(&path.display().to_string()), "{msg}");
         assert!(check_output_dir(&path).is_err());
         assert!(check_output_dir(Path::new("out.json")).is_ok());
+    }
+
+    #[test]
+    fn a_plot_named_other_than_svg_is_refused_before_the_run() {
+        let args = SimArgs { scenario: PathBuf::from("no-such-scenario.toml"), json: None, plot: Some(PathBuf::from("out.png")), quiet: true };
+        let Err(Failure::Usage(msg)) = sim(&args) else { panic!("a .png plot was accepted") };
+        assert!(msg.contains("--plot out.png") && msg.contains(".svg"), "{msg}");
     }
 }

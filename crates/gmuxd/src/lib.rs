@@ -60,7 +60,8 @@ pub struct DaemonArgs {
     /// emulate a smaller GPU; default: each process's free device memory).
     #[arg(long, value_name = "SIZE")]
     pub hbm: Option<String>,
-    /// Host-tier budget for evicted chunks, e.g. 64G (reported by `gmux ps`).
+    /// Host-tier budget for evicted chunks, e.g. 64G: `gmux ps` and `gmux top` show it
+    /// beside what the tenants have swapped out (it is not enforced).
     #[arg(long, value_name = "SIZE")]
     pub host: Option<String>,
     /// Scheduling policy: rr (round robin), priority (strict), share (weighted).

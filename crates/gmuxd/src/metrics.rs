@@ -105,6 +105,7 @@ impl Metrics {
         daemon_gauge(&mut r, "host_budget_bytes", "Host-tier budget for evicted memory (absent: unlimited)", s.host);
         daemon_gauge(&mut r, "held_bytes", "GPU memory all live tenants hold", Some(s.held));
         daemon_gauge(&mut r, "peak_held_bytes", "Most GPU memory all processes held at once since the daemon started", Some(s.peak_held));
+        daemon_gauge(&mut r, "swapped_bytes", "Memory all live tenants hold in host memory, evicted", Some(s.swapped));
         daemon_gauge(&mut r, "tenants", "Live tenants", Some(s.tenants.len() as u64));
 
         let gauges: [Series<Option<u64>>; 8] = [
@@ -286,6 +287,7 @@ mod tests {
             switch: Switch::Msched,
             held: 3 << 30,
             peak_held: 4 << 30,
+            swapped: 5,
             slice_owner: None,
             tenants: vec![t],
         }

@@ -23,6 +23,8 @@ pub struct Status {
     pub held: u64,
     /// Most GPU memory all processes held at once since the daemon started, in bytes.
     pub peak_held: u64,
+    /// Bytes the live tenants hold in host memory (evicted), against `host`.
+    pub swapped: u64,
     /// The tenant whose slot runs now, when time-sliced and readable by the asker.
     pub slice_owner: Option<String>,
     /// Live tenants, in the order they were made.
@@ -111,6 +113,7 @@ pub fn status(d: &Arbiter, visible: &dyn Fn(TenantId) -> bool) -> Status {
         switch: d.settings.switch,
         held: live.iter().map(|t| d.usage(*t).held).fold(0, u64::saturating_add),
         peak_held: d.peak_held,
+        swapped: live.iter().map(|t| d.usage(*t).swapped).fold(0, u64::saturating_add),
         slice_owner: owner.filter(|_| d.slice_end().is_some()).map(|t| d.tenants.get(t).name.clone()),
         tenants,
     }
@@ -173,11 +176,13 @@ pub fn table(s: &Status) -> String {
     }
     let widths: Vec<usize> = (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
     let budget = format!(
-        "budget {}, policy {}, held {} (peak {})",
+        "budget {}, policy {}, held {} (peak {}), swapped {} of host {}",
         s.budget.map_or("device".into(), format_size),
         s.policy,
         format_size(s.held),
-        format_size(s.peak_held)
+        format_size(s.peak_held),
+        format_size(s.swapped),
+        s.host.map_or("unlimited".into(), format_size)
     );
     let lines: Vec<String> =
         rows.iter().map(|r| r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string()).collect();

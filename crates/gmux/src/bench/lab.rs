@@ -70,8 +70,34 @@ fn sleep_until(t: f64) {
     }
 }
 
+/// What `--python` must be able to do: import PyTorch and see a GPU.
+const PYTHON_CHECK: &str =
+    "import sys\ntry:\n    import torch\nexcept ImportError as e:\n    print(e); sys.exit(3)\nsys.exit(0 if torch.cuda.is_available() else 4)";
+
+/// Checks that `python` runs, has PyTorch and sees a GPU, before any tenant is started:
+/// each failure says which, and what to do.
+pub fn check_python(python: &str) -> Result<(), Failure> {
+    let out = Command::new(python)
+        .args(["-c", PYTHON_CHECK])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| Failure::Usage(format!("cannot run the interpreter {python:?} ({e}); give one with PyTorch as --python PATH")))?;
+    match out.status.code() {
+        Some(0) => Ok(()),
+        Some(3) => Err(Failure::Usage(format!(
+            "{python} has no PyTorch ({}); install it (pip install torch) or give another interpreter as --python PATH",
+            String::from_utf8_lossy(&out.stdout).trim()
+        ))),
+        Some(4) => Err(Failure::Runtime(format!(
+            "PyTorch under {python} sees no GPU (torch.cuda.is_available() is False): check nvidia-smi, the driver and CUDA_VISIBLE_DEVICES"
+        ))),
+        _ => Err(Failure::Runtime(format!("{python} failed the PyTorch check: {}", String::from_utf8_lossy(&out.stderr).trim()))),
+    }
+}
+
 impl Lab {
-    /// Checks the folders and creates `--out`.
+    /// Checks the folders, the interpreter (PyTorch and a GPU) and the shim, and creates
+    /// `--out`.
     pub fn new(args: &LabArgs, needs: &[&str]) -> Result<Lab, Failure> {
         for n in needs {
             let p = args.workloads.join(n);
@@ -79,6 +105,8 @@ impl Lab {
                 return Err(Failure::Usage(format!("{} not found; run from the repository root or give --workloads DIR", p.display())));
             }
         }
+        check_python(&args.python)?;
+        crate::run::find_shim()?;
         std::fs::create_dir_all(&args.out).map_err(|e| Failure::Runtime(format!("cannot create {}: {e}", args.out.display())))?;
         let gmux = std::env::current_exe().map_err(|e| Failure::Runtime(format!("cannot locate the gmux executable: {e}")))?;
         Ok(Lab { args: args.clone(), gmux })

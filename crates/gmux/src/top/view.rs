@@ -101,10 +101,11 @@ impl View {
         let s = &self.status;
         let (i, o) = self.link();
         format!(
-            "budget {}  held {} (peak {})  host {}  link in {} out {}  slice {}  policy {}/{}",
+            "budget {}  held {} (peak {})  swapped {} of host {}  link in {} out {}  slice {}  policy {}/{}",
             s.budget.map_or("device".into(), format_size),
             format_size(s.held),
             format_size(s.peak_held),
+            format_size(s.swapped),
             s.host.map_or("unlimited".into(), format_size),
             per_second(Some(i)),
             per_second(Some(o)),
@@ -230,7 +231,17 @@ mod tests {
     }
 
     fn status(tenants: Vec<TenantStatus>) -> Status {
-        Status { budget: Some(1 << 30), host: None, policy: "rr".into(), switch: Switch::Msched, held: 0, peak_held: 0, slice_owner: Some("a".into()), tenants }
+        Status {
+            budget: Some(1 << 30),
+            host: None,
+            policy: "rr".into(),
+            switch: Switch::Msched,
+            held: 0,
+            peak_held: 0,
+            swapped: 0,
+            slice_owner: Some("a".into()),
+            tenants,
+        }
     }
 
     #[test]

@@ -40,3 +40,26 @@ fn the_window_opens_once_the_workloads_have_run_together_for_the_settle_time() {
     assert_eq!(settle, Some("0.3"));
     std::fs::remove_dir_all(&ready).unwrap();
 }
+
+/// The interpreter is checked before any tenant starts: no PyTorch, or no GPU, is said
+/// at once, with the fix.
+#[test]
+fn a_python_without_torch_or_a_gpu_is_refused_with_the_fix() {
+    let dir = std::env::temp_dir().join(format!("gmux-python-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = |name: &str, code: i32, say: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, format!("#!/bin/sh\necho '{say}'\nexit {code}\n")).unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        p.display().to_string()
+    };
+    let msg = |r: Result<(), crate::Failure>| r.unwrap_err().message().to_string();
+    let no_torch = msg(super::check_python(&fake("notorch", 3, "No module named torch")));
+    assert!(no_torch.contains("has no PyTorch (No module named torch)") && no_torch.contains("--python"), "{no_torch}");
+    let no_gpu = msg(super::check_python(&fake("nogpu", 4, "")));
+    assert!(no_gpu.contains("sees no GPU") && no_gpu.contains("nvidia-smi"), "{no_gpu}");
+    assert!(super::check_python(&fake("fine", 0, "")).is_ok());
+    let missing = msg(super::check_python("/nonexistent/python"));
+    assert!(missing.contains("cannot run the interpreter") && missing.contains("--python PATH"), "{missing}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
