@@ -73,7 +73,7 @@ def test_tenants_and_knobs_read_and_write(daemon):
     assert gmux.get("a", "gmem.limit.high", socket=sock) == str(16 << 20)
     stat = gmux.get("a", "ggroup.stat", socket=sock)
     assert stat["submitted"] >= 10 and set(stat) == {"submitted", "finished", "bytes_h2d", "bytes_d2h", "switches"}, stat
-    assert len(gmux.get("a", socket=sock)) == 9
+    assert len(gmux.get("a", socket=sock)) == 10
     with pytest.raises(gmux.GmuxError, match="gmux ps"):
         gmux.get("nosuch", socket=sock)
     with pytest.raises(gmux.GmuxError, match="gmem.limit.high"):

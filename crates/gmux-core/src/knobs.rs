@@ -27,12 +27,25 @@ pub enum Knob {
     /// `gmem.pressure`: the share of time its commands waited for GPU memory, as PSI
     /// reports it (read-only; [`crate::pressure`]).
     Pressure,
+    /// `gmem.events`: how often it met each memory boundary (read-only;
+    /// [`crate::arbiter::mem_events`]).
+    Events,
 }
 
 impl Knob {
     /// All knobs in display order.
-    pub const ALL: [Knob; 9] =
-        [Knob::LimitHigh, Knob::LimitLow, Knob::Current, Knob::SwapCurrent, Knob::Timeslice, Knob::Freeze, Knob::Weight, Knob::Stat, Knob::Pressure];
+    pub const ALL: [Knob; 10] = [
+        Knob::LimitHigh,
+        Knob::LimitLow,
+        Knob::Current,
+        Knob::SwapCurrent,
+        Knob::Timeslice,
+        Knob::Freeze,
+        Knob::Weight,
+        Knob::Stat,
+        Knob::Pressure,
+        Knob::Events,
+    ];
 
     /// The Ghost name.
     pub fn name(self) -> &'static str {
@@ -46,6 +59,7 @@ impl Knob {
             Knob::Weight => "compute.weight",
             Knob::Stat => "ggroup.stat",
             Knob::Pressure => "gmem.pressure",
+            Knob::Events => "gmem.events",
         }
     }
 
@@ -148,7 +162,7 @@ impl Limits {
             Knob::Weight => {
                 self.weight = v.parse().ok().filter(|w| (1..=MAX_WEIGHT).contains(w)).ok_or_else(|| bad(knob, v, "write a whole number from 1 to 10000"))?
             }
-            Knob::Current | Knob::SwapCurrent | Knob::Stat | Knob::Pressure => return Err(CoreError::ReadOnlyKnob(knob.name())),
+            Knob::Current | Knob::SwapCurrent | Knob::Stat | Knob::Pressure | Knob::Events => return Err(CoreError::ReadOnlyKnob(knob.name())),
         }
         Ok(())
     }

@@ -62,6 +62,12 @@ fn events_tell_joins_switches_slots_knobs_refusals_and_leaves() {
     assert!(end["at"].as_str().unwrap().ends_with('Z') && end["at"].as_str().unwrap().contains('T'), "RFC 3339: {end}");
     assert!(d.ctl(&["set", "a", "gmem.limit.high", "16M"]).status.success());
     until(&rx, "the knob change", |v| is(v, "knob_set", "a") && v["knob"] == "gmem.limit.high" && v["value"] == "16M");
+    // Its 32 MiB loop now wants more than its limit: gmem.events counts high (once per
+    // spell; the unit tests check the counting).
+    until(&rx, "gmem.events high of a", |v| is(v, "memory", "a") && v["counter"] == "high");
+    let events: serde_json::Value = serde_json::from_str(&d.ctl(&["get", "--json", "a", "gmem.events"]).stdout).unwrap();
+    assert!(events["gmem.events"]["high"].as_u64().unwrap() >= 1, "{events}");
+    assert!(events["gmem.events"]["swap"].as_u64().unwrap() >= 1, "a was switched out with its memory evicted: {events}");
     // A process refused: a priority past what any tenant may ask for.
     let mut c = d.sb.gmux_sub(&["run", "--priority", "2000000"], None, forever);
     c.env("GMUX_TENANT", "c").stdout(Stdio::piped()).stderr(Stdio::piped());

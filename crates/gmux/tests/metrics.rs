@@ -108,6 +108,9 @@ fn metrics_are_valid_and_their_counters_are_ggroup_stat_to_the_byte() {
             assert_eq!(sample(&text, metric, t), Some(want as f64), "{metric} of {t}\n{text}");
         }
         assert!(stat["bytes_d2h"].as_u64().unwrap() > 0 && stat["switches"].as_u64().unwrap() >= 2, "{t} never swapped: {stat}");
+        let evicted =
+            text.lines().find(|l| l.starts_with("gmux_tenant_memory_events_total{") && l.contains(&format!("tenant=\"{t}\"")) && l.contains("kind=\"swap\""));
+        assert!(evicted.is_some_and(|l| !l.ends_with(" 0")), "{t}'s swaps are not in gmem.events: {evicted:?}");
         let switched = sample(&text, "gmux_tenant_switch_seconds_count", t).unwrap();
         assert!(switched >= 1.0, "{t}'s switches are not in the histogram\n{text}");
         assert!(text.contains(&format!("gmux_tenant_held_bytes{{tenant=\"{t}\",gpu=\"gmux\",uid=\"")), "labels of {t}\n{text}");

@@ -176,6 +176,7 @@ pub fn knobs_json(d: &Arbiter, t: TenantId, knobs: &[Knob]) -> serde_json::Value
         let v = match k {
             Knob::Stat => serde_json::to_value(d.stat(t)).expect("serializable"),
             Knob::Pressure => serde_json::to_value(d.pressure(t)).expect("serializable"),
+            Knob::Events => serde_json::to_value(d.mem_events(t)).expect("serializable"),
             k => value(d, t, *k).into(),
         };
         (k.name().to_string(), v)
@@ -189,6 +190,7 @@ fn value(d: &Arbiter, t: TenantId, k: Knob) -> String {
         Knob::Current => u.held.to_string(),
         Knob::SwapCurrent => u.swapped.to_string(),
         Knob::Pressure => d.pressure(t).text(),
+        Knob::Events => d.mem_events(t).text(),
         Knob::Stat => {
             let s = d.stat(t);
             format!("commands {}\nbytes_h2d {}\nbytes_d2h {}\nswitches {}", s.submitted, s.bytes_h2d, s.bytes_d2h, s.switches)
@@ -421,6 +423,6 @@ mod tests {
         let r = ask(&mut d, Request::Set { tenant: "mine".into(), knob: "gmem.current".into(), value: "1G".into() }, OWNER, 1);
         assert!(!r.ok && r.text.contains("read-only"), "{r:?}");
         let all = ask(&mut d, Request::Get { tenant: "mine".into(), knob: None, json: false }, OWNER, 1).text;
-        assert_eq!(all.lines().filter(|l| l.starts_with("gmem.") || l.starts_with("compute.") || l.starts_with("ggroup.")).count(), 9, "{all}");
+        assert_eq!(all.lines().filter(|l| l.starts_with("gmem.") || l.starts_with("compute.") || l.starts_with("ggroup.")).count(), 10, "{all}");
     }
 }

@@ -7,6 +7,7 @@ use super::server::Shared;
 use super::status::{status, State, Status, TenantStatus};
 use crate::Failure;
 use gmux_core::arbiter::event::{Event, Notice};
+use gmux_core::arbiter::mem_events::MemEvent;
 use prometheus_client::encoding::{prometheus_text, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -163,6 +164,13 @@ impl Metrics {
             ratio,
         );
         r.register("tenant_memory_stalled_seconds", "Time its commands waited for GPU memory (some: one process, full: all)", stalled);
+        let events = Family::<StallLabels, Counter>::default();
+        for t in &s.tenants {
+            for e in MemEvent::ALL {
+                events.get_or_create(&StallLabels { tenant: self.labels(&t.name, t.uid), kind: e.name() }).inc_by(t.gmem_events.get(e));
+            }
+        }
+        r.register("tenant_memory_events", "gmem.events: times a memory boundary was met, by kind (low, high, max, oom, swap)", events);
         r.register(
             "tenant_switch_seconds",
             "Time from a switch to the tenant until the memory it was given had arrived, per slot",
@@ -275,6 +283,7 @@ mod tests {
             bytes_d2h: 6,
             switches: 9,
             launches_held_ns: 1_500_000_000,
+            gmem_events: gmux_core::arbiter::mem_events::MemEvents { high: 4, ..Default::default() },
             pressure: gmux_core::pressure::Pressure {
                 some: gmux_core::pressure::Averages { avg10: 0.25, total_ns: 2_500_000_000, ..Default::default() },
                 ..Default::default()
@@ -308,6 +317,7 @@ mod tests {
             format!("gmux_tenant_commands_total{l} 1234"),
             format!("gmux_tenant_h2d_bytes_total{l} 18446744073709551615"),
             format!("gmux_tenant_launches_held_seconds_total{l} 1.5"),
+            format!("{}kind=\"high\"}} 4", r#"gmux_tenant_memory_events_total{tenant="llm \"a\"",gpu="gpu1",uid="1000","#),
             format!("{}kind=\"some\",window=\"10s\"}} 0.25", r#"gmux_tenant_memory_pressure_ratio{tenant="llm \"a\"",gpu="gpu1",uid="1000","#),
             format!("{}kind=\"some\"}} 2.5", r#"gmux_tenant_memory_stalled_seconds_total{tenant="llm \"a\"",gpu="gpu1",uid="1000","#),
         ] {

@@ -2,6 +2,7 @@
 //! `gmux ps --json` as JSON and `/metrics` as Prometheus metrics. Its schema is
 //! documented in docs/observability.md.
 
+use gmux_core::arbiter::mem_events::MemEvents;
 use gmux_core::arbiter::{Arbiter, Switch};
 use gmux_core::pressure::Pressure;
 use gmux_core::size::format_size;
@@ -99,6 +100,8 @@ pub struct TenantStatus {
     pub launches_held_ns: u64,
     /// `gmem.pressure`: the share of time its commands waited for memory.
     pub pressure: Pressure,
+    /// `gmem.events`: how often it met each memory boundary.
+    pub gmem_events: MemEvents,
 }
 
 /// The status of `d` with the tenants `visible` says the asker may read.
@@ -152,6 +155,7 @@ fn tenant(d: &Arbiter, t: TenantId) -> TenantStatus {
         switches: k.stat.switches,
         launches_held_ns: u.launches_held_ns,
         pressure: d.pressure(t),
+        gmem_events: d.mem_events(t),
     }
 }
 

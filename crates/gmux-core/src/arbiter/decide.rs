@@ -2,6 +2,7 @@
 //! or under strict priority), and how much GPU memory each process may hold now.
 
 use super::event::Event;
+use super::mem_events::Sight;
 use super::*;
 
 impl Arbiter {
@@ -40,6 +41,7 @@ impl Arbiter {
         let Some(hbm) = self.settings.hbm else {
             // No budget: each process is bounded by its high limit and its device.
             caps = live.iter().map(high).collect();
+            self.note_mem_events(&live, &caps, &usage, false);
             let each: Vec<Vec<(u64, u64)>> = live.iter().zip(&caps).map(|(t, cap)| self.split(*t, *cap)).collect();
             return self.grants(&live, &caps, &each, &caps, &runs, concurrent, &usage);
         };
@@ -50,6 +52,8 @@ impl Arbiter {
             caps[i] = (caps[i] + left / takers.len() as u64 / CHUNK_BYTES * CHUNK_BYTES).min(high(&live[i]));
         }
         let most: Vec<u64> = live.iter().map(|t| hbm.min(high(t))).collect();
+        let full = caps.iter().fold(0u64, |a, c| a.saturating_add(*c)) >= hbm;
+        self.note_mem_events(&live, &caps, &usage, full);
         let now_caps = self.within_reach(&live, &caps, &order, hbm);
         self.grants(&live, &caps, &now_caps, &most, &runs, concurrent, &usage)
     }
@@ -260,6 +264,20 @@ impl Arbiter {
         }
         let runs = live.iter().map(|t| (*t, Some(*t) == cur)).collect();
         (runs, order)
+    }
+
+    /// Counts in `gmem.events` the conditions that began for the tenants `live`, given
+    /// `caps`, and tells them to watchers.
+    fn note_mem_events(&mut self, live: &[TenantId], caps: &[u64], usage: &HashMap<TenantId, ShimReport>, budget_full: bool) {
+        for (t, cap) in live.iter().zip(caps) {
+            let (u, k) = (&usage[t], self.tenants.get(*t));
+            let sight =
+                Sight { held: u.held, want: u.want, blocked: u.blocked, largest: u.largest, cap: *cap, low: k.limits.low, high: k.limits.high, budget_full };
+            let began = self.mem_events.entry(*t).or_default().note(&sight);
+            for counter in began {
+                self.notices.push(Notice { uid: k.owner, event: Event::Memory { tenant: k.name.clone(), counter } });
+            }
+        }
     }
 
     /// What a switch costs among the tenants `live` taking turns: the mean of each one's

@@ -2,6 +2,7 @@
 //! histogram of `/metrics`): tenants' births and deaths, refusals, switches, slot ends
 //! and knob changes. Its JSON is documented in docs/observability.md.
 
+use super::mem_events::MemEvent;
 use crate::pressure::StallKind;
 use crate::size::format_size;
 use crate::Nanos;
@@ -87,6 +88,13 @@ pub enum Event {
         /// What it holds.
         held: u64,
     },
+    /// A `gmem.events` condition began for the tenant ([`MemEvent`]).
+    Memory {
+        /// The tenant.
+        tenant: String,
+        /// Which.
+        counter: MemEvent,
+    },
     /// The daemon's owner or root set a knob.
     KnobSet {
         /// The tenant.
@@ -109,6 +117,7 @@ impl Event {
             | Event::SlotEnded { tenant, .. }
             | Event::PressureAbove { tenant, .. }
             | Event::LimitBelowHeld { tenant, .. }
+            | Event::Memory { tenant, .. }
             | Event::KnobSet { tenant, .. } => tenant,
         }
     }
@@ -139,6 +148,16 @@ impl std::fmt::Display for Event {
             }
             Event::LimitBelowHeld { tenant, limit_high, held } => {
                 write!(f, "{tenant}'s gmem.limit.high of {} is below the {} it holds: it gives the rest back", format_size(*limit_high), format_size(*held))
+            }
+            Event::Memory { tenant, counter } => {
+                let what = match counter {
+                    MemEvent::Low => "its protected memory (gmem.limit.low) is being taken",
+                    MemEvent::High => "it wants more than its gmem.limit.high and evicts its own memory",
+                    MemEvent::Max => "a command of it needs more at once than its gmem.limit.high",
+                    MemEvent::Oom => "a command of it waits for memory and the budget is all given out",
+                    MemEvent::Swap => "others' need evicts it",
+                };
+                write!(f, "{tenant}: gmem.events {}: {what}", counter.name())
             }
             Event::KnobSet { tenant, knob, value } => write!(f, "{tenant}: {knob} set to {value}"),
         }

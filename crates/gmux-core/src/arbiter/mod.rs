@@ -121,6 +121,8 @@ pub struct Arbiter {
     /// Switches and slot ends since the server last took them, for those who watch
     /// ([`event`]).
     pub notices: Vec<Notice>,
+    /// Each tenant's `gmem.events`.
+    mem_events: HashMap<TenantId, mem_events::Counter>,
     /// Each tenant's memory pressure, and when it was last brought up to date.
     pressure: HashMap<TenantId, Pressure>,
     pressure_at: Nanos,
@@ -172,6 +174,7 @@ impl Arbiter {
             switch_costs: HashMap::new(),
             notices: Vec::new(),
             pressure: HashMap::new(),
+            mem_events: HashMap::new(),
             pressure_at: 0,
             awaited: BTreeMap::new(),
             journal: Vec::new(),
@@ -366,6 +369,11 @@ impl Arbiter {
         GroupStat { submitted: u.commands, finished: u.finished, bytes_h2d: u.bytes_h2d, bytes_d2h: u.bytes_d2h, switches: self.tenants.get(t).stat.switches }
     }
 
+    /// `gmem.events` of a tenant.
+    pub fn mem_events(&self, t: TenantId) -> mem_events::MemEvents {
+        self.mem_events.get(&t).map(|c| c.counts).unwrap_or_default()
+    }
+
     /// `gmem.pressure` of a tenant.
     pub fn pressure(&self, t: TenantId) -> Pressure {
         self.pressure.get(&t).copied().unwrap_or_default()
@@ -400,6 +408,7 @@ impl Arbiter {
 
 mod decide;
 pub mod event;
+pub mod mem_events;
 pub mod record;
 mod recovery;
 pub mod slot;
