@@ -12,7 +12,6 @@ import json
 import os
 import socket as _socket
 import struct
-import tempfile
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
@@ -40,18 +39,18 @@ class GmuxError(RuntimeError):
 
 
 def socket_path() -> str:
-    """The daemon's socket: ``$GMUX_SOCKET``, else the daemon this process joined under
-    ``gmux run`` (``$GMUX_DAEMON``), else the default of the ``gmux`` command."""
-    for var in ("GMUX_SOCKET", "GMUX_DAEMON"):
-        if os.environ.get(var):
-            return os.environ[var]
+    """The daemon's socket, as the ``gmux`` command finds it: ``$GMUX_SOCKET``, else
+    ``/run/gmux/gpu0.sock`` for root, ``$XDG_RUNTIME_DIR/gmux/gpu0.sock``, or
+    ``$TMPDIR/gmux-UID/gpu0.sock``."""
+    if os.environ.get("GMUX_SOCKET"):
+        return os.environ["GMUX_SOCKET"]
     uid = os.geteuid()
     if uid == 0:
         base = "/run/gmux"
     elif os.environ.get("XDG_RUNTIME_DIR"):
         base = os.path.join(os.environ["XDG_RUNTIME_DIR"], "gmux")
     else:
-        base = os.path.join(tempfile.gettempdir(), f"gmux-{uid}")
+        base = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"gmux-{uid}")
     return os.path.join(base, "gpu0.sock")
 
 
@@ -121,8 +120,9 @@ def tenants(socket: Optional[str] = None) -> List[Dict[str, Any]]:
 
 
 def get(tenant: str, knob: Optional[str] = None, socket: Optional[str] = None) -> Union[str, Dict[str, Any]]:
-    """A knob of ``tenant`` (its text, or an object for ``ggroup.stat`` and
-    ``gmem.pressure``), or all its knobs as a dict when ``knob`` is None."""
+    """A knob of ``tenant`` (its text, or an object for ``ggroup.stat``,
+    ``gmem.pressure`` and ``gmem.events``), or all its knobs as a dict when ``knob`` is
+    None."""
     req: Dict[str, Any] = {"op": "get", "tenant": tenant, "json": True}
     if knob is not None:
         req["knob"] = knob
@@ -138,7 +138,9 @@ def set(tenant: str, knob: str, value: Union[str, int], socket: Optional[str] = 
 
 def events(tenant: Optional[str] = None, socket: Optional[str] = None) -> Iterator[Event]:
     """The daemon's events as they happen (of ``tenant`` alone, if given): an endless
-    iterator of dicts with ``at``, ``event`` and ``tenant``."""
+    iterator of dicts with ``at``, ``event`` and ``tenant``, or, when this reader fell
+    behind and some were lost, ``at`` and ``lost`` (and ``count`` for the daemon's
+    owner and root)."""
     req: Dict[str, Any] = {"op": "events"}
     if tenant is not None:
         req["tenant"] = tenant

@@ -3,11 +3,13 @@
 //! waited, `full` the time all of them did; each is averaged over 10, 60 and 300 s and
 //! kept as a total (`gmem.pressure`).
 //!
-//! A process waits for memory while a launch of it brings its memory in (`prepare_ns` of
-//! its reports: waiting for a grant, planning and issuing the moves), while its agent
-//! holds its launches to map and fill memory (`launches_held_ns`), and while a command of
-//! it waits for memory beyond its grant (`blocked` in a report): from that report to the
-//! next. The averages decay
+//! A process waits for memory, while the daemon lets it run, as long as a launch of it
+//! brings its memory in (`prepare_ns` of its reports: waiting for a grant, planning and
+//! issuing the moves), its agent holds its launches to map and fill memory
+//! (`launches_held_ns`), or a command of it waits for memory beyond its grant (`blocked`
+//! in a report, from that report to the next). Waiting for its turn is not pressure. A
+//! report's stall longer than the time since the last decision is counted over the next
+//! decisions, so that frequent decisions do not hide it. The averages decay
 //! continuously, so that they are fresh at every decision rather than every 2 s as in
 //! Linux.
 
@@ -79,7 +81,9 @@ impl StallKind {
     }
 }
 
-/// A tenant's pressure: `some` and `full`.
+/// A tenant's pressure: `some` and `full`. With several processes, `some` is the most
+/// any of them waited and `full` the least: bounds of the time at least one, and all of
+/// them, waited.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Pressure {
     /// At least one of its processes waited for memory.
@@ -89,11 +93,12 @@ pub struct Pressure {
 }
 
 impl Pressure {
-    /// Takes the stalls of the tenant's processes over the last `dt`.
+    /// Takes the stalls of the tenant's processes over the last `dt` (none: it has no
+    /// process, and its averages decay).
     pub fn add(&mut self, stalls: &[Nanos], dt: Nanos) {
-        let Some(some) = stalls.iter().max() else { return };
+        let some = stalls.iter().max().copied().unwrap_or(0);
         let full = stalls.iter().min().copied().unwrap_or(0);
-        self.some.add(*some, dt);
+        self.some.add(some, dt);
         self.full.add(full, dt);
     }
 
@@ -115,23 +120,37 @@ impl Pressure {
     }
 }
 
-/// What a process had waited at the last decision: where its next stall is counted from.
+/// Most stall carried over to later decisions: a process cannot make its tenant's
+/// pressure stay high for longer than this after it stops waiting.
+const MAX_CARRY: Nanos = 10_000_000_000;
+
+/// What a process had waited at the last decision, and what of it is still to count.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StallMark {
     held_ns: u64,
     prepare_ns: u64,
     blocked: bool,
+    carry: Nanos,
 }
 
 impl StallMark {
-    /// The process's stall over the last `dt`, now that it reports `r`; the mark moves
-    /// to `r`. A counter that went back counts nothing.
-    pub fn stall(&mut self, r: &ShimReport, dt: Nanos) -> Nanos {
+    /// The process's stall over the last `dt`, now that it reports `r` and `running`
+    /// says whether the daemon lets it run; the mark moves to `r`. At most `dt` counts
+    /// now, the rest over the next decisions. A counter that went back counts nothing;
+    /// while it may not run, nothing counts.
+    pub fn stall(&mut self, r: &ShimReport, running: bool, dt: Nanos) -> Nanos {
         let held = r.launches_held_ns.saturating_sub(self.held_ns);
         let prepare = r.prepare_ns.saturating_sub(self.prepare_ns);
         let blocked = if self.blocked { dt } else { 0 };
-        *self = StallMark { held_ns: r.launches_held_ns.max(self.held_ns), prepare_ns: r.prepare_ns.max(self.prepare_ns), blocked: r.blocked > 0 };
-        held.saturating_add(prepare).saturating_add(blocked).min(dt)
+        let owed = if running { self.carry.saturating_add(held).saturating_add(prepare).saturating_add(blocked) } else { 0 };
+        let now = owed.min(dt);
+        *self = StallMark {
+            held_ns: r.launches_held_ns.max(self.held_ns),
+            prepare_ns: r.prepare_ns.max(self.prepare_ns),
+            blocked: r.blocked > 0,
+            carry: (owed - now).min(MAX_CARRY),
+        };
+        now
     }
 }
 
@@ -164,22 +183,47 @@ mod tests {
         let mut p = Pressure::default();
         p.add(&[10 * S, 2 * S], 10 * S);
         assert_eq!((p.some.total_ns, p.full.total_ns), (10 * S, 2 * S));
+        assert!(p.text().starts_with("some avg10=63.21 avg60=15.35 avg300=3.28 total=10000000\nfull avg10=12.64"), "{}", p.text());
         p.add(&[], S);
         assert_eq!(p.some.total_ns, 10 * S, "no process, nothing counted");
-        assert!(p.text().starts_with("some avg10=63.21 avg60=15.35 avg300=3.28 total=10000000\nfull avg10=12.64"), "{}", p.text());
     }
 
     #[test]
     fn a_process_stalls_while_its_launches_are_held_or_bring_memory_in_and_while_blocked() {
         let mut m = StallMark::default();
         let r = |held_ns, blocked| ShimReport { launches_held_ns: held_ns, blocked, ..Default::default() };
-        assert_eq!(m.stall(&r(5_000_000, 0), 20_000_000), 5_000_000);
-        assert_eq!(m.stall(&r(5_000_000, 1 << 20), 20_000_000), 0, "blocked from this report on");
-        assert_eq!(m.stall(&r(6_000_000, 0), 20_000_000), 20_000_000, "blocked the whole step, at most the step");
-        assert_eq!(m.stall(&r(1, 0), 20_000_000), 0, "a counter that went back counts nothing");
-        assert_eq!(m.stall(&r(7_000_000, 0), 20_000_000), 1_000_000, "and counts on from its highest");
+        assert_eq!(m.stall(&r(5_000_000, 0), true, 20_000_000), 5_000_000);
+        assert_eq!(m.stall(&r(5_000_000, 1 << 20), true, 20_000_000), 0, "blocked from this report on");
+        assert_eq!(m.stall(&r(5_000_000, 0), true, 20_000_000), 20_000_000, "blocked the whole step");
+        assert_eq!(m.stall(&r(1, 0), true, 20_000_000), 0, "a counter that went back counts nothing");
+        assert_eq!(m.stall(&r(7_000_000, 0), true, 20_000_000), 2_000_000, "and counts on from its highest");
         let launch = ShimReport { launches_held_ns: 7_000_000, prepare_ns: 3_000_000, ..Default::default() };
-        assert_eq!(m.stall(&launch, 20_000_000), 3_000_000, "a launch bringing its memory in stalls too");
+        assert_eq!(m.stall(&launch, true, 20_000_000), 3_000_000, "a launch bringing its memory in stalls too");
+    }
+
+    #[test]
+    fn a_stall_longer_than_the_time_between_decisions_is_counted_over_the_next_ones() {
+        let mut m = StallMark::default();
+        let held = |ns| ShimReport { launches_held_ns: ns, ..Default::default() };
+        // A report of 15 ms waited, with decisions every 5 ms (others' reports, `gmux ps`).
+        assert_eq!(m.stall(&held(15_000_000), true, 5_000_000), 5_000_000);
+        assert_eq!(m.stall(&held(15_000_000), true, 5_000_000), 5_000_000);
+        assert_eq!(m.stall(&held(15_000_000), true, 5_000_000), 5_000_000);
+        assert_eq!(m.stall(&held(15_000_000), true, 5_000_000), 0, "all 15 ms counted, once");
+    }
+
+    #[test]
+    fn waiting_for_a_turn_is_not_pressure_and_a_tenant_without_processes_decays() {
+        let mut m = StallMark::default();
+        let blocked = ShimReport { blocked: 1 << 20, launches_held_ns: 4_000_000, ..Default::default() };
+        assert_eq!(m.stall(&blocked, false, 20_000_000), 0, "paused: nothing counts");
+        assert_eq!(m.stall(&blocked, false, 20_000_000), 0);
+        assert_eq!(m.stall(&blocked, true, 20_000_000), 20_000_000, "running and still blocked");
+        let mut p = Pressure::default();
+        p.add(&[S], S);
+        let before = p.some.avg10;
+        p.add(&[], 10 * S);
+        assert!((p.some.avg10 - before / 1f64.exp()).abs() < 1e-9, "no process: it decays");
     }
 
     proptest! {

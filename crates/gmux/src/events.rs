@@ -27,7 +27,7 @@ pub struct EventsArgs {
 pub struct WatchArgs {
     /// The tenant to watch.
     pub tenant: String,
-    /// Tell when its gmem.pressure rises above this percentage (0 to 100).
+    /// Tell when its gmem.pressure rises above this percentage (above 0, below 100).
     #[arg(long, value_name = "PERCENT")]
     pub pressure_above: Option<f64>,
     /// Which pressure: some (a process waits for memory) or full (all of them do).

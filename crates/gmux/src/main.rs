@@ -115,8 +115,13 @@ fn main() -> ExitCode {
         Command::Stop => control(gmuxd::ctl::Request::Stop),
         Command::Bench(cmd) => bench::bench(&cmd),
         Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "gmux", &mut std::io::stdout());
-            Ok(())
+            let mut text = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "gmux", &mut text);
+            match std::io::Write::write_all(&mut std::io::stdout(), &text) {
+                // A reader that stops early (`| head`) is no failure.
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Failure::Runtime(format!("cannot write the completions: {e}"))),
+                _ => Ok(()),
+            }
         }
         Command::Man => match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
             // A reader that stops early (`| head`) is no failure.

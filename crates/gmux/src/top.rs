@@ -171,7 +171,8 @@ fn draw(f: &mut ratatui::Frame, s: &Screen, key: SortKey) {
     let [head, body, foot] = Layout::vertical([Constraint::Length(1), Constraint::Min(1), Constraint::Length(1)]).areas(f.area());
     f.render_widget(Paragraph::new(Line::from(format!("gmux top  {}", s.view.header()))), head);
     let cells = s.view.cells();
-    let widths: Vec<Constraint> = (0..cells[0].len()).map(|c| Constraint::Length(cells.iter().map(|r| r[c].len()).max().unwrap_or(0) as u16)).collect();
+    let widths: Vec<Constraint> =
+        (0..cells[0].len()).map(|c| Constraint::Length(cells.iter().map(|r| r[c].chars().count()).max().unwrap_or(0) as u16)).collect();
     let bold = Style::default().add_modifier(Modifier::BOLD);
     let rows = cells[1..].iter().map(|r| TableRow::new(r.iter().map(|c| Cell::from(c.as_str()))));
     let table = Table::new(rows, widths)

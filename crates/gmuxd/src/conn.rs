@@ -7,7 +7,7 @@ use super::log::say;
 use super::outbox;
 use super::server::{lock, Peer, Shared};
 use gmux_core::arbiter::event::{Event, Notice};
-use gmux_core::arbiter::{Hello, Sender, Silence};
+use gmux_core::arbiter::{Hello, Sender, Silence, MAX_NAME};
 use gmux_core::protocol::{FromShim, Refused};
 use gmux_core::size::format_size;
 use std::sync::atomic::Ordering;
@@ -203,7 +203,11 @@ async fn serve_tenant(s: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, wri
         Ok(held) => held,
         Err((why, mut write)) => {
             say(&format!("pid {} (uid {}) refused: {why}", who.pid, who.uid));
-            s.publish(Notice { uid: Some(who.uid), event: Event::Refused { tenant: hello.tenant.into(), pid: who.pid, why: why.clone() } });
+            if s.may_tell_refusal(who.uid) {
+                // The name as asked for, cut to what a name may be.
+                let tenant: String = hello.tenant.chars().filter(|c| !c.is_control()).take(MAX_NAME).collect();
+                s.publish(Notice { uid: Some(who.uid), event: Event::Refused { tenant, pid: who.pid, why: why.clone() } });
+            }
             return reply(&mut write, &Refused { refused: why }).await;
         }
     };

@@ -66,7 +66,7 @@ pub enum Trigger {
         kind: StallKind,
         /// 10, 60 or 300.
         window: u32,
-        /// Above 0, at most 100.
+        /// Above 0 and below 100.
         percent: f64,
     },
     /// Its `gmem.limit.high` falls below what it holds.
@@ -133,7 +133,7 @@ pub fn answer(d: &mut Arbiter, req: &Request, who: Peer, owner: u32) -> Reply {
     let find = |d: &Arbiter, name: &str| d.tenants.find(name).ok().filter(|t| may_read(d, *t));
     match req {
         Request::Ps { json } => {
-            let s = status(d, &|t| may_read(d, t));
+            let s = status(d, &|t| may_read(d, t), admin);
             Reply::ok(if *json { serde_json::to_string(&s).expect("serializable") } else { table(&s) })
         }
         Request::Get { tenant, knob, json } => {
@@ -370,8 +370,9 @@ mod tests {
         assert_eq!(s.tenants.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["mine"], "another user's tenant stays hidden");
         let t = &s.tenants[0];
         assert_eq!((t.uid, t.pids.as_slice(), t.limit_high, s.budget), (Some(2000), &[4242][..], Some(4 << 30), Some(16 << 30)));
+        assert_eq!(s.peak_held, None, "the daemon-wide peak would tell of the hidden tenant");
         let all: crate::status::Status = serde_json::from_str(&ask(&mut d, Request::Ps { json: true }, OWNER, 1).text).unwrap();
-        assert_eq!(all.tenants.len(), 2);
+        assert_eq!((all.tenants.len(), all.peak_held), (2, Some(0)));
         let get = ask(&mut d, Request::Get { tenant: "mine".into(), knob: None, json: true }, OWNER, 1);
         let v: serde_json::Value = serde_json::from_str(&get.text).unwrap();
         assert_eq!(v["gmem.limit.high"], "4294967296");

@@ -3,6 +3,7 @@
 //! every tenant's name and counters, as with any exporter: keep it on loopback or behind
 //! a firewall.
 
+use super::server::lock;
 use super::server::Shared;
 use super::status::{status, State, Status, TenantStatus};
 use crate::Failure;
@@ -14,9 +15,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use std::collections::HashSet;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
@@ -71,13 +73,15 @@ pub struct Metrics {
     gpu: String,
     owner: u32,
     switch_seconds: Family<TenantLabels, Histogram>,
+    /// The series of `switch_seconds`, so that those of tenants gone can be dropped.
+    switched: Mutex<HashSet<TenantLabels>>,
 }
 
 impl Metrics {
     /// Metrics of the daemon of GPU `gpu`, run by uid `owner`.
     pub fn new(gpu: &str, owner: u32) -> Metrics {
         let switch_seconds = Family::new_with_constructor(switch_histogram as fn() -> Histogram);
-        Metrics { gpu: gpu.into(), owner, switch_seconds }
+        Metrics { gpu: gpu.into(), owner, switch_seconds, switched: Mutex::new(HashSet::new()) }
     }
 
     fn labels(&self, tenant: &str, uid: Option<u32>) -> TenantLabels {
@@ -87,12 +91,23 @@ impl Metrics {
     /// Takes an event: a slot's end adds its switch time to the histogram.
     pub(crate) fn observe(&self, n: &Notice) {
         if let Event::SlotEnded { tenant, switch_ns, .. } = &n.event {
-            self.switch_seconds.get_or_create(&self.labels(tenant, n.uid)).observe(*switch_ns as f64 / 1e9);
+            let labels = self.labels(tenant, n.uid);
+            self.switch_seconds.get_or_create(&labels).observe(*switch_ns as f64 / 1e9);
+            lock(&self.switched).insert(labels);
         }
     }
 
-    /// The exposition of `s`: every series, in the Prometheus text format (0.0.4).
+    /// The exposition of `s`: every series, in the Prometheus text format (0.0.4). The
+    /// switch times of tenants no longer live are dropped.
     pub fn encode(&self, s: &Status) -> String {
+        let live: HashSet<TenantLabels> = s.tenants.iter().map(|t| self.labels(&t.name, t.uid)).collect();
+        lock(&self.switched).retain(|l| {
+            let keep = live.contains(l);
+            if !keep {
+                self.switch_seconds.remove(l);
+            }
+            keep
+        });
         let mut r = Registry::with_prefix("gmux");
         let gpu = GpuLabels { gpu: self.gpu.clone() };
         let daemon_gauge = |r: &mut Registry, name: &str, help: &str, v: Option<u64>| {
@@ -105,7 +120,7 @@ impl Metrics {
         daemon_gauge(&mut r, "budget_bytes", "GPU-memory budget shared by the tenants (absent: each process's free device memory)", s.budget);
         daemon_gauge(&mut r, "host_budget_bytes", "Host-tier budget for evicted memory (absent: unlimited)", s.host);
         daemon_gauge(&mut r, "held_bytes", "GPU memory all live tenants hold", Some(s.held));
-        daemon_gauge(&mut r, "peak_held_bytes", "Most GPU memory all processes held at once since the daemon started", Some(s.peak_held));
+        daemon_gauge(&mut r, "peak_held_bytes", "Most GPU memory all processes held at once since the daemon started", s.peak_held);
         daemon_gauge(&mut r, "swapped_bytes", "Memory all live tenants hold in host memory, evicted", Some(s.swapped));
         daemon_gauge(&mut r, "tenants", "Live tenants", Some(s.tenants.len() as u64));
 
@@ -223,7 +238,8 @@ pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener) {
 async fn answer(mut conn: tokio::net::TcpStream, shared: &Shared) -> std::io::Result<()> {
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+    // The head ends at an empty line (CRLF, or a bare LF from a lenient client).
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
         if head.len() > MAX_REQUEST {
             respond(&mut conn, "431 Request Header Fields Too Large", "text/plain", "request too large\n").await?;
             // What the client still sends is read and dropped (within the scrape's time):
@@ -237,14 +253,14 @@ async fn answer(mut conn: tokio::net::TcpStream, shared: &Shared) -> std::io::Re
         }
         head.extend_from_slice(&buf[..n]);
     }
-    let line = head.split(|b| *b == b'\r').next().unwrap_or_default();
+    let line = head.split(|b| *b == b'\r' || *b == b'\n').next().unwrap_or_default();
     let mut parts = line.split(|b| *b == b' ');
     let (method, target) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
     let path = target.split(|b| *b == b'?').next().unwrap_or_default();
     match (method, path) {
         (b"GET", b"/metrics") => {
             let Some(metrics) = shared.metrics.as_ref() else { return Ok(()) };
-            let s = status(&shared.lock(), &|_| true);
+            let s = status(&shared.lock(), &|_| true, true);
             respond(&mut conn, "200 OK", prometheus_text::CONTENT_TYPE, &metrics.encode(&s)).await
         }
         (b"GET", _) => respond(&mut conn, "404 Not Found", "text/plain", "gmuxd serves only /metrics\n").await,
@@ -295,7 +311,7 @@ mod tests {
             policy: "rr".into(),
             switch: Switch::Msched,
             held: 3 << 30,
-            peak_held: 4 << 30,
+            peak_held: Some(4 << 30),
             swapped: 5,
             slice_owner: None,
             tenants: vec![t],
@@ -334,7 +350,10 @@ mod tests {
             m.observe(&Notice { uid: Some(7), event });
         }
         m.observe(&Notice { uid: Some(7), event: Event::SwitchedIn { tenant: "a".into(), slice_ns: 1 } });
-        let text = m.encode(&one_tenant());
+        let mut s = one_tenant();
+        s.tenants[0].name = "a".into();
+        s.tenants[0].uid = Some(7);
+        let text = m.encode(&s);
         let l = r#"tenant="a",gpu="gpu0",uid="7""#;
         for want in [
             format!("gmux_tenant_switch_seconds_count{{{l}}} 2"),
@@ -345,6 +364,8 @@ mod tests {
         ] {
             assert!(text.lines().any(|x| x == want), "no line {want:?} in\n{text}");
         }
+        let gone = m.encode(&one_tenant());
+        assert!(!gone.contains("tenant=\"a\""), "a tenant no longer live keeps no series:\n{gone}");
     }
 
     #[test]

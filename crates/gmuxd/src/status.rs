@@ -20,11 +20,12 @@ pub struct Status {
     pub policy: String,
     /// How a time-sliced switch moves memory: msched or whole.
     pub switch: Switch,
-    /// GPU memory all live tenants hold now, in bytes.
+    /// GPU memory the live tenants listed hold now, in bytes.
     pub held: u64,
-    /// Most GPU memory all processes held at once since the daemon started, in bytes.
-    pub peak_held: u64,
-    /// Bytes the live tenants hold in host memory (evicted), against `host`.
+    /// Most GPU memory all processes held at once since the daemon started, in bytes
+    /// (only for the daemon's owner and root, who see every tenant).
+    pub peak_held: Option<u64>,
+    /// Bytes the live tenants listed hold in host memory (evicted), against `host`.
     pub swapped: u64,
     /// The tenant whose slot runs now, when time-sliced and readable by the asker.
     pub slice_owner: Option<String>,
@@ -104,8 +105,10 @@ pub struct TenantStatus {
     pub gmem_events: MemEvents,
 }
 
-/// The status of `d` with the tenants `visible` says the asker may read.
-pub fn status(d: &Arbiter, visible: &dyn Fn(TenantId) -> bool) -> Status {
+/// The status of `d` with the tenants `visible` says the asker may read; `everyone` when
+/// that is all of them (the daemon-wide peak is shown only then: totals never tell of a
+/// tenant the asker may not read).
+pub fn status(d: &Arbiter, visible: &dyn Fn(TenantId) -> bool, everyone: bool) -> Status {
     let live = d.live();
     let tenants: Vec<TenantStatus> = live.iter().copied().filter(|t| visible(*t)).map(|t| tenant(d, t)).collect();
     let owner = live.iter().copied().find(|t| d.running_now(*t) && visible(*t));
@@ -114,9 +117,9 @@ pub fn status(d: &Arbiter, visible: &dyn Fn(TenantId) -> bool) -> Status {
         host: d.settings.host,
         policy: d.policy_name().into(),
         switch: d.settings.switch,
-        held: live.iter().map(|t| d.usage(*t).held).fold(0, u64::saturating_add),
-        peak_held: d.peak_held,
-        swapped: live.iter().map(|t| d.usage(*t).swapped).fold(0, u64::saturating_add),
+        held: tenants.iter().map(|t| t.held).fold(0, u64::saturating_add),
+        peak_held: everyone.then_some(d.peak_held),
+        swapped: tenants.iter().map(|t| t.swapped).fold(0, u64::saturating_add),
         slice_owner: owner.filter(|_| d.slice_end().is_some()).map(|t| d.tenants.get(t).name.clone()),
         tenants,
     }
@@ -178,13 +181,13 @@ pub fn table(s: &Status) -> String {
             t.switches.to_string(),
         ]);
     }
-    let widths: Vec<usize> = (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
     let budget = format!(
-        "budget {}, policy {}, held {} (peak {}), swapped {} of host {}",
+        "budget {}, policy {}, held {}{}, swapped {} of host {}",
         s.budget.map_or("device".into(), format_size),
         s.policy,
         format_size(s.held),
-        format_size(s.peak_held),
+        s.peak_held.map_or(String::new(), |p| format!(" (peak {})", format_size(p))),
         format_size(s.swapped),
         s.host.map_or("unlimited".into(), format_size)
     );

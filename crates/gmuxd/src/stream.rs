@@ -5,7 +5,7 @@
 
 use super::conn::{reply, FIRST_LINE};
 use super::ctl::{self, Lost, Trigger};
-use super::server::{Peer, Shared, Stamped};
+use super::server::{lock, Peer, Shared, Stamped, Watch};
 use gmux_core::arbiter::event::Event;
 use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -56,9 +56,12 @@ pub(crate) async fn events(s: &Shared, mut reader: BufReader<OwnedReadHalf>, mut
     }
 }
 
+/// Events queued for a `gmux watch` client that has not read them: more are lost.
+const WATCH_QUEUE: usize = 16;
+
 /// Streams to a `gmux watch` client, until it hangs up, an event each time `trigger`
-/// fires on `tenant`: it is looked at after every decision of the daemon, and fires
-/// again only once its condition has been false in between.
+/// fires on `tenant`: the daemon looks at it after every decision, and it fires again
+/// only once its condition has been false in between ([`Shared::check_watches`]).
 pub(crate) async fn watch(s: &Shared, mut reader: BufReader<OwnedReadHalf>, mut write: OwnedWriteHalf, who: Peer, tenant: &str, trigger: Trigger) {
     if let Err(e) = trigger.check() {
         return reply(&mut write, &ctl::Reply::error(e)).await;
@@ -66,29 +69,20 @@ pub(crate) async fn watch(s: &Shared, mut reader: BufReader<OwnedReadHalf>, mut 
     if !readable(s, who, tenant) {
         return reply(&mut write, &ctl::Reply::error(format!("unknown tenant {tenant:?}: list tenants with `gmux ps`"))).await;
     }
-    let mut decided = s.decided.subscribe();
+    let (tx, mut fired) = tokio::sync::mpsc::channel(WATCH_QUEUE);
+    lock(&s.watches).push(Watch { tenant: tenant.into(), trigger, armed: true, tx });
+    s.wake.notify_one();
     reply(&mut write, &ctl::Reply { ok: true, text: String::new() }).await;
-    let mut armed = true;
     loop {
-        let fired = {
-            let d = s.lock();
-            let Ok(t) = d.tenants.find(tenant) else { return };
-            trigger.fires(tenant, &d.pressure(t), d.usage(t).held, d.tenants.get(t).limits.high)
-        };
-        match fired {
-            Some(event) if armed => {
-                armed = false;
-                let line = serde_json::to_string(&*stamped(event, None)).expect("serializable");
-                if !send(&mut write, &line).await {
-                    return;
-                }
-            }
-            Some(_) => {}
-            None => armed = true,
-        }
-        tokio::select! {
-            changed = decided.changed() => if changed.is_err() { return },
+        let line = tokio::select! {
+            e = fired.recv() => match e {
+                Some(e) => serde_json::to_string(&*e).expect("serializable"),
+                None => return,
+            },
             _ = reader.fill_buf() => return,
+        };
+        if !send(&mut write, &line).await {
+            return;
         }
     }
 }

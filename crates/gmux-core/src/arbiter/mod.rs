@@ -388,10 +388,14 @@ impl Arbiter {
         self.pressure_at = now;
         let mut stalls: BTreeMap<TenantId, Vec<Nanos>> = BTreeMap::new();
         for p in self.procs.values_mut() {
-            stalls.entry(p.tenant).or_default().push(p.stall.stall(&p.report, dt));
+            let running = p.sent.is_some_and(|g| g.run);
+            stalls.entry(p.tenant).or_default().push(p.stall.stall(&p.report, running, dt));
         }
-        for (t, s) in stalls {
-            self.pressure.entry(t).or_default().add(&s, dt);
+        for t in self.members.keys() {
+            self.pressure.entry(*t).or_default();
+        }
+        for (t, p) in &mut self.pressure {
+            p.add(stalls.get(t).map_or(&[][..], Vec::as_slice), dt);
         }
     }
 
@@ -413,7 +417,7 @@ pub mod record;
 mod recovery;
 pub mod slot;
 mod trust;
-pub use trust::{Hello, Sender};
+pub use trust::{Hello, Sender, MAX_NAME};
 
 #[cfg(test)]
 mod tests;

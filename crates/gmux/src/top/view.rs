@@ -101,10 +101,10 @@ impl View {
         let s = &self.status;
         let (i, o) = self.link();
         format!(
-            "budget {}  held {} (peak {})  swapped {} of host {}  link in {} out {}  slice {}  policy {}/{}",
+            "budget {}  held {}{}  swapped {} of host {}  link in {} out {}  slice {}  policy {}/{}",
             s.budget.map_or("device".into(), format_size),
             format_size(s.held),
-            format_size(s.peak_held),
+            s.peak_held.map_or(String::new(), |p| format!(" (peak {})", format_size(p))),
             format_size(s.swapped),
             s.host.map_or("unlimited".into(), format_size),
             per_second(Some(i)),
@@ -238,7 +238,7 @@ mod tests {
             policy: "rr".into(),
             switch: Switch::Msched,
             held: 0,
-            peak_held: 0,
+            peak_held: Some(0),
             swapped: 0,
             slice_owner: Some("a".into()),
             tenants,
