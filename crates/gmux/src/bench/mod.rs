@@ -2,6 +2,7 @@
 //! PyTorch programs in `gpu/`) and keep every process's log under `--out`; `daemon-scale`
 //! `daemon-fuzz` and `forecast` run on the CPU. Each prints a table and writes JSON.
 
+mod cooperate;
 mod forecast;
 mod fuzz;
 mod lab;
@@ -24,6 +25,9 @@ pub enum BenchCommand {
     Workloads(workloads::WorkloadsArgs),
     /// A real-time inference tenant beside a best-effort training tenant.
     Priority(priority::PriorityArgs),
+    /// A high-priority inference tenant beside a cache tenant that gives memory back on
+    /// gmux's swap events, against one that keeps it (Ghost's GhostAC in miniature).
+    Cooperate(cooperate::CooperateArgs),
     /// The daemon's decisions with many tenants (CPU only).
     DaemonScale(scale::ScaleArgs),
     /// A real daemon fed random and absurd messages over its socket (CPU only).
@@ -44,6 +48,7 @@ pub fn bench(cmd: &BenchCommand) -> Result<(), Failure> {
         BenchCommand::MschedMicro(a) => micro::run(a),
         BenchCommand::Workloads(a) => workloads::run(a),
         BenchCommand::Priority(a) => priority::run(a),
+        BenchCommand::Cooperate(a) => cooperate::run(a),
         BenchCommand::DaemonScale(a) => scale::run(a),
         BenchCommand::DaemonFuzz(a) => fuzz::run(a),
         BenchCommand::Forecast(a) => forecast::run(a),
