@@ -5,28 +5,28 @@ mod common;
 
 use common::daemon::*;
 use common::*;
+use gmuxd::ctl::{Request, Trigger};
 use std::io::BufRead;
 use std::process::{Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-/// `gmux events ARGS` on `d`, its lines arriving on the receiver.
-fn watch(d: &Daemon, args: &[&str]) -> (std::process::Child, Receiver<String>) {
-    let mut c =
-        Command::new(gmux_bin()).arg("events").args(args).env("GMUX_SOCKET", d.sb.socket()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let lines = std::io::BufReader::new(c.stdout.take().unwrap()).lines();
+/// The lines of streaming request `req` to `d` (what `gmux events --json` and `gmux watch
+/// --json` print), subscribed when this returns: the daemon has answered.
+fn stream(d: &Daemon, req: Request) -> Receiver<(Instant, String)> {
+    let lines = gmuxd::ctl::stream(&d.sb.socket(), &req).unwrap_or_else(|e| panic!("{req:?}: {}", e.message()));
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| _ = tx.send(l)));
-    (c, rx)
+    std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| _ = tx.send((Instant::now(), l))));
+    rx
 }
 
 /// Events until one satisfies `last`, within 20 s.
-fn until(rx: &Receiver<String>, what: &str, last: impl Fn(&serde_json::Value) -> bool) -> Vec<serde_json::Value> {
+fn until(rx: &Receiver<(Instant, String)>, what: &str, last: impl Fn(&serde_json::Value) -> bool) -> Vec<serde_json::Value> {
     let t0 = Instant::now();
     let mut seen = Vec::new();
     loop {
         let left = Duration::from_secs(20).saturating_sub(t0.elapsed());
-        let line = rx.recv_timeout(left).unwrap_or_else(|_| panic!("no {what} within 20 s; saw {seen:#?}"));
+        let (_, line) = rx.recv_timeout(left).unwrap_or_else(|_| panic!("no {what} within 20 s; saw {seen:#?}"));
         let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
         let done = last(&v);
         seen.push(v);
@@ -43,8 +43,7 @@ fn is(v: &serde_json::Value, event: &str, tenant: &str) -> bool {
 #[test]
 fn events_tell_joins_switches_slots_knobs_refusals_and_leaves() {
     let d = Daemon::start("events", &["--hbm", "48M", "--timeslice", "5ms", "--max-timeslice", "5ms"]);
-    let (mut all, rx) = watch(&d, &["--json"]);
-    std::thread::sleep(Duration::from_millis(300));
+    let rx = stream(&d, Request::Events { tenant: None });
     let forever = ["loop", "--buffers", "8", "--bytes", "4M", "--rounds", "1000000"];
     let mut a = d.tenant("a", &forever);
     let seen = until(&rx, "a's join", |v| is(v, "joined", "a"));
@@ -53,7 +52,7 @@ fn events_tell_joins_switches_slots_knobs_refusals_and_leaves() {
     let _b = d.tenant("b", &forever);
     until(&rx, "b's join", |v| is(v, "joined", "b"));
     // A tenant's events alone, once it exists.
-    let (mut only_b, rx_b) = watch(&d, &["--json", "--tenant", "b"]);
+    let rx_b = stream(&d, Request::Events { tenant: Some("b".into()) });
     // 2 x 32 MiB over 48 MiB: they take turns, and each slot's end says what it moved.
     let seen = until(&rx, "a slot of b that moved bytes", |v| is(v, "slot_ended", "b") && v["bytes_h2d"].as_u64().unwrap() > 0);
     assert!(seen.iter().any(|v| is(v, "switched_in", "a") && v["slice_ns"] == 5_000_000), "{seen:#?}");
@@ -81,10 +80,19 @@ fn events_tell_joins_switches_slots_knobs_refusals_and_leaves() {
     // The filtered watcher saw b's events and nobody else's.
     let b_seen = until(&rx_b, "b's slot end", |v| is(v, "slot_ended", "b"));
     assert!(b_seen.iter().all(|v| v["tenant"] == "b"), "{b_seen:#?}");
-    for c in [&mut all, &mut only_b] {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
+    // The command itself: the same lines as text, and its errors.
+    let (mut cli, cli_rx) = watch_cmd(&d, "events", &["--tenant", "b"]);
+    let t0 = Instant::now();
+    let text = loop {
+        // b alone runs without slots: a knob change makes an event, once subscribed.
+        assert!(d.ctl(&["set", "b", "compute.timeslice", "5ms"]).status.success());
+        if let Ok((_, text)) = cli_rx.recv_timeout(Duration::from_secs(1)) {
+            break text;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "gmux events printed nothing");
+    };
+    assert!(text.ends_with("Z b: compute.timeslice set to 5ms"), "{text}");
+    let _ = cli.kill();
     let human = d.ctl(&["events", "--count", "1", "--tenant", "nosuch"]);
     assert!(!human.status.success() && human.stderr.contains("unknown tenant \"nosuch\""), "{human:?}");
 }
@@ -100,8 +108,7 @@ fn a_watcher_hears_within_100_ms_that_its_limit_fell_below_what_it_holds_or_its_
     let d = Daemon::start("watch", &["--hbm", "64M"]);
     let _a = d.tenant("a", &["loop", "--buffers", "8", "--bytes", "4M", "--rounds", "1000000"]);
     d.wait_commands("a", 20);
-    let (mut below, rx) = watch_cmd(&d, &["a", "--limit-below-held", "--json"]);
-    std::thread::sleep(Duration::from_millis(300));
+    let rx = stream(&d, Request::Watch { tenant: "a".into(), trigger: Trigger::LimitBelowHeld });
     let mut latencies = Vec::new();
     for _ in 0..5 {
         assert!(d.ctl(&["set", "a", "gmem.limit.high", "max"]).status.success());
@@ -122,9 +129,8 @@ fn a_watcher_hears_within_100_ms_that_its_limit_fell_below_what_it_holds_or_its_
     latencies.sort();
     eprintln!("limit below held: heard after {latencies:?}");
     assert!(latencies[2] <= Duration::from_millis(100) && latencies[4] <= Duration::from_secs(1), "{latencies:?}");
-    let _ = below.kill();
     // Held at 8M, a 32M loop waits for memory most of the time.
-    let (mut pressed, rx) = watch_cmd(&d, &["a", "--pressure-above", "10", "--json"]);
+    let (mut pressed, rx) = watch_cmd(&d, "watch", &["a", "--pressure-above", "10", "--json"]);
     let (_, line) = rx.recv_timeout(Duration::from_secs(20)).expect("no pressure event within 20 s");
     let heard = std::time::SystemTime::now();
     let v: serde_json::Value = serde_json::from_str(&line).unwrap();
@@ -143,10 +149,9 @@ fn a_watcher_hears_within_100_ms_that_its_limit_fell_below_what_it_holds_or_its_
     assert!(!bad.status.success() && bad.stderr.contains("10, 60 or 300"), "{bad:?}");
 }
 
-/// `gmux watch ARGS` on `d`, its lines arriving on the receiver.
-fn watch_cmd(d: &Daemon, args: &[&str]) -> (std::process::Child, Receiver<(Instant, String)>) {
-    let mut c =
-        Command::new(gmux_bin()).arg("watch").args(args).env("GMUX_SOCKET", d.sb.socket()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().unwrap();
+/// `gmux SUB ARGS` (events or watch) on `d`, its lines arriving on the receiver.
+fn watch_cmd(d: &Daemon, sub: &str, args: &[&str]) -> (std::process::Child, Receiver<(Instant, String)>) {
+    let mut c = Command::new(gmux_bin()).arg(sub).args(args).env("GMUX_SOCKET", d.sb.socket()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().unwrap();
     let lines = std::io::BufReader::new(c.stdout.take().unwrap()).lines();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| _ = tx.send((Instant::now(), l))));
