@@ -178,6 +178,12 @@ impl Lab {
         self.args.out.join(name)
     }
 
+    /// A probe for [`measure_window`]: the first of `children` that has exited, with its
+    /// status.
+    pub fn first_exited(children: &mut [(String, Child)]) -> Option<String> {
+        children.iter_mut().find_map(|(name, c)| c.try_wait().ok().flatten().map(|st| format!("{name} ({st})")))
+    }
+
     /// Waits for `children` up to `limit`, killing the rest after it; returns the
     /// names of those that failed.
     pub fn wait_all(&self, children: Vec<(String, Child)>, limit: Duration) -> Vec<String> {
@@ -230,23 +236,36 @@ pub fn wait_joined(socket: &Path, tenant: &str, limit: Duration) -> bool {
 /// benchmark asks for more (`--settle` of `gpu/tenant.py`, whose default it is).
 pub const SETTLE_S: f64 = 1.0;
 
+/// Why a run's workloads did not all become ready.
+#[derive(Debug, PartialEq)]
+enum NotReady {
+    /// The time given for their setup passed.
+    Late,
+    /// This workload exited first (its name and exit status).
+    Exited(String),
+}
+
 /// Waits until `count` workloads have marked themselves ready in `folder` (see
-/// `--ready-dir` in `gpu/tenant.py`), at most `limit`; the UNIX time the last one did.
-fn ready_at(folder: &Path, count: usize, limit: Duration) -> Option<f64> {
+/// `--ready-dir` in `gpu/tenant.py`), at most `limit`, or until `exited` names one that
+/// has ended; the UNIX time the last one became ready.
+fn ready_at(folder: &Path, count: usize, limit: Duration, exited: &mut dyn FnMut() -> Option<String>) -> Result<f64, NotReady> {
     let t0 = Instant::now();
     while t0.elapsed() < limit {
+        if let Some(who) = exited() {
+            return Err(NotReady::Exited(who));
+        }
         let marks: Vec<f64> = std::fs::read_dir(folder)
-            .ok()?
+            .map_err(|_| NotReady::Late)?
             .flatten()
             .filter(|e| e.file_name().to_string_lossy().ends_with(".ready"))
             .filter_map(|e| e.metadata().ok()?.modified().ok()?.duration_since(UNIX_EPOCH).ok().map(|d| d.as_secs_f64()))
             .collect();
         if marks.len() >= count {
-            return marks.into_iter().reduce(f64::max);
+            return marks.into_iter().reduce(f64::max).ok_or(NotReady::Late);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    None
+    Err(NotReady::Late)
 }
 
 /// A run's measurement window.
@@ -263,13 +282,26 @@ pub struct Window {
 /// Measures window `w` once `count` workloads are ready in `ready` (at most `setup`): it
 /// opens at `w.start`, or `w.settle` seconds after the last became ready if later.
 /// Returns when it opened and `measure` at its start and end. `what` names the run in
-/// the message when some workload never became ready.
-pub fn measure_window<T>(ready: &Path, count: usize, setup: Duration, w: Window, what: &str, measure: impl Fn() -> T) -> (f64, T, T) {
+/// the message when some workload never became ready; `exited` names a workload that has
+/// ended, which stops the wait at once.
+pub fn measure_window<T>(
+    ready: &Path,
+    count: usize,
+    setup: Duration,
+    w: Window,
+    what: &str,
+    measure: impl Fn() -> T,
+    exited: &mut dyn FnMut() -> Option<String>,
+) -> (f64, T, T) {
     let (start, duration) = (w.start, w.duration);
-    let start = match ready_at(ready, count, setup) {
-        Some(last) => start.max(last + w.settle),
-        None => {
+    let start = match ready_at(ready, count, setup, exited) {
+        Ok(last) => start.max(last + w.settle),
+        Err(NotReady::Late) => {
             eprintln!("gmux bench: {what}: not every tenant finished its setup within {} s; see their logs", setup.as_secs());
+            start
+        }
+        Err(NotReady::Exited(who)) => {
+            eprintln!("gmux bench: {what}: tenant {who} exited before its setup was done; see its log");
             start
         }
     };

@@ -147,7 +147,8 @@ fn one_run(lab: &Lab, a: &MicroArgs, level: u32, gib: f64, system: &str) -> Resu
         d.as_ref().map_or((0, 0), |d| TENANTS.iter().map(|(n, _)| lab::stat(&d.socket, n)).fold((0, 0), |s, b| (s.0 + b.0, s.1 + b.1)))
     };
     let what = format!("level {level}%, {system}");
-    let (_, before, after) = lab::measure_window(&ready, TENANTS.len(), Duration::from_secs(300), window, &what, || bytes(&daemon));
+    let (_, before, after) =
+        lab::measure_window(&ready, TENANTS.len(), Duration::from_secs(300), window, &what, || bytes(&daemon), &mut || Lab::first_exited(&mut children));
     let mut failed = lab.wait_all(children, Duration::from_secs_f64(120.0 + a.lab.duration));
     drop(daemon);
     let mut units_per_s = HashMap::new();

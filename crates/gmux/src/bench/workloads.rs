@@ -216,7 +216,8 @@ fn one_run(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, system: &str, budg
         }
     }
     let bytes = |d: &Option<lab::Daemon>| d.as_ref().map(|d| tenants.iter().map(|(n, _)| lab::stat(&d.socket, n)).fold(0, |s, b| s + b.0 + b.1));
-    let (start, before, after) = lab::measure_window(&ready, tenants.len(), Duration::from_secs(600), window, &run, || bytes(&daemon));
+    let (start, before, after) =
+        lab::measure_window(&ready, tenants.len(), Duration::from_secs(600), window, &run, || bytes(&daemon), &mut || Lab::first_exited(&mut children));
     let mut failed = lab.wait_all(children, Duration::from_secs_f64(180.0 + a.lab.duration));
     drop(daemon);
     let mut row = Row {

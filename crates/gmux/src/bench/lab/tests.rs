@@ -32,7 +32,7 @@ fn the_window_opens_once_the_workloads_have_run_together_for_the_settle_time() {
     std::fs::write(ready.join("1.ready"), "").unwrap();
     let marked = std::fs::metadata(ready.join("1.ready")).unwrap().modified().unwrap().duration_since(super::UNIX_EPOCH).unwrap().as_secs_f64();
     let w = super::Window { start: marked - 100.0, settle: 0.3, duration: 0.05 };
-    let (opened, before, after) = super::measure_window(&ready, 1, std::time::Duration::from_secs(1), w, "test", super::unix_now);
+    let (opened, before, after) = super::measure_window(&ready, 1, std::time::Duration::from_secs(1), w, "test", super::unix_now, &mut || None);
     assert!((opened - (marked + 0.3)).abs() < 1e-6, "opened {opened}, the workload was ready at {marked}");
     assert!(before >= opened && after >= opened + 0.05, "measured at {before} and {after}");
     let args = super::window_args(w, &ready, 1, std::path::Path::new("r.json"));
@@ -62,4 +62,26 @@ fn a_python_without_torch_or_a_gpu_is_refused_with_the_fix() {
     let missing = msg(super::check_python("/nonexistent/python"));
     assert!(missing.contains("cannot run the interpreter") && missing.contains("--python PATH"), "{missing}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A workload that exits before it is ready ends the wait at once, instead of after the
+/// whole setup time.
+#[test]
+fn a_workload_that_exits_during_its_setup_ends_the_wait_at_once() {
+    let ready = std::env::temp_dir().join(format!("gmux-exited-{}", std::process::id()));
+    std::fs::create_dir_all(&ready).unwrap();
+    let mut asked = 0;
+    let mut exited = || {
+        asked += 1;
+        (asked >= 3).then(|| "lp (exit status: 1)".to_string())
+    };
+    let t0 = std::time::Instant::now();
+    let r = super::ready_at(&ready, 2, std::time::Duration::from_secs(60), &mut exited);
+    assert_eq!(r, Err(super::NotReady::Exited("lp (exit status: 1)".into())));
+    assert!(t0.elapsed() < std::time::Duration::from_secs(5), "waited {:?}", t0.elapsed());
+    let mut child = std::process::Command::new("sh").args(["-c", "exit 3"]).spawn().unwrap();
+    let _ = child.wait();
+    let mut children = vec![("hp".to_string(), child)];
+    assert_eq!(super::Lab::first_exited(&mut children).as_deref(), Some("hp (exit status: 3)"));
+    std::fs::remove_dir_all(&ready).unwrap();
 }
