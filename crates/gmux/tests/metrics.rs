@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 /// The address the daemon printed for its metrics.
 fn metrics_addr(d: &Daemon) -> String {
-    assert!(d.logs("metrics at http://"), "no metrics address in the log:\n{}", d.log());
+    // The whole line: the log may be read while it is being written.
+    assert!(d.logs("/metrics\n"), "no metrics address in the log:\n{}", d.log());
     let log = d.log();
     let url = log.split("metrics at http://").nth(1).unwrap();
     url.split("/metrics").next().unwrap().to_string()
@@ -77,6 +78,16 @@ fn metrics_are_valid_and_their_counters_are_ggroup_stat_to_the_byte() {
     let _b = d.tenant("b", &forever);
     d.wait_commands("a", 100);
     d.wait_commands("b", 100);
+    // Until each has been switched in twice and evicted by the other's need.
+    let swaps = |t: &str| {
+        let v: serde_json::Value = serde_json::from_str(&d.ctl(&["get", "--json", t, "gmem.events"]).stdout).unwrap_or_default();
+        v["gmem.events"]["swap"].as_u64().unwrap_or(0)
+    };
+    let t0 = Instant::now();
+    while !stats(&d).iter().all(|s| s["switches"].as_u64() >= Some(2) && s["bytes_d2h"].as_u64() > Some(0)) || swaps("a") == 0 || swaps("b") == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the tenants did not take turns: {:?}, swaps {} and {}", stats(&d), swaps("a"), swaps("b"));
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let (status, live) = http_get(&addr, "/metrics");
     assert_eq!(status, "HTTP/1.1 200 OK");
     promtool_check(&live);

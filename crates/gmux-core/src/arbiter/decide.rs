@@ -271,8 +271,10 @@ impl Arbiter {
     fn note_mem_events(&mut self, live: &[TenantId], caps: &[u64], usage: &HashMap<TenantId, ShimReport>, budget_full: bool) {
         for (t, cap) in live.iter().zip(caps) {
             let (u, k) = (&usage[t], self.tenants.get(*t));
-            let sight =
-                Sight { held: u.held, want: u.want, blocked: u.blocked, largest: u.largest, cap: *cap, low: k.limits.low, high: k.limits.high, budget_full };
+            // What it may hold: a process reports every 20 ms, and may have grown to its
+            // grant since its last report.
+            let held = self.procs_of(*t).map(|(_, p)| p.report.held.max(p.exposure)).fold(0, u64::saturating_add);
+            let sight = Sight { held, want: u.want, blocked: u.blocked, largest: u.largest, cap: *cap, low: k.limits.low, high: k.limits.high, budget_full };
             let began = self.mem_events.entry(*t).or_default().note(&sight);
             for counter in began {
                 self.notices.push(Notice { uid: k.owner, event: Event::Memory { tenant: k.name.clone(), counter } });

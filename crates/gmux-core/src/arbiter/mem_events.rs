@@ -19,7 +19,8 @@ pub enum MemEvent {
     Max,
     /// A command of it waited for memory while the budget was all given out.
     Oom,
-    /// The division gave it less than it held: others' need evicted it.
+    /// The division gave it less than it held, or had been granted: others' need evicted
+    /// it.
     Swap,
 }
 
@@ -86,7 +87,7 @@ impl MemEvents {
 /// What a tenant is and gets at one decision, as far as `gmem.events` looks.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Sight {
-    /// GPU memory it holds.
+    /// GPU memory it holds, or may hold: up to what it was granted since its last report.
     pub held: u64,
     /// What its next slice is forecast to use, or a waiting command needs, if more.
     pub want: u64,
