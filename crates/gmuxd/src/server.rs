@@ -4,12 +4,13 @@
 //! decisions themselves are [`Arbiter`]'s, under one lock that is never held across an
 //! await or a socket write.
 
-use super::ctl::Trigger;
 use super::journal::{self, Entry, Journal, Settings};
 use super::log::say;
 use super::metrics::{self, Metrics};
 use super::outbox::Outbox;
 use super::rundir;
+pub use super::stream::Stamped;
+use super::stream::{Watch, EVENTS_KEPT};
 use crate::Failure;
 use gmux_core::arbiter::event::{Event, Notice};
 use gmux_core::arbiter::Arbiter;
@@ -91,39 +92,7 @@ pub(crate) struct Shared {
     /// The `gmux watch` triggers, looked at after each decision.
     pub(crate) watches: Mutex<Vec<Watch>>,
     /// Refusals told to `gmux events` per uid in the current second, and when it began.
-    refusals_told: Mutex<HashMap<u32, (Instant, u32)>>,
-}
-
-/// Most refusals of one user's processes told to `gmux events` per second: a user who
-/// connects in a loop cannot push everyone else's events out of those kept.
-const REFUSALS_TOLD_PER_S: u32 = 10;
-
-/// A `gmux watch` connection's trigger on a tenant, and where its events go.
-pub(crate) struct Watch {
-    /// The tenant watched.
-    pub(crate) tenant: String,
-    /// What it waits for.
-    pub(crate) trigger: Trigger,
-    /// False from its firing until its condition has been false again.
-    pub(crate) armed: bool,
-    /// The connection's queue; a full one loses the event, a closed one ends the watch.
-    pub(crate) tx: tokio::sync::mpsc::Sender<Arc<Stamped>>,
-}
-
-/// Events kept for subscribers that have not read them yet.
-const EVENTS_KEPT: usize = 1024;
-
-/// An event with the time it happened and who may see it, as `gmux events` streams it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Stamped {
-    /// When, in RFC 3339 (UTC, milliseconds).
-    pub at: String,
-    /// What happened.
-    #[serde(flatten)]
-    pub event: Event,
-    /// Who may see it besides the daemon's owner and root.
-    #[serde(skip)]
-    pub uid: Option<u32>,
+    pub(crate) refusals_told: Mutex<HashMap<u32, (Instant, u32)>>,
 }
 
 /// Locks `m`, taking over from a holder that panicked.
@@ -164,43 +133,6 @@ impl Shared {
             self.publish(n);
         }
         self.check_watches(d);
-    }
-
-    /// Looks at every `gmux watch` trigger, under the lock the decision holds: one that
-    /// fires sends its event (a watcher whose queue is full loses it), one whose watcher
-    /// has gone is dropped.
-    fn check_watches(&self, d: &Arbiter) {
-        let mut watches = lock(&self.watches);
-        watches.retain(|w| !w.tx.is_closed());
-        for w in watches.iter_mut() {
-            let Ok(t) = d.tenants.find(&w.tenant) else { continue };
-            match w.trigger.fires(&w.tenant, &d.pressure(t), d.usage(t).held, d.tenants.get(t).limits.high) {
-                Some(event) if w.armed => {
-                    w.armed = false;
-                    let _ = w.tx.try_send(super::stream::stamped(event, None));
-                }
-                Some(_) => {}
-                None => w.armed = true,
-            }
-        }
-    }
-
-    /// Whether a refusal of a process of `uid` may be told to `gmux events` now
-    /// ([`REFUSALS_TOLD_PER_S`]).
-    pub(crate) fn may_tell_refusal(&self, uid: u32) -> bool {
-        let mut told = lock(&self.refusals_told);
-        told.retain(|_, (since, _)| since.elapsed() < Duration::from_secs(1));
-        let (_, n) = told.entry(uid).or_insert((Instant::now(), 0));
-        *n += 1;
-        *n <= REFUSALS_TOLD_PER_S
-    }
-
-    /// Tells `n` to `/metrics` and to the subscribers of `gmux events` (none may be).
-    pub(crate) fn publish(&self, n: Notice) {
-        if let Some(m) = &self.metrics {
-            m.observe(&n);
-        }
-        let _ = self.events.send(super::stream::stamped(n.event, n.uid));
     }
 
     /// Appends the state's new journal entries, or rewrites the journal whole once it has
