@@ -299,13 +299,13 @@ fn take_over(jpath: &Path, mut settings: Settings, resume: bool) -> Result<(Arbi
 /// The line that says the daemon serves, and how.
 fn announce(path: &Path, d: &Arbiter) {
     eprintln!(
-        "gmuxd: serving {} (pid {}): budget {}, host {}, policy {}, switch {:?}, slices stretched up to {} ms{}{}",
+        "gmuxd: serving {} (pid {}): budget {}, host {}, policy {}, switch {}, slices stretched up to {} ms{}{}",
         path.display(),
         std::process::id(),
         d.settings.hbm.map_or("device".into(), format_size),
         d.settings.host.map_or("unlimited".into(), format_size),
         d.policy_name(),
-        d.settings.switch,
+        d.settings.switch.name(),
         d.settings.max_timeslice / 1_000_000,
         if d.settings.always_slice { ", time-sliced even when all fit" } else { "" },
         if d.recovering() {

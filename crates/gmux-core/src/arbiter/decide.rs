@@ -66,7 +66,7 @@ impl Arbiter {
     /// reports so. So the caps all processes may have applied never add up past the budget.
     /// While a previous daemon's processes may still hold memory unseen, nobody grows.
     fn within_reach(&self, live: &[TenantId], caps: &[u64], order: &HashMap<TenantId, u64>, hbm: u64) -> Vec<Vec<(u64, u64)>> {
-        let reserve = |conn: &u64| self.procs.get(conn).map_or(0, |p| p.report.held.max(p.exposure));
+        let reserve = |conn: &u64| self.procs.get(conn).map_or(0, Proc::may_hold);
         let reserved = self.procs.keys().map(reserve).fold(0, u64::saturating_add);
         let mut free = if self.recovering() { 0 } else { hbm.saturating_sub(reserved) };
         let mut now: Vec<Vec<(u64, u64)>> = live.iter().zip(caps).map(|(t, cap)| self.split(*t, *cap)).collect();
@@ -273,7 +273,7 @@ impl Arbiter {
             let (u, k) = (&usage[t], self.tenants.get(*t));
             // What it may hold: a process reports every 20 ms, and may have grown to its
             // grant since its last report.
-            let held = self.procs_of(*t).map(|(_, p)| p.report.held.max(p.exposure)).fold(0, u64::saturating_add);
+            let held = self.procs_of(*t).map(|(_, p)| p.may_hold()).fold(0, u64::saturating_add);
             let sight = Sight { held, want: u.want, blocked: u.blocked, largest: u.largest, cap: *cap, low: k.limits.low, high: k.limits.high, budget_full };
             let began = self.mem_events.entry(*t).or_default().note(&sight);
             for counter in began {

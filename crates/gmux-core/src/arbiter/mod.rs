@@ -29,6 +29,14 @@ pub enum Switch {
 }
 
 impl Switch {
+    /// Its name, as `--switch` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Switch::Msched => "msched",
+            Switch::Whole => "whole",
+        }
+    }
+
     /// Parses `msched` or `whole`.
     pub fn parse(s: &str) -> Result<Switch, String> {
         match s {
@@ -82,6 +90,13 @@ pub struct Proc {
     pub first_seq: u64,
     /// What it had waited for memory at the last decision ([`crate::pressure`]).
     pub stall: StallMark,
+}
+
+impl Proc {
+    /// What it may be holding: what it reported, or up to [`Proc::exposure`] if more.
+    pub fn may_hold(&self) -> u64 {
+        self.report.held.max(self.exposure)
+    }
 }
 
 /// Counters of a tenant's processes that have exited.
@@ -286,7 +301,7 @@ impl Arbiter {
     /// the largest cap sent to it since the newest one it has applied (the cap a shim
     /// applies lags the newest sent), added up.
     pub fn exposure(&self) -> u64 {
-        self.procs.values().map(|p| p.report.held.max(p.exposure).max(p.sent.map_or(0, |g| g.cap))).fold(0, u64::saturating_add)
+        self.procs.values().map(|p| p.may_hold().max(p.sent.map_or(0, |g| g.cap))).fold(0, u64::saturating_add)
     }
 
     /// Bytes of GPU memory the process on `conn` last reported holding.

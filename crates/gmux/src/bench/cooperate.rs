@@ -9,6 +9,7 @@
 use super::lab::{self, Lab, LabArgs};
 use crate::Failure;
 use serde::Serialize;
+use std::path::Path;
 use std::time::Duration;
 
 /// Arguments of `gmux bench cooperate`.
@@ -95,20 +96,19 @@ fn one_run(lab: &Lab, a: &CooperateArgs, run: &str, lp: Option<bool>) -> Result<
     let name = format!("coop-{run}");
     let daemon = lab.daemon(&name, &["--hbm".into(), a.budget.clone(), "--policy".into(), "priority".into()])?;
     let start = lab::unix_now() + a.lab.warmup;
-    let window =
-        |out: &str| vec!["--start-at".to_string(), format!("{start:.3}"), "--duration".into(), a.lab.duration.to_string(), "--out".into(), out.to_string()];
+    let window = |out: &Path| lab::fixed_window(start, a.lab.duration, out);
     let hp_out = lab.file(&format!("{name}.hp.json"));
     let lp_out = lab.file(&format!("{name}.lp.json"));
     let _ = (std::fs::remove_file(&hp_out), std::fs::remove_file(&lp_out));
     let mut hp_args = vec!["--rate".to_string(), a.rate.to_string(), "--batch".into(), a.hp_batch.to_string()];
-    hp_args.extend(window(&hp_out.display().to_string()));
+    hp_args.extend(window(&hp_out));
     let mut children = vec![("hp".to_string(), lab.tenant("hp", &name, Some(&daemon.socket), None, 1, "rt_infer.py", &hp_args)?)];
     if let Some(cooperate) = lp {
         let mut lp_args = vec!["--pool-gib".to_string(), a.pool_gib.to_string()];
         if cooperate {
             lp_args.push("--cooperate".into());
         }
-        lp_args.extend(window(&lp_out.display().to_string()));
+        lp_args.extend(window(&lp_out));
         children.push(("lp".to_string(), lab.tenant("lp", &name, Some(&daemon.socket), None, 0, "lp_cache.py", &lp_args)?));
     }
     let failed = lab.wait_all(children, Duration::from_secs_f64(180.0 + a.lab.duration));

@@ -311,6 +311,12 @@ pub fn measure_window<T>(
     (start, before, measure())
 }
 
+/// The arguments of a workload's window (`window_args` of `gpu/tenant.py`) that opens at
+/// UNIX time `start` for `duration` seconds, with the JSON report to `out`.
+pub fn fixed_window(start: f64, duration: f64, out: &Path) -> Vec<String> {
+    vec!["--start-at".into(), format!("{start:.3}"), "--duration".into(), duration.to_string(), "--out".into(), out.display().to_string()]
+}
+
 /// The arguments of `gpu/tenant.py`'s window (`window_args` there) for window `w`, once
 /// `count` workloads are ready in `ready`; the JSON report goes to `report`.
 pub fn window_args(w: Window, ready: &Path, count: usize, report: &Path) -> Vec<String> {

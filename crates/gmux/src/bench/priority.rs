@@ -7,6 +7,7 @@
 use super::lab::{self, Lab, LabArgs};
 use crate::Failure;
 use serde::Serialize;
+use std::path::Path;
 use std::time::Duration;
 
 /// Arguments of `gmux bench priority`.
@@ -76,19 +77,18 @@ pub fn run(a: &PriorityArgs) -> Result<(), Failure> {
 fn one_run(lab: &Lab, a: &PriorityArgs, run: &str, policy: &str, with_be: bool) -> Result<Row, Failure> {
     let daemon = lab.daemon(&format!("prio-{run}"), &["--hbm".into(), a.budget.clone(), "--policy".into(), policy.into()])?;
     let start = lab::unix_now() + a.lab.warmup;
-    let window =
-        |out: &str| vec!["--start-at".to_string(), format!("{start:.3}"), "--duration".into(), a.lab.duration.to_string(), "--out".into(), out.to_string()];
+    let window = |out: &Path| lab::fixed_window(start, a.lab.duration, out);
     let rt_out = lab.file(&format!("prio-{run}.rt.json"));
     let be_out = lab.file(&format!("prio-{run}.be.json"));
     let _ = (std::fs::remove_file(&rt_out), std::fs::remove_file(&be_out));
     let mut rt_args = vec!["--rate".to_string(), a.rate.to_string(), "--batch".into(), a.rt_batch.to_string()];
-    rt_args.extend(window(&rt_out.display().to_string()));
+    rt_args.extend(window(&rt_out));
     let run_name = format!("prio-{run}");
     let rt_class = i32::from(policy == "priority");
     let mut children = vec![("rt".to_string(), lab.tenant("rt", &run_name, Some(&daemon.socket), None, rt_class, "rt_infer.py", &rt_args)?)];
     if with_be {
         let mut be_args = vec!["--batch".to_string(), a.be_batch.to_string(), "--extra-gib".into(), a.be_extra_gib.to_string()];
-        be_args.extend(window(&be_out.display().to_string()));
+        be_args.extend(window(&be_out));
         children.push(("be".to_string(), lab.tenant("be", &run_name, Some(&daemon.socket), None, 0, "be_train.py", &be_args)?));
     }
     let failed = lab.wait_all(children, Duration::from_secs_f64(180.0 + a.lab.duration));

@@ -111,7 +111,7 @@ impl View {
             per_second(Some(o)),
             s.slice_owner.as_deref().unwrap_or("-"),
             s.policy,
-            serde_json::to_value(s.switch).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+            s.switch.name()
         )
     }
 
