@@ -41,10 +41,11 @@ impl Arbiter {
         let Some(hbm) = self.settings.hbm else {
             // No budget: each process is bounded by its high limit and its device.
             caps = live.iter().map(high).collect();
-            self.note_mem_events(&live, &caps, &usage, false);
+            self.note_mem_events(&live, &caps, &caps, &usage, None);
             let each: Vec<Vec<(u64, u64)>> = live.iter().zip(&caps).map(|(t, cap)| self.split(*t, *cap)).collect();
             return self.grants(&live, &caps, &each, &caps, &runs, concurrent, &usage);
         };
+        let claimed = caps.clone();
         // What nobody wants is shared by the tenants that run (up to their high limits).
         let left = hbm.saturating_sub(caps.iter().fold(0, |a, c| a.saturating_add(*c)));
         let takers: Vec<usize> = (0..live.len()).filter(|&i| runs[&live[i]] && high(&live[i]) > caps[i]).collect();
@@ -52,8 +53,7 @@ impl Arbiter {
             caps[i] = (caps[i] + left / takers.len() as u64 / CHUNK_BYTES * CHUNK_BYTES).min(high(&live[i]));
         }
         let most: Vec<u64> = live.iter().map(|t| hbm.min(high(t))).collect();
-        let full = caps.iter().fold(0u64, |a, c| a.saturating_add(*c)) >= hbm;
-        self.note_mem_events(&live, &caps, &usage, full);
+        self.note_mem_events(&live, &caps, &claimed, &usage, Some(hbm));
         let now_caps = self.within_reach(&live, &caps, &order, hbm);
         self.grants(&live, &caps, &now_caps, &most, &runs, concurrent, &usage)
     }
@@ -267,14 +267,29 @@ impl Arbiter {
     }
 
     /// Counts in `gmem.events` the conditions that began for the tenants `live`, given
-    /// `caps`, and tells them to watchers.
-    fn note_mem_events(&mut self, live: &[TenantId], caps: &[u64], usage: &HashMap<TenantId, ShimReport>, budget_full: bool) {
-        for (t, cap) in live.iter().zip(caps) {
+    /// their `caps` and `claimed` (the caps before spare memory was shared out) of a
+    /// budget `hbm`, and tells them to watchers.
+    fn note_mem_events(&mut self, live: &[TenantId], caps: &[u64], claimed: &[u64], usage: &HashMap<TenantId, ShimReport>, hbm: Option<u64>) {
+        let sum = |v: &[u64]| v.iter().fold(0u64, |a, c| a.saturating_add(*c));
+        let budget = hbm.unwrap_or(u64::MAX);
+        let (given, claims) = (sum(caps), sum(claimed));
+        for ((t, cap), claim) in live.iter().zip(caps).zip(claimed) {
             let (u, k) = (&usage[t], self.tenants.get(*t));
             // What it may hold: a process reports every 20 ms, and may have grown to its
-            // grant since its last report.
-            let held = self.procs_of(*t).map(|(_, p)| p.may_hold()).fold(0, u64::saturating_add);
-            let sight = Sight { held, want: u.want, blocked: u.blocked, largest: u.largest, cap: *cap, low: k.limits.low, high: k.limits.high, budget_full };
+            // grant since its last report, but not past its allocations.
+            let held = self.procs_of(*t).map(|(_, p)| p.may_occupy()).fold(0, u64::saturating_add);
+            let sight = Sight {
+                held,
+                want: u.want,
+                blocked: u.blocked,
+                largest: u.largest,
+                cap: *cap,
+                low: k.limits.low,
+                high: k.limits.high,
+                budget_full: hbm.is_some() && given >= budget,
+                others: claims - claim,
+                budget,
+            };
             let began = self.mem_events.entry(*t).or_default().note(&sight);
             for counter in began {
                 self.notices.push(Notice { uid: k.owner, event: Event::Memory { tenant: k.name.clone(), counter } });

@@ -19,8 +19,10 @@ pub enum MemEvent {
     Max,
     /// A command of it waited for memory while the budget was all given out.
     Oom,
-    /// The division gave it less than it held, or had been granted: others' need evicted
-    /// it.
+    /// The division gave it less than it held (or may have grown to under its last
+    /// grant, up to what it allocated), taking memory it will use or that others claim:
+    /// others' need evicted it. Memory it holds beyond its forecast that nobody claims
+    /// is trimmed without a count.
     Swap,
 }
 
@@ -103,6 +105,11 @@ pub struct Sight {
     pub high: Option<u64>,
     /// The budget is all given out.
     pub budget_full: bool,
+    /// What the division gives the other tenants before spare memory is shared out:
+    /// their claims.
+    pub others: u64,
+    /// The budget (`u64::MAX`: none).
+    pub budget: u64,
 }
 
 impl Sight {
@@ -113,7 +120,7 @@ impl Sight {
             MemEvent::High => self.high.is_some_and(|h| self.want > h),
             MemEvent::Max => self.high.is_some_and(|h| self.largest > h),
             MemEvent::Oom => self.blocked > 0 && self.budget_full,
-            MemEvent::Swap => self.cap < self.held,
+            MemEvent::Swap => self.cap < self.held && (self.cap < self.want || self.held.saturating_add(self.others) > self.budget),
         }
     }
 }
@@ -162,6 +169,20 @@ mod tests {
         assert_eq!(c.note(&squeezed), [MemEvent::Low, MemEvent::Oom, MemEvent::Swap]);
         assert_eq!(c.counts, MemEvents { low: 1, high: 2, max: 1, oom: 1, swap: 1 });
         assert_eq!(c.counts.text(), "low 1\nhigh 2\nmax 1\noom 1\nswap 1");
+    }
+
+    #[test]
+    fn swap_counts_memory_it_will_use_or_others_claim_not_a_trim_nobody_needs() {
+        let mut c = Counter::default();
+        let b = 8 * M;
+        // It holds 3 MiB, its forecast needs 2, and the others claim 4 of the 8 MiB budget.
+        let trimmed = Sight { held: 3 * M, want: 2 * M, cap: 2 * M, others: 4 * M, budget: b, ..Default::default() };
+        assert!(c.note(&trimmed).is_empty(), "a trim to its forecast, with room to spare");
+        assert_eq!(c.note(&Sight { others: 6 * M, ..trimmed }), [MemEvent::Swap], "the others claim what it gave up");
+        c.note(&trimmed);
+        assert_eq!(c.note(&Sight { cap: M, ..trimmed }), [MemEvent::Swap], "below its forecast");
+        c.note(&trimmed);
+        assert!(c.note(&Sight { cap: 3 * M, ..trimmed }).is_empty(), "nothing taken");
     }
 
     #[test]

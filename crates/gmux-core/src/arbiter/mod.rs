@@ -97,6 +97,13 @@ impl Proc {
     pub fn may_hold(&self) -> u64 {
         self.report.held.max(self.exposure)
     }
+
+    /// What it may be holding of its own allocations: as [`Proc::may_hold`], but never
+    /// more than it reported allocated. A grant larger than its memory is not memory
+    /// it holds, so a smaller one later takes nothing from it.
+    pub fn may_occupy(&self) -> u64 {
+        self.report.held.max(self.exposure.min(self.report.allocated))
+    }
 }
 
 /// Counters of a tenant's processes that have exited.

@@ -322,3 +322,37 @@ fn slices_are_stretched_alike_to_amortize_the_switches_of_the_tenants_taking_tur
         assert_eq!(said, t0_next > 100 * MS, "{:?}", d.events);
     }
 }
+
+#[test]
+fn swap_counts_memory_taken_from_a_tenant_not_a_grant_smaller_than_its_last() {
+    let mut d = Arbiter::new(Some(8 * G), None, Policy::Priority, Switch::Msched);
+    d.join(1, 101, "be", 0);
+    let be = TenantId(0);
+    rep(&mut d, 1, busy(8 * G, 8 * G));
+    assert_eq!(grants(&mut d, 0)[&1].cap, 8 * G);
+    // It frees its cache: its last grant is 8 GiB, its memory 64 MiB. A real-time
+    // tenant comes, and the division gives it the rest.
+    let small = ShimReport { allocated: 64 << 20, ..busy(64 << 20, 64 << 20) };
+    rep(&mut d, 1, small);
+    d.join(0, 100, "rt", 1);
+    rep(&mut d, 0, busy(0, 3 * G));
+    grants(&mut d, MS);
+    rep(&mut d, 1, small);
+    let g = grants(&mut d, 2 * MS);
+    assert_eq!((g[&0].cap, g[&1].cap), (8 * G - (64 << 20), 64 << 20));
+    assert_eq!(d.mem_events(be).swap, 0, "a grant below its last took none of its 64 MiB");
+    // The real-time tenant idles, and the other allocates again and is granted 5 GiB.
+    let idle = ShimReport { busy: false, ..busy(3 * G, 3 * G) };
+    let grown = ShimReport { allocated: 8 * G, ..busy(G, 8 * G) };
+    rep(&mut d, 0, idle);
+    rep(&mut d, 1, grown);
+    grants(&mut d, 3 * MS);
+    rep(&mut d, 0, idle);
+    assert_eq!(grants(&mut d, 4 * MS)[&1].cap, 5 * G);
+    // Its last report says 1 GiB held, but it may have grown to its 5 GiB since: when the
+    // real-time tenant's need leaves it 2 GiB, that is memory taken from it.
+    rep(&mut d, 1, grown);
+    rep(&mut d, 0, busy(3 * G, 6 * G));
+    assert_eq!(grants(&mut d, 5 * MS)[&1].cap, 2 * G);
+    assert_eq!(d.mem_events(be).swap, 1, "up to its 5 GiB grant may have been in");
+}
