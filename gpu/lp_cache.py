@@ -1,7 +1,7 @@
 """Low-priority tenant with a cache it can give back: a KV-cache-like pool of tensors,
 and steps that each read one block of it, as fast as it is let run.
 
-    lp_cache.py --duration 30 [--pool-gib 12] [--block-mib 64] [--cooperate] [--start-at T] [--out F]
+    lp_cache.py --duration 30 [--pool-gib 12] [--block-mib 64] [--cooperate [--regrow-after 10]] [--start-at T] [--out F]
     lp_cache.py --duration 3 --warmup 1 --pool-gib 0.05 --block-mib 4 --device cpu   # dry run
 
 Each step is a matmul of a 1024x1024 float32 matrix with 1024 rows of one pool block
@@ -13,8 +13,9 @@ With --cooperate it watches its own tenant's events through the gmux Python modu
 (`python/` of this repository): each time the daemon begins giving it less than it holds
 (`gmem.events` swap, someone else needs the memory), it drops half its pool and runs
 torch.cuda.empty_cache(), so that the memory goes back without being copied out. After
-2 s without such an event it grows back by one block per second. Without --cooperate it
-keeps its whole pool, and gmux evicts what the others need.
+--regrow-after seconds (10) without such an event it grows back by one block per second
+(each growth is an allocation, counted as grows). Without --cooperate it keeps its whole
+pool, and gmux evicts what the others need.
 """
 
 import argparse
@@ -30,18 +31,18 @@ import torch  # noqa: E402
 
 import torch_check as tc  # noqa: E402
 
-REGROW_AFTER_S = 2.0
-
 
 class Pool:
     """The blocks; the event thread asks it to shrink, the main loop does it."""
 
-    def __init__(self, blocks, block_numel):
+    def __init__(self, blocks, block_numel, regrow_after):
         self.block_numel = block_numel
+        self.regrow_after = regrow_after
         self.full = blocks
         self.blocks = [torch.zeros(block_numel, device=tc.DEVICE) for _ in range(blocks)]
         self.smallest = blocks
         self.shrinks = 0
+        self.grows = 0
         self.asked = threading.Event()
         self.last_ask = 0.0
         self.grown_at = 0.0
@@ -62,8 +63,9 @@ class Pool:
             self.shrinks += 1
             self.smallest = min(self.smallest, len(self.blocks))
             self.grown_at = now
-        elif len(self.blocks) < self.full and now - self.last_ask > REGROW_AFTER_S and now - self.grown_at >= 1.0:
+        elif len(self.blocks) < self.full and now - self.last_ask > self.regrow_after and now - self.grown_at >= 1.0:
             self.blocks.append(torch.zeros(self.block_numel, device=tc.DEVICE))
+            self.grows += 1
             self.grown_at = now
 
 
@@ -89,6 +91,7 @@ def main():
     p.add_argument("--pool-gib", type=float, default=12.0, help="the cache, GiB")
     p.add_argument("--block-mib", type=int, default=64, help="one block of it, MiB")
     p.add_argument("--cooperate", action="store_true", help="give blocks back on gmux swap events")
+    p.add_argument("--regrow-after", type=float, default=10.0, help="seconds without an event before growing back")
     window_args(p)
     a = p.parse_args()
     window = Window(a)
@@ -102,7 +105,7 @@ def main():
     steps, done = 0, 0
     with window.setup():
         window.check()
-        pool = Pool(blocks, block_numel)
+        pool = Pool(blocks, block_numel, a.regrow_after)
         w = torch.randn(1024, 1024, device=tc.DEVICE)
         if a.cooperate:
             # The tenant exists once the first CUDA call has registered this process.
@@ -131,6 +134,7 @@ def main():
     report["smallest_blocks"] = pool.smallest
     report["final_blocks"] = len(pool.blocks)
     report["shrinks"] = pool.shrinks
+    report["grows"] = pool.grows
     footprint(report)
     report.emit(a.out)
     return 0

@@ -1,6 +1,6 @@
 """Real-time tenant: ResNet-50 inference at a fixed request rate, open loop.
 
-    rt_infer.py --duration 30 [--rate 40] [--batch 8] [--start-at T] [--out F]
+    rt_infer.py --duration 30 [--rate 40] [--batch 8] [--kv-gib 0] [--start-at T] [--out F]
     rt_infer.py --duration 3 --rate 2 --batch 1 --device cpu   # dry run without a GPU
 
 Requests are due every 1/rate seconds on a grid anchored at the window's start (requests
@@ -12,6 +12,10 @@ are reported: requests, p50_ms, p90_ms, p99_ms, max_ms, mean_ms, and late (start
 than one period after due). missed counts the requests due in [start_at, start_at + duration)
 that did not complete inside the window. Model from torch_check.resnet50 (needs torchvision, random
 weights); eval mode, cudnn.benchmark off, TF32 off.
+
+With --kv-gib G the tenant also keeps a G GiB pool, as a server keeps its KV cache, and
+each request reads all of it after the forward pass: a working set of the model and the
+pool, which others' memory use can push out between requests.
 """
 
 import argparse
@@ -33,10 +37,11 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--rate", type=float, default=40.0, help="requests per second")
     p.add_argument("--batch", type=int, default=8, help="images per request")
+    p.add_argument("--kv-gib", type=float, default=0.0, help="a pool each request reads, GiB")
     window_args(p)
     a = p.parse_args()
     window = Window(a)
-    report = Report(model="resnet50", batch=a.batch, rate=a.rate)
+    report = Report(model="resnet50", batch=a.batch, rate=a.rate, kv_gib=a.kv_gib)
     if not open_device(a, report):
         return 1
     torch.backends.cudnn.benchmark = False
@@ -50,8 +55,15 @@ def main():
             model = tc.resnet50()  # seeded, eval mode, on tc.DEVICE
             g = torch.Generator().manual_seed(tc.SEED)
             x = torch.randn(a.batch, 3, 224, 224, generator=g).to(tc.DEVICE)
-            for _ in range(WARMUP_PASSES):
+            kv = torch.ones(int(a.kv_gib * 2**30) // 4, device=tc.DEVICE) if a.kv_gib > 0 else None
+
+            def serve():
                 model(x)
+                if kv is not None:
+                    kv.sum()
+
+            for _ in range(WARMUP_PASSES):
+                serve()
             tc.sync()
             window.begin()
 
@@ -63,7 +75,7 @@ def main():
                 break
             while (now := time.monotonic()) < due:
                 time.sleep(due - now)
-            model(x)
+            serve()
             tc.sync()
             done = time.monotonic()
             if window.inside(done):

@@ -27,42 +27,62 @@ PARTS=("$@")
 [[ ${#PARTS[@]} -gt 0 ]] || PARTS=(install cooperate)
 
 install_part() {
-  local prefix=$WORK/prefix sock=$WORK/gpu0.sock
+  local prefix=$WORK/prefix
   PREFIX=$prefix bash scripts/install.sh --from .gpu-bin >"$LOGS/install.log" 2>&1 || { SUMMARY+=("install    FAIL (install.sh: see install.log)"); return; }
   local gmux=$prefix/bin/gmux
+  local prog='import torch, time
+x = torch.randn(int(1.5 * 2**30) // 4, device="cuda")
+t = time.time()
+while time.time() - t < 25:
+    x.mul_(1.0001); torch.cuda.synchronize()'
+  # docs/install.md step 3 as a user without root follows it: no daemon of their own
+  # yet, no GMUX_SOCKET; the first `gmux run` starts one.
+  (
+    unset GMUX_SOCKET
+    export XDG_RUNTIME_DIR=$WORK/xdg
+    mkdir -p -m 700 "$XDG_RUNTIME_DIR"
+    "$gmux" run --tenant a -- python3 -c "$prog" >"$LOGS/a.log" 2>&1 &
+    local a=$!
+    "$gmux" run --tenant b --mem-limit 8G -- python3 -c "$prog" >"$LOGS/b.log" 2>&1 &
+    local b=$!
+    sleep 12
+    "$gmux" top --plain --interval 1 --count 3 >"$LOGS/top.txt" 2>&1
+    "$gmux" ps >"$LOGS/ps.txt" 2>&1
+    wait "$a"; echo "a_exit=$?" >"$LOGS/exits.txt"
+    wait "$b"; echo "b_exit=$?" >>"$LOGS/exits.txt"
+    "$gmux" stop >/dev/null 2>&1
+  )
+  # The daemon with a budget and /metrics (docs/install.md step 2's flags), a tenant
+  # held below what it uses: its pressure, its memory events and the metrics.
+  local sock=$WORK/gpu0.sock
   export GMUX_SOCKET=$sock
   "$gmux" daemon --hbm 6G --socket "$sock" --metrics 127.0.0.1:9400 >"$LOGS/daemon.log" 2>&1 &
   local daemon=$!
   for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.05; done
   "$gmux" events --json >"$LOGS/events.jsonl" 2>&1 &
   local events=$!
-  local prog='import torch, time
-x = torch.randn(int(1.5 * 2**30) // 4, device="cuda")
-t = time.time()
-while time.time() - t < 25:
-    x.mul_(1.0001); torch.cuda.synchronize()'
-  "$gmux" run --tenant a -- python3 -c "$prog" >"$LOGS/a.log" 2>&1 &
-  local a=$!
-  "$gmux" run --tenant b --mem-limit 2G -- python3 -c "$prog" >"$LOGS/b.log" 2>&1 &
-  local b=$!
-  sleep 12
-  "$gmux" top --plain --interval 1 --count 3 >"$LOGS/top.txt" 2>&1
-  "$gmux" ps >"$LOGS/ps.txt" 2>&1
-  "$gmux" get b gmem.pressure >"$LOGS/pressure-b.txt" 2>&1
-  "$gmux" get b gmem.events >"$LOGS/events-b.txt" 2>&1
+  "$gmux" run --tenant c -- python3 -c "${prog/< 25/< 15}" >"$LOGS/c.log" 2>&1 &
+  local c=$!
+  "$gmux" run --tenant d --mem-limit 1G -- python3 -c "${prog/< 25/< 15}" >"$LOGS/d.log" 2>&1 &
+  local d=$!
+  sleep 10
+  "$gmux" get d gmem.pressure >"$LOGS/pressure-d.txt" 2>&1
+  "$gmux" get d gmem.events >"$LOGS/events-d.txt" 2>&1
   python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:9400/metrics").read().decode())' >"$LOGS/metrics.txt" 2>&1
-  wait "$a"; local arc=$?
-  wait "$b"; local brc=$?
+  wait "$c"; local crc=$?
+  wait "$d"; local drc=$?
   kill "$events" 2>/dev/null
   "$gmux" stop >/dev/null 2>&1
   wait "$daemon" 2>/dev/null
-  local seen
-  seen=$(grep -c '; a [a-z]* gmem .* | b [a-z]* gmem ' "$LOGS/top.txt")
+  local seen exits
+  seen=$(grep -E '(; | \| )a [a-z]+ gmem ' "$LOGS/top.txt" | grep -cE '(; | \| )b [a-z]+ gmem ')
+  exits=$(tr '\n' ' ' <"$LOGS/exits.txt")
   local ok=FAIL
-  [[ $arc == 0 && $brc == 0 ]] && grep -q '^a ' "$LOGS/ps.txt" && grep -q '^b ' "$LOGS/ps.txt" && grep -q 'gmux_tenant_commands_total' "$LOGS/metrics.txt" && ok=PASS
-  SUMMARY+=("install    $ok  version=\"$("$gmux" --version)\" top_lines_with_tenants=$seen events=$(wc -l <"$LOGS/events.jsonl") a_exit=$arc b_exit=$brc")
+  [[ $exits == "a_exit=0 b_exit=0 " && $crc == 0 && $drc == 0 && $seen -gt 0 ]] && grep -q '^a ' "$LOGS/ps.txt" && grep -q '^b ' "$LOGS/ps.txt" \
+    && grep -q 'gmux_tenant_commands_total' "$LOGS/metrics.txt" && ok=PASS
+  SUMMARY+=("install    $ok  version=\"$("$gmux" --version)\" top_lines_with_both=$seen $exits c_exit=$crc d_exit=$drc events=$(wc -l <"$LOGS/events.jsonl")")
   SUMMARY+=("  top: $(tail -1 "$LOGS/top.txt" | cut -c1-400)")
-  SUMMARY+=("  b pressure: $(head -1 "$LOGS/pressure-b.txt"); b events: $(tr '\n' ' ' <"$LOGS/events-b.txt")")
+  SUMMARY+=("  d pressure: $(head -1 "$LOGS/pressure-d.txt"); d events: $(tr '\n' ' ' <"$LOGS/events-d.txt")")
 }
 
 cooperate_part() {
