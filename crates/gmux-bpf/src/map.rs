@@ -1,0 +1,212 @@
+//! Maps: storage a program reads and writes through the map helpers, and that the
+//! control plane reads and writes between runs. An array map is `entries` values indexed
+//! by a 4-byte key; a hash map holds up to `entries` values under keys of any size.
+
+use std::cell::UnsafeCell;
+use std::collections::HashMap;
+
+/// A map's kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapKind {
+    /// Values indexed by a `u32` key below `entries`, all present, zeroed at creation.
+    Array,
+    /// Up to `entries` values under keys of `key_size` bytes.
+    Hash,
+}
+
+/// What a map is: its kind and sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MapDef {
+    /// Array or hash.
+    pub kind: MapKind,
+    /// Bytes of a key (4 for an array).
+    pub key_size: u32,
+    /// Bytes of a value.
+    pub value_size: u32,
+    /// How many values it holds at most.
+    pub entries: u32,
+}
+
+/// Largest value, key and map a program may declare, so that a map's memory is bounded.
+pub const MAX_VALUE_BYTES: u32 = 4096;
+/// Largest key.
+pub const MAX_KEY_BYTES: u32 = 256;
+/// Most bytes of values one map may hold.
+pub const MAX_MAP_BYTES: u64 = 64 << 20;
+
+impl MapDef {
+    /// Checks the sizes; `Err` says what is wrong and the bound.
+    pub fn check(&self) -> Result<(), String> {
+        if self.value_size == 0 || self.value_size > MAX_VALUE_BYTES {
+            return Err(format!("a value of {} bytes: values are 1 to {MAX_VALUE_BYTES} bytes", self.value_size));
+        }
+        match self.kind {
+            MapKind::Array if self.key_size != 4 => return Err(format!("an array map's key is 4 bytes (a u32), not {}", self.key_size)),
+            _ if self.key_size == 0 || self.key_size > MAX_KEY_BYTES => {
+                return Err(format!("a key of {} bytes: keys are 1 to {MAX_KEY_BYTES} bytes", self.key_size))
+            }
+            _ => {}
+        }
+        let bytes = u64::from(self.entries) * u64::from(self.value_size);
+        if self.entries == 0 || bytes > MAX_MAP_BYTES {
+            return Err(format!("{} entries of {} bytes: a map holds 1 entry and at most {} MiB", self.entries, self.value_size, MAX_MAP_BYTES >> 20));
+        }
+        Ok(())
+    }
+}
+
+/// A map's storage. Values live in one slab that never moves, so that a pointer a
+/// lookup returned stays valid for the rest of the run.
+#[derive(Debug)]
+pub struct Map {
+    /// What it is.
+    pub def: MapDef,
+    slab: UnsafeCell<Box<[u8]>>,
+    /// A hash map's keys and their slots in the slab.
+    slots: UnsafeCell<Slots>,
+}
+
+/// Which slab slot holds each key of a hash map; freed slots are reused, never moved, so
+/// that a pointer to another key's value stays right.
+#[derive(Debug, Default)]
+struct Slots {
+    of: HashMap<Box<[u8]>, u32>,
+    free: Vec<u32>,
+    next: u32,
+}
+
+impl Map {
+    /// An empty map of `def` (checked).
+    pub fn new(def: MapDef) -> Result<Map, String> {
+        def.check()?;
+        let bytes = def.entries as usize * def.value_size as usize;
+        Ok(Map { def, slab: UnsafeCell::new(vec![0; bytes].into_boxed_slice()), slots: UnsafeCell::new(Slots::default()) })
+    }
+
+    /// The slab's address range, for the interpreter's memory checks.
+    pub fn slab_range(&self) -> std::ops::Range<u64> {
+        // SAFETY: reading the box's address and length; nothing is dereferenced.
+        let slab = unsafe { &*self.slab.get() };
+        let base = slab.as_ptr() as u64;
+        base..base + slab.len() as u64
+    }
+
+    fn slot(&self, key: &[u8], insert: bool) -> Option<u32> {
+        match self.def.kind {
+            MapKind::Array => {
+                let i = u32::from_le_bytes(key.try_into().ok()?);
+                (i < self.def.entries).then_some(i)
+            }
+            MapKind::Hash => {
+                // SAFETY: a map is used by one thread at a time: the program running
+                // (through `&mut Program`) or the control plane between runs.
+                let slots = unsafe { &mut *self.slots.get() };
+                if let Some(s) = slots.of.get(key) {
+                    return Some(*s);
+                }
+                if !insert {
+                    return None;
+                }
+                let s = slots.free.pop().or_else(|| {
+                    (slots.next < self.def.entries).then(|| {
+                        slots.next += 1;
+                        slots.next - 1
+                    })
+                })?;
+                slots.of.insert(key.into(), s);
+                Some(s)
+            }
+        }
+    }
+
+    /// The value in slot `s`.
+    ///
+    /// # Safety
+    /// Nothing else reads or writes that value while the slice lives (one user at a
+    /// time, see `slot`).
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn value(&self, s: u32) -> &mut [u8] {
+        let size = self.def.value_size as usize;
+        // SAFETY: `s` is below `entries`, so its value lies inside the slab; exclusive
+        // per this function's contract.
+        unsafe { std::slice::from_raw_parts_mut((*self.slab.get()).as_mut_ptr().add(s as usize * size), size) }
+    }
+
+    /// A pointer to the value under `key`, or null.
+    pub fn lookup_ptr(&self, key: &[u8]) -> *mut u8 {
+        // SAFETY: only the pointer is taken.
+        self.slot(key, false).map_or(std::ptr::null_mut(), |s| unsafe { self.value(s) }.as_mut_ptr())
+    }
+
+    /// The value under `key`, if any.
+    pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        let p = self.lookup_ptr(key);
+        // SAFETY: a non-null pointer from `lookup_ptr` points to `value_size` bytes.
+        (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p, self.def.value_size as usize) }.to_vec())
+    }
+
+    /// Sets the value under `key`; `Err` if the key is out of range or the map is full.
+    pub fn update(&self, key: &[u8], value: &[u8]) -> Result<(), String> {
+        if key.len() != self.def.key_size as usize || value.len() != self.def.value_size as usize {
+            return Err(format!("this map takes {}-byte keys and {}-byte values", self.def.key_size, self.def.value_size));
+        }
+        let s = self.slot(key, true).ok_or_else(|| format!("no room for this key: the map holds {} entries", self.def.entries))?;
+        // SAFETY: one user at a time (see `slot`).
+        unsafe { self.value(s) }.copy_from_slice(value);
+        Ok(())
+    }
+
+    /// Removes `key` (an array's value is zeroed instead); whether it was there.
+    pub fn delete(&self, key: &[u8]) -> bool {
+        let Some(s) = self.slot(key, false) else { return false };
+        if self.def.kind == MapKind::Hash {
+            // SAFETY: one user at a time (see `slot`).
+            let slots = unsafe { &mut *self.slots.get() };
+            slots.of.remove(key);
+            slots.free.push(s);
+        }
+        // SAFETY: one user at a time (see `slot`).
+        unsafe { self.value(s) }.fill(0);
+        true
+    }
+
+    /// Every key and value present (an array's all).
+    pub fn entries(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let keys: Vec<Vec<u8>> = match self.def.kind {
+            MapKind::Array => (0..self.def.entries).map(|i| i.to_le_bytes().to_vec()).collect(),
+            // SAFETY: one user at a time (see `slot`).
+            MapKind::Hash => unsafe { &*self.slots.get() }.of.keys().map(|k| k.to_vec()).collect(),
+        };
+        keys.into_iter().filter_map(|k| self.get(&k).map(|v| (k, v))).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_bounded_and_each_refusal_names_the_bound() {
+        let ok = MapDef { kind: MapKind::Hash, key_size: 8, value_size: 64, entries: 1024 };
+        assert_eq!(ok.check(), Ok(()));
+        let err = |d: MapDef| d.check().unwrap_err();
+        assert!(err(MapDef { value_size: 0, ..ok }).contains("values are 1 to 4096 bytes"));
+        assert!(err(MapDef { key_size: 300, ..ok }).contains("keys are 1 to 256 bytes"));
+        assert!(err(MapDef { kind: MapKind::Array, ..ok }).contains("an array map's key is 4 bytes"));
+        assert!(err(MapDef { entries: 1 << 20, value_size: 4096, ..ok }).contains("at most 64 MiB"));
+        assert!(err(MapDef { entries: 0, ..ok }).contains("1 entry"));
+    }
+
+    #[test]
+    fn an_array_holds_every_index_below_its_entries_and_nothing_else() {
+        let m = Map::new(MapDef { kind: MapKind::Array, key_size: 4, value_size: 8, entries: 3 }).expect("valid");
+        assert_eq!(m.get(&2u32.to_le_bytes()), Some(vec![0; 8]));
+        assert_eq!(m.get(&3u32.to_le_bytes()), None);
+        m.update(&1u32.to_le_bytes(), &7u64.to_le_bytes()).expect("in range");
+        assert!(m.update(&3u32.to_le_bytes(), &[0; 8]).unwrap_err().contains("holds 3 entries"));
+        assert!(m.update(&1u32.to_le_bytes(), &[0; 4]).unwrap_err().contains("8-byte values"));
+        assert!(m.delete(&1u32.to_le_bytes()), "an array's value is zeroed");
+        assert_eq!(m.get(&1u32.to_le_bytes()), Some(vec![0; 8]));
+        assert_eq!(m.entries().len(), 3);
+    }
+}

@@ -1,0 +1,142 @@
+//! A loaded program: verified, its map references bound to its maps, compiled by rbpf's
+//! JIT on x86-64 (interpreted elsewhere), and run with a hook's context.
+
+mod calls;
+
+use crate::helper::Helper;
+use crate::map::{Map, MapDef};
+use crate::verify::{verify, Refusal};
+use crate::{HookSpec, MapSpec};
+use calls::{Tracer, RUNNING};
+use rbpf::ebpf;
+use std::mem::ManuallyDrop;
+
+pub use calls::TRACES_PER_SECOND;
+
+/// A program ready to run.
+pub struct Program {
+    vm: ManuallyDrop<rbpf::EbpfVmRaw<'static>>,
+    /// The relocated bytecode the VM runs (leaked for the VM's `'static` borrow, and
+    /// freed in `drop` after it).
+    code: *mut [u8],
+    /// Never resized: the code holds its maps' addresses.
+    maps: Box<[Map]>,
+    hook: HookSpec,
+    jit: bool,
+    traces: Tracer,
+}
+
+impl Program {
+    /// Verifies `code` for `hook`, creates its maps, and compiles it. `Err` is the
+    /// verifier's refusal, or a map that cannot be created (instruction 0).
+    pub fn load(code: &[u8], hook: HookSpec, maps: &[MapDef]) -> Result<Program, Refusal> {
+        let specs: Vec<MapSpec> = maps.iter().map(|d| MapSpec { key_size: d.key_size, value_size: d.value_size }).collect();
+        verify(code, &hook, &specs)?;
+        let maps = maps.iter().map(|d| Map::new(*d)).collect::<Result<Box<[_]>, _>>().map_err(|reason| Refusal { insn: 0, reason })?;
+        let mut code = code.to_vec();
+        let mut i = 0;
+        while (i + 1) * ebpf::INSN_SIZE < code.len() {
+            let at = i * ebpf::INSN_SIZE;
+            i += 1;
+            if code[at] != ebpf::LD_DW_IMM {
+                continue;
+            }
+            i += 1;
+            // A map reference becomes the map's address, as Linux turns a map's fd into
+            // its pointer: `lddw` with source 1 and the map's index (checked by `verify`).
+            if code[at + 1] >> 4 == 1 {
+                let index = u32::from_le_bytes(code[at + 4..at + 8].try_into().expect("4 bytes")) as usize;
+                let addr = &maps[index] as *const Map as u64;
+                code[at + 1] &= 0x0f;
+                code[at + 4..at + 8].copy_from_slice(&(addr as u32).to_le_bytes());
+                code[at + 12..at + 16].copy_from_slice(&((addr >> 32) as u32).to_le_bytes());
+            }
+        }
+        let code: &'static mut [u8] = Box::leak(code.into_boxed_slice());
+        let code_ptr: *mut [u8] = code;
+        let built = (|| {
+            let mut vm = rbpf::EbpfVmRaw::new(Some(&*code))?;
+            for m in &maps {
+                vm.register_allowed_memory(m.slab_range());
+            }
+            // The JIT's helpers are compiled into its code: built with the realigning
+            // entries first, then the interpreter's take their place in the table.
+            let jit = cfg!(target_arch = "x86_64");
+            #[cfg(target_arch = "x86_64")]
+            {
+                for h in Helper::ALL {
+                    vm.register_helper(h.id() as u32, calls::for_jit(h))?;
+                }
+                vm.jit_compile()?;
+            }
+            for h in Helper::ALL {
+                vm.register_helper(h.id() as u32, calls::for_interpreter(h))?;
+            }
+            Ok::<_, std::io::Error>((vm, jit))
+        })();
+        let (vm, jit) = match built {
+            Ok(v) => v,
+            Err(e) => {
+                // SAFETY: `code_ptr` came from `Box::leak` above and nothing borrows it
+                // any more (the VM that did failed to build and is gone).
+                drop(unsafe { Box::from_raw(code_ptr) });
+                return Err(Refusal { insn: 0, reason: format!("the VM cannot load it: {e}") });
+            }
+        };
+        Ok(Program { vm: ManuallyDrop::new(vm), code: code_ptr, maps, hook, jit, traces: Tracer::default() })
+    }
+
+    /// Runs the program on `ctx` (the hook's context, `ctx_size` bytes) at decision time
+    /// `now_ns`; returns `r0`.
+    pub fn run(&mut self, ctx: &mut [u8], now_ns: u64) -> Result<u64, String> {
+        if ctx.len() != self.hook.ctx_size as usize {
+            return Err(format!("the {} hook's context is {} bytes, not {}", self.hook.name, self.hook.ctx_size, ctx.len()));
+        }
+        let mut t = std::mem::take(&mut self.traces);
+        t.now = now_ns;
+        RUNNING.with(|r| *r.borrow_mut() = Some(t));
+        // SAFETY: rbpf ties the context's lifetime to the program's, but reads and writes
+        // it only during this call; the verifier proved every access in bounds.
+        let ctx: &'static mut [u8] = unsafe { &mut *(ctx as *mut [u8]) };
+        let r = if self.jit {
+            // SAFETY: the program was verified before it was compiled: it terminates,
+            // and touches only its context, stack and map values.
+            unsafe { self.vm.execute_program_jit(ctx) }
+        } else {
+            self.vm.execute_program(ctx)
+        };
+        self.traces = RUNNING.with(|r| r.borrow_mut().take()).unwrap_or_default();
+        r.map_err(|e| e.to_string())
+    }
+
+    /// Its maps, in the order they were declared.
+    pub fn maps(&self) -> impl Iterator<Item = &Map> {
+        self.maps.iter()
+    }
+
+    /// The trace lines written since the last call.
+    pub fn take_traces(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.traces.lines)
+    }
+
+    /// Whether it runs compiled (else interpreted).
+    pub fn jitted(&self) -> bool {
+        self.jit
+    }
+
+    /// Runs it interpreted from now on, every memory access checked again at run time.
+    pub fn interpret(&mut self) {
+        self.jit = false;
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: the VM, which borrows `code`, is dropped first and never used again;
+        // `code` came from `Box::leak` in `load`.
+        unsafe {
+            ManuallyDrop::drop(&mut self.vm);
+            drop(Box::from_raw(self.code));
+        }
+    }
+}
