@@ -13,6 +13,7 @@
 //! A [`Program`] is a verified program with its [`Map`]s, compiled by rbpf's JIT on
 //! x86-64 and interpreted elsewhere.
 
+pub mod elf;
 pub mod helper;
 pub mod map;
 pub mod program;

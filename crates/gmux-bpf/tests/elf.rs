@@ -1,0 +1,113 @@
+//! Programs written in C with include/gmux_bpf.h and compiled by clang: the loader finds
+//! their programs and maps, and the verifier and VM take them. Needs clang (skipped
+//! without it unless GMUX_REQUIRE_CLANG=1, as in CI).
+
+mod common;
+
+use common::HOOK;
+use gmux_bpf::elf::parse;
+use gmux_bpf::{MapDef, MapKind, Program};
+use std::path::Path;
+use std::process::Command;
+
+/// `src` compiled by clang for `target`; `None` when clang is missing and not required.
+fn compile(src: &str, target: &str) -> Option<Vec<u8>> {
+    if Command::new("clang").arg("--version").output().is_err() {
+        assert!(std::env::var_os("GMUX_REQUIRE_CLANG").is_none(), "clang is required (GMUX_REQUIRE_CLANG) but not found");
+        eprintln!("skipped: no clang");
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("gmux-bpf-elf-{}-{:x}", std::process::id(), src.len() ^ target.len() << 20));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (c, o) = (dir.join("p.c"), dir.join("p.o"));
+    std::fs::write(&c, src).expect("write the source");
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include");
+    let out = Command::new("clang").args(["-O2", "-target", target, "-c"]).arg("-I").arg(&include).arg(&c).arg("-o").arg(&o).output().expect("clang runs");
+    assert!(out.status.success(), "clang failed: {}", String::from_utf8_lossy(&out.stderr));
+    Some(std::fs::read(&o).expect("the object"))
+}
+
+const COUNT: &str = r#"
+#include "gmux_bpf.h"
+struct ctx { u64 key; u64 add; };
+GMUX_MAP(counts, GMUX_MAP_ARRAY, u32, u64, 4);
+GMUX_MAP(seen, GMUX_MAP_HASH, u64, u64, 16);
+
+SEC("gmux/test") int count(struct ctx *c) {
+    u32 k = c->key & 3;
+    u64 *v = map_lookup_elem(&counts, &k);
+    if (!v)
+        return 1;
+    *v += c->add;
+    u64 key = c->key, one = 1;
+    map_update_elem(&seen, &key, &one, 0);
+    char fmt[] = "count";
+    trace(fmt, sizeof(fmt), *v);
+    return 0;
+}
+"#;
+
+#[test]
+fn a_c_program_is_loaded_with_its_maps_and_counts() {
+    let Some(obj) = compile(COUNT, "bpf") else { return };
+    let o = parse(&obj).expect("parsed");
+    assert_eq!(
+        o.maps,
+        vec![
+            ("counts".to_string(), MapDef { kind: MapKind::Array, key_size: 4, value_size: 8, entries: 4 }),
+            ("seen".to_string(), MapDef { kind: MapKind::Hash, key_size: 8, value_size: 8, entries: 16 }),
+        ]
+    );
+    assert_eq!((o.programs.len(), o.programs[0].hook.as_str(), o.programs[0].name.as_str()), (1, "test", "count"));
+    let defs: Vec<MapDef> = o.maps.iter().map(|m| m.1).collect();
+    let mut p = Program::load(&o.programs[0].code, HOOK, &defs).expect("verified");
+    for key in 0..10u64 {
+        let mut ctx = [0u8; 16];
+        ctx[..8].copy_from_slice(&key.to_le_bytes());
+        ctx[8..].copy_from_slice(&(key * 10).to_le_bytes());
+        assert_eq!(p.run(&mut ctx, 1), Ok(0));
+    }
+    let counts: Vec<u64> = p.maps().next().expect("counts").entries().iter().map(|(_, v)| u64::from_le_bytes(v[..8].try_into().expect("8"))).collect();
+    // Keys 0..10 by key & 3: {0,4,8}, {1,5,9}, {2,6}, {3,7}, each adding key * 10.
+    assert_eq!(counts, [120, 150, 80, 100]);
+    assert_eq!(p.maps().nth(1).expect("seen").entries().len(), 10);
+    assert_eq!(p.take_traces().first().map(String::as_str), Some("count 0"));
+}
+
+#[test]
+fn what_the_loader_or_the_verifier_cannot_take_is_refused_with_what_to_change() {
+    let global = r#"
+        #include "gmux_bpf.h"
+        u64 total;
+        SEC("gmux/test") int f(u64 *c) { total += *c; return 0; }
+    "#;
+    let Some(obj) = compile(global, "bpf") else { return };
+    let e = parse(&obj).unwrap_err();
+    assert!(e.contains("f: instruction") && e.contains("refers to total, which is not a map"), "{e}");
+
+    let bad_kind = "#include \"gmux_bpf.h\"\nGMUX_MAP(m, 9, u32, u64, 4);\nSEC(\"gmux/test\") int f(void *c) { return 0; }\n";
+    let e = parse(&compile(bad_kind, "bpf").expect("clang")).unwrap_err();
+    assert!(e.contains("map m has kind 9"), "{e}");
+
+    let none = "int f(void) { return 0; }\n";
+    let e = parse(&compile(none, "bpf").expect("clang")).unwrap_err();
+    assert!(e.contains("SEC(\"gmux/HOOK\")"), "{e}");
+
+    let host = parse(&compile(none, "x86_64-linux-gnu").expect("clang")).unwrap_err();
+    assert!(host.contains("not eBPF"), "{host}");
+
+    // A loop clang keeps as a loop: the verifier names its jump back.
+    let looped = r#"
+        #include "gmux_bpf.h"
+        struct ctx { u64 n; u64 out; };
+        SEC("gmux/test") int f(struct ctx *c) {
+            u64 s = 0;
+            for (u64 i = 0; i < c->n; i++) s = s * 3 + (s >> 7) + i;
+            c->out = s;
+            return 0;
+        }
+    "#;
+    let o = parse(&compile(looped, "bpf").expect("clang")).expect("parsed");
+    let r = Program::load(&o.programs[0].code, HOOK, &[]).err().expect("refused");
+    assert!(r.reason.contains("loops must be unrolled"), "{r}");
+}

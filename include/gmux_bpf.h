@@ -1,0 +1,46 @@
+/* gmux policy programs: what a program compiled with `clang -O2 -target bpf -c` needs.
+ *
+ * A program is a function in a section named for its hook, SEC("gmux/HOOK"), taking a
+ * pointer to the hook's context and returning a number. Maps are declared with GMUX_MAP
+ * and passed to the map helpers by address. Loops must be unrolled (#pragma unroll), and
+ * functions the program calls inlined (static __always_inline): the verifier refuses
+ * jumps backwards and calls into the program.
+ */
+#ifndef GMUX_BPF_H
+#define GMUX_BPF_H
+
+typedef __UINT8_TYPE__ u8;
+typedef __UINT16_TYPE__ u16;
+typedef __UINT32_TYPE__ u32;
+typedef __UINT64_TYPE__ u64;
+typedef __INT64_TYPE__ s64;
+
+#define SEC(name) __attribute__((section(name), used))
+
+/* A map's kinds: an array of `entries` values indexed by a u32 key, all present and
+ * zeroed; or a hash of up to `entries` values under keys of any size. */
+#define GMUX_MAP_ARRAY 1
+#define GMUX_MAP_HASH 2
+
+struct gmux_map_def {
+	u32 kind;
+	u32 key_size;
+	u32 value_size;
+	u32 entries;
+};
+
+/* GMUX_MAP(counts, GMUX_MAP_ARRAY, u32, u64, 64); declares map `counts`. */
+#define GMUX_MAP(name, kind, key_type, value_type, entries) \
+	struct gmux_map_def name SEC("maps") = { kind, sizeof(key_type), sizeof(value_type), entries }
+
+/* Helpers, by Linux's numbers. Errors are Linux's error numbers, negated. */
+static void *(*map_lookup_elem)(void *map, const void *key) = (void *)1;
+static long (*map_update_elem)(void *map, const void *key, const void *value, u64 flags) = (void *)2;
+static long (*map_delete_elem)(void *map, const void *key) = (void *)3;
+/* The time of the decision the hook is part of, in nanoseconds. */
+static u64 (*now_ns)(void) = (void *)5;
+/* A line in `gmux events`: the text up to its first NUL, then `arg`; at most 10 a
+ * second per program. `fmt` must be on the stack: char fmt[] = "...". */
+static long (*trace)(const char *fmt, u32 fmt_size, u64 arg) = (void *)6;
+
+#endif
