@@ -43,4 +43,29 @@ static u64 (*now_ns)(void) = (void *)5;
  * second per program. `fmt` must be on the stack: char fmt[] = "...". */
 static long (*trace)(const char *fmt, u32 fmt_size, u64 arg) = (void *)6;
 
+/* Hooks: SEC("gmux/activate"), SEC("gmux/access") and SEC("gmux/evict_prepare").
+ * Their contexts are read-only. */
+
+/* activate (a chunk became resident) and access (a command used it). */
+struct gmux_chunk_ctx {
+	u64 chunk;	/* the chunk's number */
+	u64 stamp;	/* the access stamp, the planner's clock (0 for activate) */
+	u32 tenant;	/* its tenant */
+	u32 pad;
+};
+
+/* evict_prepare: called once per eviction candidate; returns its rank. Lower ranks
+ * leave GPU memory first; equal ranks leave in the built-in policy's order. */
+struct gmux_evict_ctx {
+	u64 chunk;	/* the chunk's number */
+	u64 last_use;	/* the access stamp of its last use */
+	u64 next_use;	/* its next use in the timeline's forecast, or ~0 if none */
+	u32 tenant;	/* its tenant */
+	u32 requester;	/* the tenant the plan makes room for */
+};
+
+_Static_assert(sizeof(struct gmux_chunk_ctx) == 24 && __builtin_offsetof(struct gmux_chunk_ctx, tenant) == 16, "gmux_chunk_ctx layout");
+_Static_assert(sizeof(struct gmux_evict_ctx) == 32 && __builtin_offsetof(struct gmux_evict_ctx, next_use) == 16 &&
+	       __builtin_offsetof(struct gmux_evict_ctx, requester) == 28, "gmux_evict_ctx layout");
+
 #endif

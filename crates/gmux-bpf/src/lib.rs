@@ -15,12 +15,15 @@
 
 pub mod elf;
 pub mod helper;
+pub mod hooks;
 pub mod map;
+pub mod policy;
 pub mod program;
 pub mod verify;
 
 pub use helper::Helper;
 pub use map::{Map, MapDef, MapKind};
+pub use policy::Policy;
 pub use program::Program;
 pub use verify::{verify, Refusal};
 

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::HOOK;
+use common::{fresh, HOOK};
 use gmux_bpf::elf::parse;
 use gmux_bpf::{MapDef, MapKind, Program};
 use std::path::Path;
@@ -60,7 +60,7 @@ fn a_c_program_is_loaded_with_its_maps_and_counts() {
     );
     assert_eq!((o.programs.len(), o.programs[0].hook.as_str(), o.programs[0].name.as_str()), (1, "test", "count"));
     let defs: Vec<MapDef> = o.maps.iter().map(|m| m.1).collect();
-    let mut p = Program::load(&o.programs[0].code, HOOK, &defs).expect("verified");
+    let mut p = Program::load(&o.programs[0].code, HOOK, &fresh(&defs)).expect("verified");
     for key in 0..10u64 {
         let mut ctx = [0u8; 16];
         ctx[..8].copy_from_slice(&key.to_le_bytes());
@@ -108,6 +108,6 @@ fn what_the_loader_or_the_verifier_cannot_take_is_refused_with_what_to_change() 
         }
     "#;
     let o = parse(&compile(looped, "bpf").expect("clang")).expect("parsed");
-    let r = Program::load(&o.programs[0].code, HOOK, &[]).err().expect("refused");
+    let r = Program::load(&o.programs[0].code, HOOK, &fresh(&[])).err().expect("refused");
     assert!(r.reason.contains("loops must be unrolled"), "{r}");
 }

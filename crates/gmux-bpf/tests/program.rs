@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{asm, program, HOOK};
+use common::{asm, fresh, program, HOOK};
 use gmux_bpf::{MapDef, MapKind, Program};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -38,7 +38,7 @@ fn ctx(add: u32, index: u32) -> [u8; 16] {
 
 #[test]
 fn a_counter_in_an_array_map_counts_and_the_control_plane_reads_it() {
-    let mut p = Program::load(&asm(COUNT), HOOK, &[ARRAY]).expect("verified");
+    let mut p = Program::load(&asm(COUNT), HOOK, &fresh(&[ARRAY])).expect("verified");
     assert_eq!(p.jitted(), cfg!(target_arch = "x86_64"));
     let mut total = 0;
     for add in 1..=100 {
@@ -71,7 +71,7 @@ fn a_hash_map_inserts_up_to_its_entries_and_reuses_what_is_deleted() {
         call 2
         exit";
     let def = MapDef { kind: MapKind::Hash, key_size: 4, value_size: 16, entries: 2 };
-    let mut p = Program::load(&asm(src), HOOK, &[def]).expect("verified");
+    let mut p = Program::load(&asm(src), HOOK, &fresh(&[def])).expect("verified");
     let mut c = ctx(10, 0);
     c[8..16].copy_from_slice(&99u64.to_le_bytes());
     assert_eq!(p.run(&mut c, 0), Ok(0));
@@ -102,7 +102,7 @@ fn trace_lines_are_limited_per_second_of_decision_time() {
         mov64 r0, 0
         exit";
     let prog = asm(src);
-    let mut p = Program::load(&prog, HOOK, &[]).expect("verified");
+    let mut p = Program::load(&prog, HOOK, &fresh(&[])).expect("verified");
     for i in 0..25 {
         p.run(&mut [0; 16], 1_000_000_000 + i).expect("runs");
     }
@@ -119,8 +119,8 @@ fn compiled_and_interpreted_runs_agree_on_random_programs() {
     let mut compared = 0;
     for _ in 0..40_000 {
         let code = program(&mut rng);
-        let Ok(mut jit) = Program::load(&code, HOOK, &[ARRAY]) else { continue };
-        let mut int = Program::load(&code, HOOK, &[ARRAY]).expect("the same program");
+        let Ok(mut jit) = Program::load(&code, HOOK, &fresh(&[ARRAY])) else { continue };
+        let mut int = Program::load(&code, HOOK, &fresh(&[ARRAY])).expect("the same program");
         int.interpret();
         let c: [u8; 16] = rng.gen();
         let (mut a, mut b) = (c, c);

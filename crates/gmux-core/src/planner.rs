@@ -244,7 +244,7 @@ impl Planner {
         mem.touch(c, tick, write);
         self.evictor.on_access(c);
         self.placement.on_access(c, mem);
-        self.hooks.access(c, mem.chunk(c).tenant);
+        self.hooks.access(c, mem.chunk(c).tenant, tick);
     }
 
     /// The placement's next host victim that is in host, not needed now and not already
@@ -325,9 +325,10 @@ impl Victims {
     fn new(p: &mut Planner, mem: &Memory, req: &Request, need: &HashSet<ChunkId>, forecast: &Forecast) -> Self {
         let mut order: Vec<ChunkId> = mem.chunks().filter(|(c, ch)| ch.place == Place::GPU && !need.contains(c) && !(req.pinned)(*c)).map(|(c, _)| c).collect();
         p.evictor.order(mem, &mut order, forecast, false);
-        hooks::evict_order(p.hooks.as_mut(), &mut order);
+        hooks::evict_order(p.hooks.as_mut(), mem, forecast, req.tenant, &mut order);
         let mut own_order: Vec<ChunkId> = order.iter().copied().filter(|c| mem.chunk(*c).tenant == req.tenant).collect();
         p.evictor.order(mem, &mut own_order, forecast, true);
+        hooks::evict_order(p.hooks.as_mut(), mem, forecast, req.tenant, &mut own_order);
         let eligible = order.iter().copied().collect();
         Victims { order, own_order, eligible, taken: HashSet::new(), cursor: 0, own_cursor: 0 }
     }

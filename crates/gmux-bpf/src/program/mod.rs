@@ -4,12 +4,13 @@
 mod calls;
 
 use crate::helper::Helper;
-use crate::map::{Map, MapDef};
+use crate::map::Map;
 use crate::verify::{verify, Refusal};
 use crate::{HookSpec, MapSpec};
 use calls::{Tracer, RUNNING};
 use rbpf::ebpf;
 use std::mem::ManuallyDrop;
+use std::rc::Rc;
 
 pub use calls::TRACES_PER_SECOND;
 
@@ -19,20 +20,20 @@ pub struct Program {
     /// The relocated bytecode the VM runs (leaked for the VM's `'static` borrow, and
     /// freed in `drop` after it).
     code: *mut [u8],
-    /// Never resized: the code holds its maps' addresses.
-    maps: Box<[Map]>,
+    /// The maps its code holds the addresses of.
+    maps: Vec<Rc<Map>>,
     hook: HookSpec,
     jit: bool,
     traces: Tracer,
 }
 
 impl Program {
-    /// Verifies `code` for `hook`, creates its maps, and compiles it. `Err` is the
-    /// verifier's refusal, or a map that cannot be created (instruction 0).
-    pub fn load(code: &[u8], hook: HookSpec, maps: &[MapDef]) -> Result<Program, Refusal> {
-        let specs: Vec<MapSpec> = maps.iter().map(|d| MapSpec { key_size: d.key_size, value_size: d.value_size }).collect();
+    /// Verifies `code` for `hook` with `maps` (the program's map `i` is `maps[i]`; programs
+    /// of one object share them) and compiles it. `Err` is the verifier's refusal.
+    pub fn load(code: &[u8], hook: HookSpec, maps: &[Rc<Map>]) -> Result<Program, Refusal> {
+        let specs: Vec<MapSpec> = maps.iter().map(|m| MapSpec { key_size: m.def.key_size, value_size: m.def.value_size }).collect();
         verify(code, &hook, &specs)?;
-        let maps = maps.iter().map(|d| Map::new(*d)).collect::<Result<Box<[_]>, _>>().map_err(|reason| Refusal { insn: 0, reason })?;
+        let maps = maps.to_vec();
         let mut code = code.to_vec();
         let mut i = 0;
         while (i + 1) * ebpf::INSN_SIZE < code.len() {
@@ -46,7 +47,7 @@ impl Program {
             // its pointer: `lddw` with source 1 and the map's index (checked by `verify`).
             if code[at + 1] >> 4 == 1 {
                 let index = u32::from_le_bytes(code[at + 4..at + 8].try_into().expect("4 bytes")) as usize;
-                let addr = &maps[index] as *const Map as u64;
+                let addr = Rc::as_ptr(&maps[index]) as u64;
                 code[at + 1] &= 0x0f;
                 code[at + 4..at + 8].copy_from_slice(&(addr as u32).to_le_bytes());
                 code[at + 12..at + 16].copy_from_slice(&((addr >> 32) as u32).to_le_bytes());
@@ -111,7 +112,7 @@ impl Program {
 
     /// Its maps, in the order they were declared.
     pub fn maps(&self) -> impl Iterator<Item = &Map> {
-        self.maps.iter()
+        self.maps.iter().map(|m| &**m)
     }
 
     /// The trace lines written since the last call.

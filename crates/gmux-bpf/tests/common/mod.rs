@@ -3,11 +3,12 @@
 
 #![allow(dead_code)]
 
-use gmux_bpf::{Helper, HookSpec, MapSpec};
+use gmux_bpf::{Helper, HookSpec, Map, MapDef, MapSpec};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use rbpf::ebpf::Insn;
 use std::cell::RefCell;
+use std::rc::Rc;
 
 /// A hook with a 16-byte context whose second 8 bytes are writable, and every helper.
 pub const HOOK: HookSpec = HookSpec { name: "test", ctx_size: 16, writable: &[(8, 16)], helpers: &Helper::ALL };
@@ -137,4 +138,9 @@ pub fn program(rng: &mut ChaCha8Rng) -> Vec<u8> {
         p.extend(asm("mov64 r0, 0\nexit"));
     }
     p
+}
+
+/// Fresh maps of `defs`, for `Program::load`.
+pub fn fresh(defs: &[MapDef]) -> Vec<Rc<Map>> {
+    defs.iter().map(|d| Rc::new(Map::new(*d).expect("a valid map"))).collect()
 }

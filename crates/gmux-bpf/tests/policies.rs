@@ -1,0 +1,117 @@
+//! The policies of `policies/`, compiled by clang and attached to gmux-core's planner:
+//! the eBPF LRU and OPT make the same plans as the built-in ones on random traces, move
+//! for move, and LFU evicts the least used chunk. Needs clang (see tests/elf.rs).
+
+use gmux_bpf::Policy;
+use gmux_core::evict::{Eviction, Evictor, Forecast};
+use gmux_core::hooks::MemoryHooks;
+use gmux_core::memory::Capacities;
+use gmux_core::placement::PlacementKind;
+use gmux_core::planner::{Move, Planner, Request};
+use gmux_core::{ChunkId, Memory, TenantId, Tenants, CHUNK_BYTES};
+use proptest::prelude::*;
+use std::path::Path;
+use std::process::Command;
+
+/// `policies/NAME.c` compiled (once per test process), or `None` without clang (unless
+/// required).
+fn policy(name: &'static str) -> Option<Vec<u8>> {
+    /// Each policy's name and object (`None`: no clang).
+    type Built = Vec<(&'static str, Option<Vec<u8>>)>;
+    static BUILT: std::sync::Mutex<Built> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, o)) = built.iter().find(|b| b.0 == name) {
+        return o.clone();
+    }
+    let o = compile(name);
+    built.push((name, o.clone()));
+    o
+}
+
+fn compile(name: &str) -> Option<Vec<u8>> {
+    if Command::new("clang").arg("--version").output().is_err() {
+        assert!(std::env::var_os("GMUX_REQUIRE_CLANG").is_none(), "clang is required (GMUX_REQUIRE_CLANG) but not found");
+        return None;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = std::env::temp_dir().join(format!("gmux-policy-{name}-{}.o", std::process::id()));
+    let st = Command::new("clang")
+        .args(["-O2", "-target", "bpf", "-c", "-I"])
+        .arg(root.join("include"))
+        .arg(root.join(format!("policies/{name}.c")))
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .expect("clang runs");
+    assert!(st.success(), "clang failed on policies/{name}.c");
+    Some(std::fs::read(&out).expect("the object"))
+}
+
+/// Replays `cmds` (tenant, chunk indices) under `eviction` with `hooks` attached, a GPU
+/// budget of `budget` chunks; returns every plan's moves.
+fn replay(eviction: Eviction, hooks: Option<Box<dyn MemoryHooks>>, tenants_n: u32, per: u32, budget: u64, cmds: &[(u32, Vec<u32>)]) -> Vec<Vec<Move>> {
+    let mut mem = Memory::new(Capacities { gpu: Some(budget * CHUNK_BYTES), ..Default::default() });
+    let mut tenants = Tenants::default();
+    for t in 0..tenants_n {
+        tenants.add(&format!("t{t}")).expect("tenant");
+        mem.allocate(TenantId(t), u64::from(per) * CHUNK_BYTES).expect("allocated");
+    }
+    let chunk = |t: u32, i: u32| ChunkId(t * per + i);
+    let mut planner = Planner::new(Evictor::new(eviction), PlacementKind::TierOrder.build(0));
+    if let Some(h) = hooks {
+        planner.hooks = h;
+    }
+    let mut plans = Vec::new();
+    for (i, (t, ws)) in cmds.iter().enumerate() {
+        let need: Vec<ChunkId> = ws.iter().map(|&c| chunk(*t, c)).collect();
+        let forecast = Forecast::from_accesses(cmds[i..].iter().flat_map(|(t, ws)| ws.iter().map(move |&c| chunk(*t, c))));
+        let plan = planner.plan(&mem, &tenants, &Request { tenant: TenantId(*t), need: &need, required: need.len(), pinned: &|_| false }, &forecast);
+        planner.apply(&mut mem, &plan).expect("applies");
+        for (k, c) in need.iter().enumerate() {
+            planner.access(&mut mem, *c, (i * 64 + k) as u64 + 1, false);
+        }
+        plans.push(plan.moves);
+    }
+    plans
+}
+
+fn trace() -> impl Strategy<Value = (u32, u32, u64, Vec<(u32, Vec<u32>)>)> {
+    (1u32..4, 2u32..12).prop_flat_map(|(tenants, per)| {
+        let cmd = (0..tenants, prop::collection::vec(0..per, 1..4));
+        (Just(tenants), Just(per), 3u64..10, prop::collection::vec(cmd, 1..60))
+    })
+}
+
+fn hooks(obj: &[u8]) -> Box<dyn MemoryHooks> {
+    Box::new(Policy::load(obj).expect("loads").into_hooks())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn the_ebpf_lru_and_opt_plan_move_for_move_as_the_built_in_ones((tenants, per, budget, cmds) in trace()) {
+        let (Some(lru), Some(opt)) = (policy("lru"), policy("opt")) else { return Ok(()) };
+        let builtin = replay(Eviction::Lru, None, tenants, per, budget, &cmds);
+        prop_assert_eq!(&replay(Eviction::Lru, Some(hooks(&lru)), tenants, per, budget, &cmds), &builtin);
+        let builtin = replay(Eviction::Opt, None, tenants, per, budget, &cmds);
+        // OPT's program over the built-in LRU's order.
+        prop_assert_eq!(&replay(Eviction::Lru, Some(hooks(&opt)), tenants, per, budget, &cmds), &builtin);
+    }
+}
+
+#[test]
+fn lfu_evicts_the_least_used_chunk_where_lru_evicts_the_oldest() {
+    let Some(lfu) = policy("lfu") else { return };
+    // Two chunks fit. Chunk 0 is used three times, then chunk 1 once; chunk 2 needs room.
+    let cmds = [(0, vec![0]), (0, vec![0]), (0, vec![0]), (0, vec![1]), (0, vec![2])];
+    let evicted = |plans: &[Vec<Move>]| plans[4].iter().find_map(|m| if let Move::Evict { chunk, .. } = m { Some(chunk.0) } else { None });
+    assert_eq!(evicted(&replay(Eviction::Lru, None, 1, 3, 2, &cmds)), Some(0), "LRU: the oldest");
+    let mut h = Policy::load(&lfu).expect("loads");
+    assert_eq!(h.programs.iter().map(|p| p.0).collect::<Vec<_>>(), ["access", "evict_prepare"]);
+    let uses = h.maps.remove(0).1;
+    let plans = replay(Eviction::Lru, Some(Box::new(h.into_hooks())), 1, 3, 2, &cmds);
+    assert_eq!(evicted(&plans), Some(1), "LFU: the least used");
+    let count = |c: u64| uses.get(&c.to_le_bytes()).map(|v| u64::from_le_bytes(v[..8].try_into().expect("8")));
+    assert_eq!((count(0), count(1), count(2)), (Some(3), Some(1), Some(1)), "the access program counted each use");
+}
