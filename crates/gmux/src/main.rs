@@ -3,6 +3,7 @@
 mod bench;
 mod events;
 mod plot;
+mod policy;
 mod record;
 mod run;
 mod sim;
@@ -74,6 +75,9 @@ enum Command {
     /// GPU benchmarks of gmuxd with real tenant processes.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// eBPF policy programs: gmux policy check FILE.o
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
 }
 
 /// Why a command failed; decides the exit status (one type for the CLI and the daemon).
@@ -114,6 +118,7 @@ fn main() -> ExitCode {
         Command::Set { tenant, knob, value } => control(gmuxd::ctl::Request::Set { tenant, knob, value }),
         Command::Stop => control(gmuxd::ctl::Request::Stop),
         Command::Bench(cmd) => bench::bench(&cmd),
+        Command::Policy(cmd) => policy::policy(&cmd),
         Command::Completions { shell } => {
             let mut text = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "gmux", &mut text);
