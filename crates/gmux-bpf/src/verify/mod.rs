@@ -1,7 +1,9 @@
-//! The verifier: it walks every path of a program from its entry, tracking each
+//! The verifier: it follows every path of a program from its entry, tracking each
 //! register's type and range and the stack's contents ([`state`]), and refuses the
 //! program at the first instruction where a path could do something unsafe, with the
-//! instruction's number and the reason, as Linux's verifier log does.
+//! instruction's number and the reason, as Linux's verifier log does. Paths that meet
+//! are kept apart while few, and joined into one state covering them beyond that, so the
+//! work stays linear in the program's length.
 
 mod alu;
 pub mod state;
@@ -11,8 +13,8 @@ use crate::{HookSpec, MapSpec, MAX_INSNS, STACK_BYTES};
 use rbpf::ebpf::{self, Insn};
 use state::{Range, Reg, State};
 
-/// The most instructions the verifier walks over all paths before it gives up.
-pub const MAX_STEPS: usize = 1 << 17;
+/// Distinct states kept apart at one instruction before they are joined.
+pub const PATHS_PER_INSN: usize = 8;
 
 /// Why a program was refused: at instruction `insn` (its index in 8-byte slots).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,16 +58,27 @@ pub fn verify(prog: &[u8], hook: &HookSpec, maps: &[MapSpec]) -> Result<(), Refu
         }
         pc += 1;
     }
+    // Jumps only go forward, so every path reaches an instruction before any of its
+    // successors: one pass in program order sees each instruction with every state
+    // that can reach it. Up to PATHS_PER_INSN distinct states are kept apart (a null
+    // check's branches, say); beyond, they are joined into one that covers them all.
     let v = Walk { insns: &insns, hook, maps };
-    let mut paths = vec![(0usize, State::entry())];
-    let mut steps = 0usize;
-    while let Some((pc, st)) = paths.pop() {
-        steps += 1;
-        if steps > MAX_STEPS {
-            return Err(at(pc, format!("too complex: its paths take more than {MAX_STEPS} steps")));
-        }
-        for next in v.step(pc, st).map_err(|reason| at(pc, reason))? {
-            paths.push(next);
+    let mut states: Vec<Vec<State>> = vec![Vec::new(); insns.len()];
+    states[0].push(State::entry());
+    for pc in 0..insns.len() {
+        for st in std::mem::take(&mut states[pc]) {
+            for (next, s) in v.step(pc, st).map_err(|reason| at(pc, reason))? {
+                let at_next = states.get_mut(next).ok_or_else(|| at(pc, "runs past the last instruction (end with exit)".into()))?;
+                if at_next.iter().any(|old| old.covers(&s)) {
+                    continue;
+                }
+                at_next.retain(|old| !s.covers(old));
+                at_next.push(s);
+                if at_next.len() > PATHS_PER_INSN {
+                    let joined = at_next.iter().skip(1).fold(at_next[0].clone(), |a, b| a.join(b));
+                    *at_next = vec![joined];
+                }
+            }
         }
     }
     // The VM's own loader checks every instruction's encoding, those no path reaches
@@ -349,6 +362,7 @@ impl Walk<'_> {
 fn read(st: &State, r: u8) -> Result<Reg, String> {
     match st.regs[r as usize] {
         Reg::Uninit => Err(format!("reads r{r}, which is not initialized")),
+        Reg::Mixed => Err(format!("reads r{r}, which holds different kinds on the paths that meet here")),
         v => Ok(v),
     }
 }

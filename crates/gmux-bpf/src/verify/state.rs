@@ -61,6 +61,8 @@ pub enum Reg {
     },
     /// A map lookup's result before its null check.
     ValueOrNull(u32),
+    /// Different kinds on the paths that meet here: unusable.
+    Mixed,
 }
 
 impl Reg {
@@ -77,12 +79,37 @@ impl Reg {
             Reg::Map(_) => "a map",
             Reg::Value { .. } => "a pointer to a map value",
             Reg::ValueOrNull(_) => "a map value that may be null (check it first)",
+            Reg::Mixed => "of different kinds on the paths that meet here",
         }
     }
 
     /// Whether it is a pointer or a map.
     pub fn is_pointer(self) -> bool {
-        !matches!(self, Reg::Uninit | Reg::Scalar(_))
+        !matches!(self, Reg::Uninit | Reg::Scalar(_) | Reg::Mixed)
+    }
+
+    /// What holds on either of two paths that meet.
+    pub fn join(self, o: Reg) -> Reg {
+        match (self, o) {
+            (a, b) if a == b => a,
+            (Reg::Uninit, _) | (_, Reg::Uninit) => Reg::Uninit,
+            (Reg::Scalar(a), Reg::Scalar(b)) => Reg::Scalar(Range { lo: a.lo.min(b.lo), hi: a.hi.max(b.hi) }),
+            (Reg::Value { map, lo, hi }, Reg::Value { map: m, lo: l, hi: h }) if map == m => Reg::Value { map, lo: lo.min(l), hi: hi.max(h) },
+            _ => Reg::Mixed,
+        }
+    }
+
+    /// Whether everything `o` allows holds under `self` (so a path that was safe from
+    /// `self` is safe from `o`).
+    pub fn covers(self, o: Reg) -> bool {
+        match (self, o) {
+            (a, b) if a == b => true,
+            // A path safe from here never read it.
+            (Reg::Uninit | Reg::Mixed, _) => true,
+            (Reg::Scalar(a), Reg::Scalar(b)) => a.lo <= b.lo && b.hi <= a.hi,
+            (Reg::Value { map, lo, hi }, Reg::Value { map: m, lo: l, hi: h }) => map == m && lo <= l && h <= hi,
+            _ => false,
+        }
     }
 }
 
@@ -152,6 +179,31 @@ impl State {
         Ok(Reg::NUMBER)
     }
 
+    /// What holds on either of two paths that meet.
+    pub fn join(&self, o: &State) -> State {
+        let mut out = self.clone();
+        for (r, b) in out.regs.iter_mut().zip(o.regs) {
+            *r = r.join(b);
+        }
+        for (s, b) in out.stack.iter_mut().zip(o.stack) {
+            *s = match (*s, b) {
+                (Slot::Spill(x), Slot::Spill(y)) if !matches!(x.join(y), Reg::Mixed | Reg::Uninit) => Slot::Spill(x.join(y)),
+                (x, y) => Slot::Bytes(written(x) & written(y)),
+            };
+        }
+        out
+    }
+
+    /// Whether everything `o` allows holds under `self` (see [`Reg::covers`]).
+    pub fn covers(&self, o: &State) -> bool {
+        self.regs.iter().zip(&o.regs).all(|(a, b)| a.covers(*b))
+            && self.stack.iter().zip(&o.stack).all(|(a, b)| match (*a, *b) {
+                (Slot::Spill(x), Slot::Spill(y)) => x.covers(y),
+                (Slot::Spill(_), Slot::Bytes(_)) => false,
+                (Slot::Bytes(m), y) => m & !written(y) == 0,
+            })
+    }
+
     /// Whether `size` bytes at stack offset `off` are all written, as numbers.
     pub fn initialized(&self, off: i64, size: i64) -> Result<(), String> {
         for b in off..off + size {
@@ -164,5 +216,53 @@ impl State {
             }
         }
         Ok(())
+    }
+}
+
+/// The bytes of a slot readable as numbers.
+fn written(s: Slot) -> u8 {
+    match s {
+        Slot::Bytes(m) => m,
+        Slot::Spill(Reg::Scalar(_)) => 0xff,
+        Slot::Spill(_) => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn reg() -> impl Strategy<Value = Reg> {
+        let range = (any::<u64>(), any::<u64>()).prop_map(|(a, b)| Range { lo: a.min(b), hi: a.max(b) });
+        prop_oneof![
+            Just(Reg::Uninit),
+            Just(Reg::Mixed),
+            range.prop_map(Reg::Scalar),
+            (-16i64..16).prop_map(Reg::Ctx),
+            (-16i64..16).prop_map(Reg::Stack),
+            (0u32..2).prop_map(Reg::Map),
+            (0u32..2, -8i64..8, 0i64..8).prop_map(|(map, lo, w)| Reg::Value { map, lo, hi: lo + w }),
+            (0u32..2).prop_map(Reg::ValueOrNull),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn a_join_covers_both_paths_and_covering_is_reflexive(a in reg(), b in reg(), sa in any::<[u8; 4]>(), sb in any::<[u8; 4]>()) {
+            let j = a.join(b);
+            prop_assert!(j.covers(a) && j.covers(b), "{j:?} from {a:?} and {b:?}");
+            prop_assert!(a.covers(a));
+            let mut x = State::entry();
+            let mut y = State::entry();
+            x.regs[2] = a;
+            y.regs[2] = b;
+            for i in 0..4 {
+                x.stack[i] = Slot::Bytes(sa[i]);
+                y.stack[i] = if sb[i] % 3 == 0 { Slot::Spill(b) } else { Slot::Bytes(sb[i]) };
+            }
+            let js = x.join(&y);
+            prop_assert!(js.covers(&x) && js.covers(&y));
+        }
     }
 }
