@@ -13,6 +13,7 @@ typedef __UINT8_TYPE__ u8;
 typedef __UINT16_TYPE__ u16;
 typedef __UINT32_TYPE__ u32;
 typedef __UINT64_TYPE__ u64;
+typedef __INT32_TYPE__ s32;
 typedef __INT64_TYPE__ s64;
 
 #define SEC(name) __attribute__((section(name), used))
@@ -67,5 +68,42 @@ struct gmux_evict_ctx {
 _Static_assert(sizeof(struct gmux_chunk_ctx) == 24 && __builtin_offsetof(struct gmux_chunk_ctx, tenant) == 16, "gmux_chunk_ctx layout");
 _Static_assert(sizeof(struct gmux_evict_ctx) == 32 && __builtin_offsetof(struct gmux_evict_ctx, next_use) == 16 &&
 	       __builtin_offsetof(struct gmux_evict_ctx, requester) == 28, "gmux_evict_ctx layout");
+
+/* Scheduling hooks, in gmuxd: SEC("gmux/task_init"), SEC("gmux/task_destroy") and
+ * SEC("gmux/timeslice"). */
+
+/* task_init: a process is joining a tenant. Return 0 to let it join, anything else to
+ * refuse it. `priority` and `timeslice` are writable: what the program leaves there
+ * becomes the tenant's (a new tenant's slice only), kept within gmux's bounds. */
+struct gmux_task_ctx {
+	u32 tenant;	/* the tenant's number */
+	u32 uid;	/* the user the process runs as */
+	s32 priority;	/* the priority it asked for (writable) */
+	u32 new_tenant;	/* 1 if the tenant had no process before */
+	u64 timeslice;	/* the tenant's compute.timeslice, ns (writable) */
+	u32 processes;	/* processes of all tenants before this one */
+	u32 pad;
+	u64 held;	/* GPU memory all processes hold */
+	u64 budget;	/* the budget, ~0 if none */
+};
+
+/* task_destroy: a tenant's last process left. */
+struct gmux_tenant_ctx {
+	u32 tenant;
+	u32 pad;
+};
+
+/* timeslice: the slice of a tenant's next turn. Return the slice in ns; gmux keeps it
+ * between 1 us and the longer of `slice` and the daemon's --max-timeslice. */
+struct gmux_slice_ctx {
+	u32 tenant;
+	u32 pad;
+	u64 slice;		/* the slice gmux made, stretched by the switch cost where known */
+	u64 switch_cost;	/* what a switch costs, ns (0 until measured) */
+};
+
+_Static_assert(sizeof(struct gmux_task_ctx) == 48 && __builtin_offsetof(struct gmux_task_ctx, timeslice) == 16 &&
+	       __builtin_offsetof(struct gmux_task_ctx, budget) == 40, "gmux_task_ctx layout");
+_Static_assert(sizeof(struct gmux_tenant_ctx) == 8 && sizeof(struct gmux_slice_ctx) == 24, "gmux_slice_ctx layout");
 
 #endif

@@ -44,7 +44,8 @@ pub struct EvictCtx {
 const _: () = assert!(size_of::<ChunkCtx>() == 24 && std::mem::offset_of!(ChunkCtx, tenant) == 16);
 const _: () = assert!(size_of::<EvictCtx>() == 32 && std::mem::offset_of!(EvictCtx, next_use) == 16 && std::mem::offset_of!(EvictCtx, requester) == 28);
 
-const MAP_HELPERS: &[Helper] = &[Helper::MapLookup, Helper::MapUpdate, Helper::MapDelete, Helper::Now, Helper::Trace];
+/// Every hook's programs may call every helper.
+pub(crate) const MAP_HELPERS: &[Helper] = &[Helper::MapLookup, Helper::MapUpdate, Helper::MapDelete, Helper::Now, Helper::Trace];
 
 /// `activate`: a chunk became resident.
 pub const ACTIVATE: HookSpec = HookSpec { name: "activate", ctx_size: size_of::<ChunkCtx>() as u32, writable: &[], helpers: MAP_HELPERS };
@@ -53,12 +54,12 @@ pub const ACCESS: HookSpec = HookSpec { name: "access", ctx_size: size_of::<Chun
 /// `evict_prepare`: ranks one eviction candidate.
 pub const EVICT_PREPARE: HookSpec = HookSpec { name: "evict_prepare", ctx_size: size_of::<EvictCtx>() as u32, writable: &[], helpers: MAP_HELPERS };
 
-/// The memory hooks, by name.
+/// The memory hooks.
 pub const MEMORY_HOOKS: [HookSpec; 3] = [ACTIVATE, ACCESS, EVICT_PREPARE];
 
-/// The hook of name `name`.
+/// The hook of name `name`, memory or scheduling.
 pub fn hook(name: &str) -> Option<HookSpec> {
-    MEMORY_HOOKS.into_iter().find(|h| h.name == name)
+    MEMORY_HOOKS.into_iter().chain(crate::sched::SCHED_HOOKS).find(|h| h.name == name)
 }
 
 /// gmux-core's memory hooks, each run by a loaded program where one is attached.
@@ -76,8 +77,8 @@ pub struct PolicyHooks {
 }
 
 /// A context struct as the bytes a program sees.
-fn bytes_of<T: Copy>(v: &mut T) -> &mut [u8] {
-    // SAFETY: `T` is one of the `repr(C)` contexts above: plain integers, no padding
+pub(crate) fn bytes_of<T: Copy>(v: &mut T) -> &mut [u8] {
+    // SAFETY: `T` is one of the hooks' `repr(C)` contexts: plain integers, no padding
     // bytes left unnamed, any bit pattern valid; the slice covers exactly `v`.
     unsafe { std::slice::from_raw_parts_mut((v as *mut T).cast::<u8>(), size_of::<T>()) }
 }

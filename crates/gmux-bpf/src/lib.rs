@@ -19,6 +19,7 @@ pub mod hooks;
 pub mod map;
 pub mod policy;
 pub mod program;
+pub mod sched;
 pub mod verify;
 
 pub use helper::Helper;

@@ -4,14 +4,14 @@ use crate::elf;
 use crate::hooks::{hook, PolicyHooks, MEMORY_HOOKS};
 use crate::map::Map;
 use crate::program::Program;
+use crate::sched::{SchedPolicy, SCHED_HOOKS};
 use std::rc::Rc;
 
-/// The loaded programs of one object file and the maps they share.
+/// The loaded programs of one object file and the maps they share. Its maps are reached
+/// only through it (by reference), never shared out.
 pub struct Policy {
-    /// Each program with the name of its hook.
-    pub programs: Vec<(&'static str, Program)>,
-    /// The maps, by name.
-    pub maps: Vec<(String, Rc<Map>)>,
+    programs: Vec<(&'static str, Program)>,
+    maps: Vec<(String, Rc<Map>)>,
 }
 
 impl Policy {
@@ -24,7 +24,7 @@ impl Policy {
         let mut programs = Vec::new();
         for p in &obj.programs {
             let spec = hook(&p.hook).ok_or_else(|| {
-                let names: Vec<&str> = MEMORY_HOOKS.iter().map(|h| h.name).collect();
+                let names: Vec<&str> = MEMORY_HOOKS.iter().chain(&SCHED_HOOKS).map(|h| h.name).collect();
                 format!("{}: no hook named {:?}: name its section gmux/HOOK, HOOK one of {}", p.name, p.hook, names.join(", "))
             })?;
             if programs.iter().any(|(h, _)| *h == spec.name) {
@@ -36,7 +36,23 @@ impl Policy {
         Ok(Policy { programs, maps })
     }
 
-    /// Its programs as gmux-core's memory hooks.
+    /// The hooks it has programs for, in the object's order.
+    pub fn hooks(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.programs.iter().map(|p| p.0)
+    }
+
+    /// Its maps, by name.
+    pub fn maps(&self) -> impl Iterator<Item = (&str, &Map)> {
+        self.maps.iter().map(|(n, m)| (n.as_str(), &**m))
+    }
+
+    /// The map named `name`.
+    pub fn map(&self, name: &str) -> Option<&Map> {
+        self.maps().find(|m| m.0 == name).map(|m| m.1)
+    }
+
+    /// Its memory programs as gmux-core's memory hooks (its scheduling programs are
+    /// dropped).
     pub fn into_hooks(self) -> PolicyHooks {
         let mut h = PolicyHooks::default();
         for (name, p) in self.programs {
@@ -44,9 +60,24 @@ impl Policy {
                 "activate" => h.activate = Some(p),
                 "access" => h.access = Some(p),
                 "evict_prepare" => h.evict_prepare = Some(p),
-                other => unreachable!("`hook` finds only the memory hooks, not {other}"),
+                _ => {}
             }
         }
         h
+    }
+
+    /// Its scheduling programs as gmux-core's scheduling hooks (its memory programs are
+    /// dropped).
+    pub fn into_sched(self) -> SchedPolicy {
+        let mut s = SchedPolicy::default();
+        for (name, p) in self.programs {
+            match name {
+                "task_init" => s.task_init = Some(p),
+                "task_destroy" => s.task_destroy = Some(p),
+                "timeslice" => s.timeslice = Some(p),
+                _ => {}
+            }
+        }
+        s
     }
 }

@@ -107,11 +107,76 @@ fn lfu_evicts_the_least_used_chunk_where_lru_evicts_the_oldest() {
     let cmds = [(0, vec![0]), (0, vec![0]), (0, vec![0]), (0, vec![1]), (0, vec![2])];
     let evicted = |plans: &[Vec<Move>]| plans[4].iter().find_map(|m| if let Move::Evict { chunk, .. } = m { Some(chunk.0) } else { None });
     assert_eq!(evicted(&replay(Eviction::Lru, None, 1, 3, 2, &cmds)), Some(0), "LRU: the oldest");
-    let mut h = Policy::load(&lfu).expect("loads");
-    assert_eq!(h.programs.iter().map(|p| p.0).collect::<Vec<_>>(), ["access", "evict_prepare"]);
-    let uses = h.maps.remove(0).1;
+    let h = Policy::load(&lfu).expect("loads");
+    assert_eq!(h.hooks().collect::<Vec<_>>(), ["access", "evict_prepare"]);
     let plans = replay(Eviction::Lru, Some(Box::new(h.into_hooks())), 1, 3, 2, &cmds);
     assert_eq!(evicted(&plans), Some(1), "LFU: the least used");
+    let mut h = Policy::load(&lfu).expect("loads").into_hooks();
+    for c in [0, 0, 0, 1, 2] {
+        h.access(ChunkId(c), TenantId(0), 1);
+    }
+    let uses = h.access.as_ref().and_then(|p| p.maps().next()).expect("the uses map");
     let count = |c: u64| uses.get(&c.to_le_bytes()).map(|v| u64::from_le_bytes(v[..8].try_into().expect("8")));
-    assert_eq!((count(0), count(1), count(2)), (Some(3), Some(1), Some(1)), "the access program counted each use");
+    assert_eq!((count(0), count(1), count(2), count(3)), (Some(3), Some(1), Some(1), None), "the access program counts each use");
+}
+
+#[test]
+fn rt_boost_lengthens_the_slices_of_the_tenants_in_its_map() {
+    use gmux_core::arbiter::{Arbiter, Switch};
+    use gmux_core::protocol::ShimReport;
+    use gmux_core::sched::Policy as Sched;
+    let Some(obj) = policy("rt_boost") else { return };
+    let p = Policy::load(&obj).expect("loads");
+    p.map("rt").expect("the rt map").update(&1u32.to_le_bytes(), &300_000_000u64.to_le_bytes()).expect("tenant 1 is real-time");
+    // Two tenants whose memory fits, taking turns all the same: no switch to amortize.
+    let mut d = Arbiter::new(Some(8 << 30), None, Sched::RoundRobin, Switch::Msched);
+    d.settings.always_slice = true;
+    d.sched_hooks = Box::new(p.into_sched());
+    let mut slices = Vec::new();
+    for c in 0..2u64 {
+        d.join(c, 100 + c as u32, &format!("t{c}"), 0);
+        d.report(c, ShimReport { want: 1 << 30, allocated: 1 << 30, busy: true, ..Default::default() });
+    }
+    let (mut now, mut done) = (0, [0u64; 2]);
+    for _ in 0..4 {
+        d.decide(now);
+        let (t, slice) = d.running().expect("a tenant runs");
+        slices.push((t.0, slice / 1_000_000));
+        // Its first command finishes: its slice starts.
+        let c = u64::from(t.0);
+        done[c as usize] += 1;
+        d.report(
+            c,
+            ShimReport {
+                held: 1 << 30,
+                want: 1 << 30,
+                allocated: 1 << 30,
+                busy: true,
+                commands: done[c as usize],
+                finished: done[c as usize],
+                ..Default::default()
+            },
+        );
+        d.decide(now + 1);
+        now += slice + 2;
+    }
+    assert_eq!(slices, [(0, 20), (1, 300), (0, 20), (1, 300)], "tenant 1's turns last 300 ms, tenant 0's the 20 ms default");
+}
+
+#[test]
+fn admission_by_headroom_refuses_a_new_tenant_when_the_budget_is_nearly_held() {
+    use gmux_core::arbiter::{Arbiter, Hello, Sender, Switch};
+    use gmux_core::protocol::{ShimReport, PROTOCOL};
+    use gmux_core::sched::Policy as Sched;
+    let Some(obj) = policy("admit_headroom") else { return };
+    let mut d = Arbiter::new(Some(8 << 30), None, Sched::RoundRobin, Switch::Msched);
+    d.sched_hooks = Box::new(Policy::load(&obj).expect("loads").into_sched());
+    let who = |pid| Sender { pid, uid: 1000, admin: false, start: 1 };
+    let hello = |tenant| Hello { version: PROTOCOL, tenant, priority: 0, high: None, resume: None };
+    d.admit(1, who(100), &hello("a")).expect("room");
+    d.decide(0);
+    d.report(1, ShimReport { held: 15 << 29, ..Default::default() }); // 7.5 of 8 GiB: over 90%
+    let e = d.admit(2, who(200), &hello("b")).unwrap_err();
+    assert!(e.contains("refused a process of tenant \"b\""), "{e}");
+    d.admit(3, who(300), &hello("a")).expect("a process of a running tenant joins");
 }

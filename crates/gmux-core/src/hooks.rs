@@ -1,11 +1,13 @@
-//! Memory policy hook points (gpu_ext): a program advises, the core keeps final
-//! authority. The planner calls them; what a hook returns is validated here: a hook may
+//! Policy hook points (gpu_ext): a program advises, the core keeps final authority.
+//! The planner calls the memory hooks; what one returns is validated here: a hook may
 //! reorder eviction candidates but never drop or invent one, and prefetch advice is
-//! followed only where it evicts nothing needed sooner.
+//! followed only where it evicts nothing needed sooner. The arbiter calls the scheduling
+//! hooks, and keeps what they answer within the bounds a user could set.
 
 use crate::evict::Forecast;
 use crate::memory::{ChunkId, Memory};
 use crate::tenant::TenantId;
+use crate::Nanos;
 
 /// What an eviction hook is told of a candidate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +46,58 @@ pub trait MemoryHooks {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NoHooks;
 impl MemoryHooks for NoHooks {}
+
+/// What `task_init` is told of a process joining a tenant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Joining {
+    /// The tenant (new if it had no process).
+    pub tenant: TenantId,
+    /// Whether the tenant had no process before this one.
+    pub new_tenant: bool,
+    /// The user the process runs as.
+    pub uid: u32,
+    /// The priority it asked for.
+    pub priority: i32,
+    /// The tenant's `compute.timeslice`.
+    pub timeslice: Nanos,
+    /// Processes of all tenants before this one.
+    pub processes: u32,
+    /// GPU memory all processes hold.
+    pub held: u64,
+    /// The budget (`u64::MAX`: none).
+    pub budget: u64,
+}
+
+/// What `task_init` answers: the process joins or is refused, and the tenant's priority
+/// and slice (`None`: as asked). The arbiter keeps the priority within the daemon's
+/// range and the slice within `compute.timeslice`'s.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Admission {
+    /// Refuse the process.
+    pub refuse: bool,
+    /// The tenant's priority.
+    pub priority: Option<i32>,
+    /// The tenant's `compute.timeslice`.
+    pub timeslice: Option<Nanos>,
+}
+
+/// Scheduling hooks: task_init, task_destroy, timeslice.
+pub trait SchedHooks: Send {
+    /// A process is joining a tenant.
+    fn task_init(&mut self, _j: &Joining) -> Admission {
+        Admission::default()
+    }
+    /// A tenant's last process left.
+    fn task_destroy(&mut self, _tenant: TenantId) {}
+    /// The slice of `tenant`'s next turn: `slice` as the arbiter made it (stretched by
+    /// the switch cost `switch_cost` where known); the answer is kept between 1 µs and
+    /// the longer of `slice` and the daemon's `--max-timeslice`.
+    fn timeslice(&mut self, _tenant: TenantId, slice: Nanos, _switch_cost: Option<Nanos>) -> Nanos {
+        slice
+    }
+}
+
+impl SchedHooks for NoHooks {}
 
 /// Runs `evict_prepare` on `order` (the built-in policy's) for a plan of `requester`, and
 /// keeps the hook's order only if it is a permutation of it. Returns whether the hook's

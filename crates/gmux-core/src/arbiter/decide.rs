@@ -308,9 +308,12 @@ impl Arbiter {
     /// costs `cost` ([`slot::stretched`]). Every tenant taking turns is stretched by the
     /// same switch cost, so that a tenant whose memory stays in while others swap gets the
     /// same time as they do.
-    fn slice_of(&self, t: TenantId, cost: Option<Nanos>) -> Nanos {
+    /// A scheduling hook may change it, within 1 µs and the longer of the slice and
+    /// `--max-timeslice`.
+    fn slice_of(&mut self, t: TenantId, cost: Option<Nanos>) -> Nanos {
         let base = self.tenants.get(t).limits.timeslice;
-        cost.map_or(base, |cost| slot::stretched(base, cost, self.settings.max_timeslice))
+        let slice = cost.map_or(base, |cost| slot::stretched(base, cost, self.settings.max_timeslice));
+        self.sched_hooks.timeslice(t, slice, cost).clamp(1_000, slice.max(self.settings.max_timeslice))
     }
 
     /// `cap` bytes of tenant `t` split among its processes in proportion to what they want.

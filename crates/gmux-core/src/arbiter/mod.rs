@@ -161,6 +161,8 @@ pub struct Arbiter {
     awaited: BTreeMap<u32, (u64, String)>,
     /// Changes to keep for a daemon after this one, since the server last took them.
     pub journal: Vec<Entry>,
+    /// The scheduling hooks ([`crate::hooks::SchedHooks`]): a loaded policy's, or none.
+    pub sched_hooks: Box<dyn crate::hooks::SchedHooks>,
 }
 
 impl Arbiter {
@@ -200,6 +202,7 @@ impl Arbiter {
             pressure_at: 0,
             awaited: BTreeMap::new(),
             journal: Vec::new(),
+            sched_hooks: Box::new(crate::hooks::NoHooks),
         }
     }
 
@@ -332,8 +335,11 @@ impl Arbiter {
         }
         self.departed.insert(conn, (p.tenant, p.report));
         self.past.entry(p.tenant).or_default().add(&p.report, &ShimReport::default());
-        if self.running.is_some_and(|r| r.tenant == p.tenant) && !self.members.contains_key(&p.tenant) {
-            self.running = None;
+        if !self.members.contains_key(&p.tenant) {
+            if self.running.is_some_and(|r| r.tenant == p.tenant) {
+                self.running = None;
+            }
+            self.sched_hooks.task_destroy(p.tenant);
         }
         Some((p.pid, self.tenants.get(p.tenant).name.clone()))
     }
@@ -426,6 +432,11 @@ impl Arbiter {
         self.procs_of(t).any(|(_, p)| p.sent.is_some_and(|g| g.run))
     }
 
+    /// The tenant in its slot and that slot's slice (time-sliced mode).
+    pub fn running(&self) -> Option<(TenantId, Nanos)> {
+        self.running.map(|r| (r.tenant, r.slice))
+    }
+
     /// When the running tenant's slice ends (time-sliced mode).
     pub fn slice_end(&self) -> Option<Nanos> {
         self.running.map(|r| r.ends())
@@ -441,5 +452,7 @@ pub mod slot;
 mod trust;
 pub use trust::{Hello, Sender, MAX_NAME};
 
+#[cfg(test)]
+mod hook_tests;
 #[cfg(test)]
 mod tests;

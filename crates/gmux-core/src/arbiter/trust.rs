@@ -4,6 +4,7 @@
 
 use super::record::{Entry, TenantRecord};
 use super::{Arbiter, Proc};
+use crate::hooks::{Admission, Joining};
 use crate::knobs::Knob;
 use crate::protocol::{Resume, ShimReport, PROTOCOL};
 use crate::size::format_size;
@@ -92,10 +93,33 @@ impl Arbiter {
         } else {
             None
         };
+        // A loaded policy's task_init (not for a process taken back: it holds memory).
+        let new_tenant = existing.is_none_or(|t| !self.members.contains_key(&t));
+        let joining = Joining {
+            tenant: existing.unwrap_or(TenantId(self.tenants.len() as u32)),
+            new_tenant,
+            uid: who.uid,
+            priority,
+            timeslice: existing.map_or(self.settings.timeslice, |t| self.tenants.get(t).limits.timeslice),
+            processes: self.procs.len() as u32,
+            held: self.procs.values().map(|p| p.report.held).fold(0, u64::saturating_add),
+            budget: self.settings.hbm.unwrap_or(u64::MAX),
+        };
+        let answer = if resuming { Admission::default() } else { self.sched_hooks.task_init(&joining) };
+        if answer.refuse {
+            return Err(format!(
+                "the daemon's policy (task_init) refused a process of tenant {:?}; its owner lists policies with `gmux policy list`",
+                h.tenant
+            ));
+        }
+        let priority = answer.priority.map_or(priority, |p| p.clamp(-MAX_PRIORITY_MAGNITUDE, MAX_PRIORITY_MAGNITUDE));
         let before = existing.map(|t| TenantRecord::of(self.tenants.get(t)));
         let t = self.join(conn, who.pid, h.tenant, priority);
         let tenant = self.tenants.get_mut(t);
         tenant.owner.get_or_insert(who.uid);
+        if let Some(slice) = answer.timeslice.filter(|_| new_tenant) {
+            tenant.limits.timeslice = slice.clamp(1_000, crate::knobs::MAX_TIMESLICE);
+        }
         if let Some(high) = high {
             tenant.limits.high = high;
         }
