@@ -69,7 +69,7 @@ impl Policy {
     /// Its scheduling programs as gmux-core's scheduling hooks (its memory programs are
     /// dropped).
     pub fn into_sched(self) -> SchedPolicy {
-        let mut s = SchedPolicy::default();
+        let mut s = SchedPolicy { maps: self.maps, ..SchedPolicy::default() };
         for (name, p) in self.programs {
             match name {
                 "task_init" => s.task_init = Some(p),

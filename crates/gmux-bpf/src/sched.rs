@@ -3,10 +3,12 @@
 //! gmux-core's scheduling hooks run by loaded programs.
 
 use crate::hooks::MAP_HELPERS;
+use crate::map::Map;
 use crate::program::Program;
 use crate::HookSpec;
 use gmux_core::hooks::{Admission, Joining, SchedHooks};
 use gmux_core::{Nanos, TenantId};
+use std::rc::Rc;
 
 /// The context of `task_init`: `struct gmux_task_ctx`. `priority` and `timeslice` are
 /// writable: what the program leaves there becomes the tenant's (a new tenant's slice
@@ -87,6 +89,15 @@ pub struct SchedPolicy {
     pub failures: u64,
     /// The decision time programs see (`now_ns`): the daemon's clock at its last decision.
     pub now: Nanos,
+    /// The policy's maps, by name (shared with its programs, never handed out).
+    pub(crate) maps: Vec<(String, Rc<Map>)>,
+}
+
+impl SchedPolicy {
+    /// Its maps, by name.
+    pub fn maps(&self) -> impl Iterator<Item = (&str, &Map)> {
+        self.maps.iter().map(|(n, m)| (n.as_str(), &**m))
+    }
 }
 
 // SAFETY: a policy's programs and the maps they share are reachable only through the
@@ -96,6 +107,10 @@ pub struct SchedPolicy {
 unsafe impl Send for SchedPolicy {}
 
 impl SchedHooks for SchedPolicy {
+    fn clock(&mut self, now: Nanos) {
+        self.now = now;
+    }
+
     fn task_init(&mut self, j: &Joining) -> Admission {
         let Some(p) = self.task_init.as_mut() else { return Admission::default() };
         let mut ctx = TaskCtx {

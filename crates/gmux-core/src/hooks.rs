@@ -83,6 +83,8 @@ pub struct Admission {
 
 /// Scheduling hooks: task_init, task_destroy, timeslice.
 pub trait SchedHooks: Send {
+    /// The time of the decision being made (before the others at each decision).
+    fn clock(&mut self, _now: Nanos) {}
     /// A process is joining a tenant.
     fn task_init(&mut self, _j: &Joining) -> Admission {
         Admission::default()

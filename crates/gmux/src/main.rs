@@ -75,7 +75,7 @@ enum Command {
     /// GPU benchmarks of gmuxd with real tenant processes.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
-    /// eBPF policy programs: gmux policy check FILE.o
+    /// eBPF policy programs: gmux policy check|load|list|unload|map
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
 }
@@ -84,7 +84,7 @@ enum Command {
 pub use gmuxd::Failure;
 
 /// Sends a control request to the daemon and prints its answer.
-fn control(req: gmuxd::ctl::Request) -> Result<(), Failure> {
+pub(crate) fn control(req: gmuxd::ctl::Request) -> Result<(), Failure> {
     let reply = gmuxd::ctl::request(&gmuxd::socket_path(), &req)?;
     if !reply.ok {
         return Err(Failure::Runtime(reply.text));

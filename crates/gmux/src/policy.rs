@@ -1,6 +1,7 @@
 //! `gmux policy`: eBPF policy programs. `gmux policy check FILE.o` loads an object file
 //! as gmux would (its programs verified for their hooks, its maps created) and says what
-//! it holds, or the instruction and reason of a refusal.
+//! it holds, or the instruction and reason of a refusal; `load`, `list`, `unload` and
+//! `map` manage the daemon's policies.
 
 use crate::Failure;
 use gmux_bpf::{MapKind, Policy};
@@ -18,14 +19,73 @@ pub enum PolicyCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Load an object file's scheduling programs into the daemon (its owner or root);
+    /// they take effect at its next decision.
+    Load {
+        /// The object file.
+        file: PathBuf,
+        /// What `gmux policy list` calls it (default: the file's name).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List the daemon's policies: id, name, who loaded them and when, hooks, maps.
+    List {
+        /// Print a JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Unload a policy: its hooks are gmux's own again from the next decision.
+    Unload {
+        /// Its id (`gmux policy list`).
+        id: u32,
+    },
+    /// Read or write a map of a loaded policy: dump, update KEY VALUE, delete KEY. Keys
+    /// and values are numbers (little-endian, up to 8 bytes) or 0x and hex bytes.
+    Map {
+        /// The policy's id.
+        id: u32,
+        /// The map's name.
+        map: String,
+        /// dump | update KEY VALUE | delete KEY
+        #[arg(num_args = 1..=3, required = true)]
+        action: Vec<String>,
+    },
 }
 
 /// Runs a `gmux policy` subcommand.
 pub fn policy(cmd: &PolicyCommand) -> Result<(), Failure> {
+    use gmuxd::ctl::{MapAction, Request};
     match cmd {
         PolicyCommand::Check { file, json } => check(file, *json),
+        PolicyCommand::Load { file, name } => {
+            let data = std::fs::read(file).map_err(|e| Failure::Usage(format!("cannot read {}: {e}", file.display())))?;
+            if data.len() > MAX_OBJECT {
+                return Err(Failure::Usage(format!(
+                    "{} is {} bytes, over the {MAX_OBJECT} a policy may be: compile it without -g",
+                    file.display(),
+                    data.len()
+                )));
+            }
+            let name = name.clone().unwrap_or_else(|| file.file_name().map_or("policy".into(), |n| n.to_string_lossy().into_owned()));
+            crate::control(Request::PolicyLoad { name, object: gmuxd::policy::hex(&data) })
+        }
+        PolicyCommand::List { json } => crate::control(Request::PolicyList { json: *json }),
+        PolicyCommand::Unload { id } => crate::control(Request::PolicyUnload { id: *id }),
+        PolicyCommand::Map { id, map, action } => {
+            let action = match action.as_slice() {
+                [a] if a == "dump" => MapAction::Dump,
+                [a, key, value] if a == "update" => MapAction::Update { key: key.clone(), value: value.clone() },
+                [a, key] if a == "delete" => MapAction::Delete { key: key.clone() },
+                _ => return Err(Failure::Usage("gmux policy map ID MAP dump | update KEY VALUE | delete KEY".into())),
+            };
+            crate::control(Request::PolicyMap { id: *id, map: map.clone(), action })
+        }
     }
 }
+
+/// Largest object file `gmux policy load` sends (the daemon reads a request of at most
+/// 64 KiB, the object in hex).
+const MAX_OBJECT: usize = 30 << 10;
 
 fn check(file: &PathBuf, json: bool) -> Result<(), Failure> {
     let name = file.display();

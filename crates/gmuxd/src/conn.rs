@@ -147,6 +147,10 @@ async fn serve_conn(s: Arc<Shared>, stream: UnixStream, slot: Slot) {
                 }
                 Ok(Request::Events { tenant }) => return super::stream::events(&s, reader, write, who, tenant).await,
                 Ok(Request::Watch { tenant, trigger }) => return super::stream::watch(&s, reader, write, who, &tenant, trigger).await,
+                Ok(req @ (Request::PolicyLoad { .. } | Request::PolicyList { .. } | Request::PolicyUnload { .. } | Request::PolicyMap { .. })) => {
+                    let mut d = s.lock();
+                    super::server::lock(&s.policies).answer(&mut d, &req, who, s.owner)
+                }
                 Ok(req) => {
                     let mut d = s.lock();
                     let answer = ctl::answer(&mut d, &req, who, s.owner);

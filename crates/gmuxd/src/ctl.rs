@@ -53,6 +53,32 @@ pub enum Request {
         /// What to wait for.
         trigger: Trigger,
     },
+    /// Load a policy's scheduling programs (owner or root only): `object` is the object
+    /// file in hex, `name` what `gmux policy list` calls it.
+    PolicyLoad { name: String, object: String },
+    /// List the loaded policies.
+    PolicyList {
+        /// Answer with a JSON array.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        json: bool,
+    },
+    /// Unload policy `id` (owner or root only).
+    PolicyUnload { id: u32 },
+    /// Read or write a map of policy `id` (owner or root only).
+    PolicyMap { id: u32, map: String, action: MapAction },
+}
+
+/// What `gmux policy map` does to a map. Keys and values are decimal numbers
+/// (little-endian, up to 8 bytes) or `0x` and their bytes in hex.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "do", rename_all = "snake_case", deny_unknown_fields)]
+pub enum MapAction {
+    /// Every key and value.
+    Dump,
+    /// Set `key` to `value`.
+    Update { key: String, value: String },
+    /// Remove `key`.
+    Delete { key: String },
 }
 
 /// What `gmux watch` waits for on a tenant.
@@ -118,7 +144,8 @@ impl Reply {
         Reply { ok: false, text }
     }
 
-    fn ok(text: String) -> Reply {
+    /// A request that succeeded, with what to print.
+    pub fn ok(text: String) -> Reply {
         Reply { ok: true, text }
     }
 }
@@ -166,6 +193,10 @@ pub fn answer(d: &mut Arbiter, req: &Request, who: Peer, owner: u32) -> Reply {
         Request::Stop => Reply::error("permission denied: only the daemon's owner or root may stop it".into()),
         // The server streams them on the connection itself.
         Request::Events { .. } | Request::Watch { .. } => Reply::error("events stream on a connection of their own; use `gmux events` or `gmux watch`".into()),
+        // The server keeps the policies beside the arbiter.
+        Request::PolicyLoad { .. } | Request::PolicyList { .. } | Request::PolicyUnload { .. } | Request::PolicyMap { .. } => {
+            Reply::error("policy requests go to the daemon's policy table; use `gmux policy`".into())
+        }
     }
 }
 

@@ -13,6 +13,7 @@ pub mod journal;
 mod log;
 pub mod metrics;
 mod outbox;
+pub mod policy;
 mod procfs;
 mod rundir;
 pub mod server;

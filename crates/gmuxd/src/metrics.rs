@@ -282,6 +282,7 @@ mod tests {
 
     fn one_tenant() -> Status {
         let t = TenantStatus {
+            id: 0,
             name: "llm \"a\"".into(),
             uid: None,
             pids: vec![7, 8],

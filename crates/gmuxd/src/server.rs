@@ -80,6 +80,8 @@ pub(crate) struct Shared {
     pub(crate) next_conn: AtomicU64,
     /// Open connections per uid.
     pub(crate) conns: Mutex<HashMap<u32, usize>>,
+    /// Loaded policies; taken after `d` when both are held.
+    pub(crate) policies: Mutex<super::policy::Policies>,
     /// Connections per watched process (pid and start time); one watcher per process.
     pub(crate) watched: Mutex<BTreeMap<(u32, u64), Vec<u64>>>,
     last_tenant: Mutex<Instant>,
@@ -236,6 +238,7 @@ pub fn serve(path: &Path, settings: Settings, opts: &Options) -> Result<(), Fail
         start: Instant::now(),
         next_conn: AtomicU64::new(1),
         conns: Mutex::new(HashMap::new()),
+        policies: Mutex::default(),
         watched: Mutex::new(BTreeMap::new()),
         last_tenant: Mutex::new(Instant::now()),
         verbose: opts.verbose,

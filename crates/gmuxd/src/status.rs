@@ -67,6 +67,9 @@ impl State {
 pub struct TenantStatus {
     /// Its name.
     pub name: String,
+    /// Its number, as policy programs see it (`tenant` in their contexts).
+    #[serde(default)]
+    pub id: u32,
     /// Uid of the user who made it (`None`: made by the daemon's owner).
     pub uid: Option<u32>,
     /// Pids of its processes.
@@ -140,6 +143,7 @@ fn tenant(d: &Arbiter, t: TenantId) -> TenantStatus {
         State::Paused
     };
     TenantStatus {
+        id: t.0,
         name: k.name.clone(),
         uid: k.owner,
         pids: d.pids(t),

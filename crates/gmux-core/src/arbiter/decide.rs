@@ -9,6 +9,7 @@ impl Arbiter {
     /// Decides at time `now` and returns the grants that changed, by connection.
     pub fn decide(&mut self, now: Nanos) -> Vec<(u64, Grant)> {
         self.now = now;
+        self.sched_hooks.clock(now);
         self.tick_pressure(now);
         let live = self.live();
         let usage: HashMap<TenantId, ShimReport> = live.iter().map(|t| (*t, self.usage(*t))).collect();

@@ -209,6 +209,7 @@ mod tests {
 
     fn tenant(name: &str, held: u64, h2d: u64, commands: u64, held_ns: u64) -> TenantStatus {
         TenantStatus {
+            id: 0,
             name: name.into(),
             uid: None,
             pids: vec![1],
