@@ -40,8 +40,8 @@ static long (*map_update_elem)(void *map, const void *key, const void *value, u6
 static long (*map_delete_elem)(void *map, const void *key) = (void *)3;
 /* The time of the decision the hook is part of, in nanoseconds. */
 static u64 (*now_ns)(void) = (void *)5;
-/* A line in `gmux events`: the text up to its first NUL, then `arg`; at most 10 a
- * second per program. `fmt` must be on the stack: char fmt[] = "...". */
+/* A line in the daemon's log (policy ID (NAME): TEXT ARG): the text up to its first
+ * NUL, then `arg`; at most 10 a second per program. `fmt` must be on the stack: char fmt[] = "...". */
 static long (*trace)(const char *fmt, u32 fmt_size, u64 arg) = (void *)6;
 
 /* Hooks: SEC("gmux/activate"), SEC("gmux/access") and SEC("gmux/evict_prepare").

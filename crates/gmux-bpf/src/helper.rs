@@ -13,8 +13,8 @@ pub enum Helper {
     MapDelete,
     /// `u64 now_ns(void)`: the time of the decision the hook is part of.
     Now,
-    /// `long trace(const char *fmt, u32 fmt_size, u64 arg)`: a line in `gmux events`,
-    /// rate limited.
+    /// `long trace(const char *fmt, u32 fmt_size, u64 arg)`: a line in the daemon's
+    /// log, rate limited.
     Trace,
 }
 

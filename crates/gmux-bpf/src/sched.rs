@@ -94,6 +94,11 @@ pub struct SchedPolicy {
 }
 
 impl SchedPolicy {
+    /// The trace lines its programs wrote since the last call.
+    pub fn take_traces(&mut self) -> Vec<String> {
+        [&mut self.task_init, &mut self.task_destroy, &mut self.timeslice].into_iter().flatten().flat_map(Program::take_traces).collect()
+    }
+
     /// Its maps, by name.
     pub fn maps(&self) -> impl Iterator<Item = (&str, &Map)> {
         self.maps.iter().map(|(n, m)| (n.as_str(), &**m))

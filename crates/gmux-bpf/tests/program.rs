@@ -111,6 +111,11 @@ fn trace_lines_are_limited_per_second_of_decision_time() {
     assert_eq!(lines[0], "hi 1000000000", "the text up to its NUL, then the argument (now_ns)");
     p.run(&mut [0; 16], 2_000_000_000).expect("runs");
     assert_eq!(p.take_traces(), ["hi 2000000000"], "a new second, a new allowance");
+    for s in 3..303u64 {
+        p.run(&mut [0; 16], s * 1_000_000_000).expect("runs");
+    }
+    let kept = p.take_traces();
+    assert_eq!((kept.len(), kept[0].as_str()), (256, "hi 47000000000"), "untaken lines are kept up to 256, the oldest dropped");
 }
 
 #[test]

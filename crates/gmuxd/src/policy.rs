@@ -125,6 +125,17 @@ impl Policies {
             if self.list.is_empty() { Box::new(gmux_core::hooks::NoHooks) } else { Box::new(Attached(self.list.iter().map(|l| l.policy.clone()).collect())) };
     }
 
+    /// The trace lines the programs wrote since the last call, each naming its policy.
+    pub(crate) fn traces(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for l in &self.list {
+            for t in lock(&l.policy).take_traces() {
+                out.push(format!("policy {} ({}): {t}", l.id, l.name));
+            }
+        }
+        out
+    }
+
     fn list(&self, json: bool) -> String {
         let maps = |l: &Loaded| -> Vec<String> { lock(&l.policy).maps().map(|(n, _)| n.to_string()).collect() };
         if json {

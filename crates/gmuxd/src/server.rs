@@ -134,6 +134,9 @@ impl Shared {
         for n in d.notices.drain(..) {
             self.publish(n);
         }
+        for line in lock(&self.policies).traces() {
+            say(&line);
+        }
         self.check_watches(d);
     }
 

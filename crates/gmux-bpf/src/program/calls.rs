@@ -11,6 +11,9 @@ use std::cell::RefCell;
 /// Most trace lines a program may write per second of decision time.
 pub const TRACES_PER_SECOND: u32 = 10;
 
+/// Most trace lines kept until they are taken; older ones are dropped first.
+pub const TRACES_KEPT: usize = 256;
+
 /// What the helpers of one run reach: the decision's time and the trace lines.
 #[derive(Debug, Default)]
 pub(super) struct Tracer {
@@ -150,6 +153,9 @@ extern "sysv64" fn trace(fmt: u64, size: u64, arg: u64, _: u64, _: u64) -> u64 {
             return E2BIG;
         }
         t.in_window += 1;
+        if t.lines.len() >= TRACES_KEPT {
+            t.lines.remove(0);
+        }
         t.lines.push(format!("{text} {arg}"));
         0
     })
