@@ -43,7 +43,10 @@ pub fn parse(data: &[u8]) -> Result<Object, String> {
         for sym in file.symbols().filter(|s| s.section_index() == Some(section.index())) {
             let name = sym.name().unwrap_or("?").to_string();
             let at = sym.address();
-            let def = bytes.get(at as usize..(at + MAP_DEF_BYTES) as usize).ok_or_else(|| format!("map {name} is cut short: declare maps with GMUX_MAP"))?;
+            let def = usize::try_from(at)
+                .ok()
+                .and_then(|a| bytes.get(a..a.checked_add(MAP_DEF_BYTES as usize)?))
+                .ok_or_else(|| format!("map {name} is cut short: declare maps with GMUX_MAP"))?;
             let word = |i: usize| u32::from_le_bytes(def[i * 4..i * 4 + 4].try_into().expect("4 bytes"));
             let kind = match word(0) {
                 1 => MapKind::Array,
@@ -73,9 +76,12 @@ pub fn parse(data: &[u8]) -> Result<Object, String> {
             let sym = file.symbol_by_index(index).map_err(|e| format!("{name}: instruction {insn}: {e}"))?;
             let in_maps = maps_section.as_ref().is_some_and(|m| sym.section_index() == Some(m.index()));
             let map = maps.iter().position(|m| in_maps && m.0 == sym.address());
+            // A map reference is the first half of an lddw, whole inside the section.
+            let lddw = offset % 8 == 0 && offset.checked_add(16).is_some_and(|end| end <= code.len() as u64) && code[offset as usize] == rbpf::ebpf::LD_DW_IMM;
             let at = offset as usize;
             match map {
-                Some(i) if code.get(at) == Some(&rbpf::ebpf::LD_DW_IMM) => {
+                Some(_) if !lddw => return Err(format!("{name}: the map reference at byte {offset} is not an lddw: compile with clang -O2 -target bpf")),
+                Some(i) => {
                     code[at + 1] = (code[at + 1] & 0x0f) | 0x10;
                     code[at + 4..at + 8].copy_from_slice(&(i as u32).to_le_bytes());
                 }

@@ -83,7 +83,12 @@ fn unsafe_programs_are_refused_at_their_instruction_with_the_reason() {
         ("mov64 r1, r10\nadd64 r1, -8\nstdw [r10-8], 0\nmov64 r2, 8\nmov64 r3, r10\ncall 6\nexit", 5, "must be a number"),
         ("stxdw [r10-8], r1\nldxw r0, [r10-8]\nexit", 1, "reads part of a pointer to the context"),
         ("stxw [r10-8], r1\nldxw r0, [r10-8]\nexit", 0, "stores part of a pointer to the context (4 of its 8 bytes)"),
-        (&format!("{LOOKUP}\njeq32 r0, 0, +1\nldxdw r0, [r0+0]\nmov64 r0, 0\nexit"), 6, "compares a map value that may be null"),
+        (&format!("{LOOKUP}\njeq32 r0, 0, +1\nldxdw r0, [r0+0]\nmov64 r0, 0\nexit"), 6, "other than with a 64-bit == or != against 0"),
+        // The VM's 32-bit semantics: a register move compiled without truncation, shift
+        // counts modulo 32, a remainder by 0 that leaves all 64 bits.
+        ("lddw r2, 0x100000000\nmov32 r1, r2\nmov64 r0, 0\nexit", 2, "mov32 r1, r2 of a number that may not fit 32 bits"),
+        (&format!("mov64 r6, 0x7fffffff\nadd64 r6, 1\nrsh32 r6, 32\nrsh64 r6, 31\nmul64 r6, 0x10000000\n{LOOKUP}\njeq r0, 0, +2\nadd64 r0, r6\nldxdw r0, [r0+0]\nmov64 r0, 0\nexit"), 13, "outside its 16 bytes"),
+        (&format!("lddw r6, 0x100000000\nmod32 r6, 0\nrsh64 r6, 32\nmul64 r6, 0x10000000\n{LOOKUP}\njeq r0, 0, +2\nadd64 r0, r6\nldxdw r0, [r0+0]\nmov64 r0, 0\nexit"), 13, "outside its 16 bytes"),
         (&format!("{LOOKUP}\njeq r0, 0, +2\nmov64 r2, 1\nxadddw [r0+8], r2\nmov64 r0, 0\nexit"), 8, "atomic operations are not supported"),
     ];
     for (src, insn, why) in cases {
@@ -181,4 +186,11 @@ fn a_long_branchy_program_verifies_in_one_pass() {
     let t = std::time::Instant::now();
     assert_eq!(verify(&asm(&src), &HOOK, MAPS), Ok(()));
     assert!(t.elapsed().as_secs() < 5, "took {:?}", t.elapsed());
+}
+
+#[test]
+fn byte_swaps_take_no_source_register() {
+    for swap in ["be16", "be32", "be64", "le16"] {
+        assert_eq!(verify(&asm(&format!("mov64 r1, 5\n{swap} r1\nmov64 r0, 0\nexit")), &HOOK, MAPS), Ok(()), "{swap}");
+    }
 }

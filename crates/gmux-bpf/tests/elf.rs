@@ -111,3 +111,22 @@ fn what_the_loader_or_the_verifier_cannot_take_is_refused_with_what_to_change() 
     let r = Program::load(&o.programs[0].code, HOOK, &fresh(&[])).err().expect("refused");
     assert!(r.reason.contains("loops must be unrolled"), "{r}");
 }
+
+#[test]
+fn a_map_reference_that_is_not_a_whole_lddw_is_refused() {
+    use object::{Object, ObjectSection};
+    let Some(mut obj) = compile(COUNT, "bpf") else { return };
+    let (at, code_len) = {
+        let f = object::File::parse(&*obj).expect("ELF");
+        let rel = f.section_by_name(".relgmux/test").expect("the program's relocations");
+        let code = f.section_by_name("gmux/test").expect("the program");
+        (rel.file_range().expect("in the file").0 as usize, code.size())
+    };
+    // The first relocation's offset (r_offset, 8 bytes): inside an instruction, then past
+    // the section's end.
+    for (offset, what) in [(4u64, "at byte 4 is not an lddw"), (code_len - 8, "is not an lddw")] {
+        obj[at..at + 8].copy_from_slice(&offset.to_le_bytes());
+        let e = parse(&obj).unwrap_err();
+        assert!(e.contains(what), "{e}");
+    }
+}

@@ -138,3 +138,30 @@ fn compiled_and_interpreted_runs_agree_on_random_programs() {
     }
     assert!(compared > 200, "only {compared} programs compared");
 }
+
+#[test]
+fn a_32_bit_move_truncates_compiled_as_interpreted() {
+    let code = asm("lddw r1, 0x500000007\nmov32 r1, r1\nmov64 r0, r1\nexit");
+    let mut jit = Program::load(&code, HOOK, &[]).expect("verified");
+    let mut int = Program::load(&code, HOOK, &[]).expect("verified");
+    int.interpret();
+    assert_eq!((jit.run(&mut [0; 16], 0), int.run(&mut [0; 16], 0)), (Ok(7), Ok(7)));
+}
+
+#[test]
+fn programs_too_long_for_the_jit_run_interpreted() {
+    // Divisions by a register emit the most code per instruction (the most with r8 and
+    // r9, which need a REX prefix).
+    let div = "mov64 r1, 3\nmov64 r8, 3\nmov64 r9, 1000\nmov64 r0, 0\n".to_string();
+    let body = |n: usize| format!("{div}{}exit", "div64 r9, r8\n".repeat(n));
+    let n = (1..400).take_while(|n| gmux_bpf::program::jit_fits(&asm(&body(*n)))).last().expect("some fit");
+    let mut fits = Program::load(&asm(&body(n)), HOOK, &[]).expect("verified");
+    assert_eq!((fits.jitted(), fits.run(&mut [0; 16], 0)), (cfg!(target_arch = "x86_64"), Ok(0)));
+    let mut over = Program::load(&asm(&body(n + 1)), HOOK, &[]).expect("verified");
+    assert_eq!((over.jitted(), over.run(&mut [0; 16], 0)), (false, Ok(0)));
+    for op in ["add64 r0, 1", "mod64 r0, r1", "call 5", "jeq r0, 7, +0", "lddw r2, 0x123456789"] {
+        let code = asm(&format!("{div}{}mov64 r0, 0\nexit", format!("{op}\n").repeat(4000 / if op.starts_with("lddw") { 2 } else { 1 })));
+        let mut p = Program::load(&code, HOOK, &[]).expect("verified");
+        assert_eq!(p.run(&mut [0; 16], 0), Ok(0), "{op}");
+    }
+}

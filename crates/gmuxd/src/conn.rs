@@ -148,8 +148,13 @@ async fn serve_conn(s: Arc<Shared>, stream: UnixStream, slot: Slot) {
                 Ok(Request::Events { tenant }) => return super::stream::events(&s, reader, write, who, tenant).await,
                 Ok(Request::Watch { tenant, trigger }) => return super::stream::watch(&s, reader, write, who, &tenant, trigger).await,
                 Ok(req @ (Request::PolicyLoad { .. } | Request::PolicyList { .. } | Request::PolicyUnload { .. } | Request::PolicyMap { .. })) => {
+                    // A load is verified and compiled before the decision lock is taken.
+                    let prepared = match &req {
+                        Request::PolicyLoad { name, object } => Some(super::policy::prepare(name, object, who, s.owner)),
+                        _ => None,
+                    };
                     let mut d = s.lock();
-                    super::server::lock(&s.policies).answer(&mut d, &req, who, s.owner)
+                    super::server::lock(&s.policies).answer(&mut d, &req, prepared, who, s.owner)
                 }
                 Ok(req) => {
                     let mut d = s.lock();

@@ -64,16 +64,53 @@ impl SchedHooks for Attached {
     }
 }
 
+/// A policy verified and compiled, ready to attach.
+pub(crate) struct Prepared {
+    name: String,
+    hooks: Vec<&'static str>,
+    policy: SchedPolicy,
+}
+
+/// Whether `who` may load, list, unload or read policies.
+fn admin(who: Peer, owner: u32) -> Result<(), Reply> {
+    if who.uid == owner || who.uid == 0 {
+        Ok(())
+    } else {
+        Err(Reply::error(format!("permission denied: only the daemon's owner (uid {owner}) or root may load, list, unload or read policies")))
+    }
+}
+
+/// The policy a load request carries, verified and compiled: done before the decision
+/// lock is taken, so that no decision waits for it.
+pub(crate) fn prepare(name: &str, object: &str, who: Peer, owner: u32) -> Result<Prepared, Reply> {
+    admin(who, owner)?;
+    let name: String = name.chars().filter(|c| !c.is_control()).take(gmux_core::arbiter::MAX_NAME).collect();
+    let bytes = unhex(object).ok_or_else(|| Reply::error("the object is not hex: use the gmux CLI of the same version as the daemon".into()))?;
+    let policy = Policy::load(&bytes).map_err(|e| Reply::error(format!("{name}: {e}")))?;
+    let hooks: Vec<&'static str> = policy.hooks().collect();
+    if let Some(h) = hooks.iter().find(|h| gmux_bpf::sched::SCHED_HOOKS.iter().all(|s| s.name != **h)) {
+        return Err(Reply::error(format!(
+            "{name}: {h} is a memory hook: memory programs run in each tenant's process, and attaching them to running tenants is not supported yet (gmux policy check verifies them)"
+        )));
+    }
+    Ok(Prepared { name, hooks, policy: policy.into_sched() })
+}
+
 impl Policies {
     /// Answers a policy request from `who` (the daemon's owner is `owner`); `d` is the
-    /// arbiter, locked by the caller, whose hooks change between two of its decisions.
-    pub(crate) fn answer(&mut self, d: &mut Arbiter, req: &super::ctl::Request, who: Peer, owner: u32) -> Reply {
+    /// arbiter, locked by the caller, whose hooks change between two of its decisions. A
+    /// load comes `prepared` ([`prepare`]).
+    pub(crate) fn answer(&mut self, d: &mut Arbiter, req: &super::ctl::Request, prepared: Option<Result<Prepared, Reply>>, who: Peer, owner: u32) -> Reply {
         use super::ctl::Request;
-        if who.uid != owner && who.uid != 0 {
-            return Reply::error(format!("permission denied: only the daemon's owner (uid {owner}) or root may load, list, unload or read policies"));
+        if let Err(e) = admin(who, owner) {
+            return e;
         }
         match req {
-            Request::PolicyLoad { name, object } => self.load(d, name, object, who.uid),
+            Request::PolicyLoad { .. } => match prepared {
+                Some(Ok(p)) => self.load(d, p, who.uid),
+                Some(Err(e)) => e,
+                None => Reply::error("a load comes prepared".into()),
+            },
             Request::PolicyList { json } => Reply::ok(self.list(*json)),
             Request::PolicyUnload { id } => match self.list.iter().position(|l| l.id == *id) {
                 Some(i) => {
@@ -88,23 +125,12 @@ impl Policies {
         }
     }
 
-    fn load(&mut self, d: &mut Arbiter, name: &str, object: &str, uid: u32) -> Reply {
+    fn load(&mut self, d: &mut Arbiter, p: Prepared, uid: u32) -> Reply {
         if self.list.len() >= MAX_POLICIES {
             return Reply::error(format!("{MAX_POLICIES} policies are loaded, the most there may be: unload one first"));
         }
-        let name: String = name.chars().filter(|c| !c.is_control()).take(gmux_core::arbiter::MAX_NAME).collect();
-        let Some(bytes) = unhex(object) else { return Reply::error("the object is not hex: use the gmux CLI of the same version as the daemon".into()) };
-        let policy = match Policy::load(&bytes) {
-            Ok(p) => p,
-            Err(e) => return Reply::error(format!("{name}: {e}")),
-        };
-        let hooks: Vec<&'static str> = policy.hooks().collect();
-        if let Some(h) = hooks.iter().find(|h| gmux_bpf::sched::SCHED_HOOKS.iter().all(|s| s.name != **h)) {
-            return Reply::error(format!(
-                "{name}: {h} is a memory hook: memory programs run in each tenant's process, and attaching them to running tenants is not supported yet (gmux policy check verifies them)"
-            ));
-        }
-        if let Some((h, other)) = hooks.iter().find_map(|h| self.list.iter().find(|l| l.hooks.contains(h)).map(|l| (h, l))) {
+        let name = p.name;
+        if let Some((h, other)) = p.hooks.iter().find_map(|h| self.list.iter().find(|l| l.hooks.contains(h)).map(|l| (h, l))) {
             return Reply::error(format!(
                 "{name}: the {h} hook has policy {} ({}) attached: unload it first (`gmux policy unload {}`)",
                 other.id, other.name, other.id
@@ -113,9 +139,10 @@ impl Policies {
         self.next += 1;
         let id = self.next;
         let at = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-        self.list.push(Loaded { id, name: name.clone(), uid, at, hooks: hooks.clone(), policy: Arc::new(Mutex::new(policy.into_sched())) });
+        let hooks = p.hooks.join(", ");
+        self.list.push(Loaded { id, name: name.clone(), uid, at, hooks: p.hooks, policy: Arc::new(Mutex::new(p.policy)) });
         self.attach(d);
-        Reply::ok(format!("loaded policy {id} ({name}): {}", hooks.join(", ")))
+        Reply::ok(format!("loaded policy {id} ({name}): {hooks}"))
     }
 
     /// Points the arbiter's hooks at the loaded policies (between two decisions: the

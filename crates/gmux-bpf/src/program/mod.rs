@@ -36,9 +36,18 @@ impl Program {
         let maps = maps.to_vec();
         let mut code = code.to_vec();
         let mut i = 0;
-        while (i + 1) * ebpf::INSN_SIZE < code.len() {
+        while i * ebpf::INSN_SIZE < code.len() {
             let at = i * ebpf::INSN_SIZE;
             i += 1;
+            // rbpf's compiled `mov32 rD, rS` is a 64-bit move; `and32 rN, 0xffffffff`
+            // truncates in both engines (the verifier refuses the move of a wide number
+            // between two registers).
+            if code[at] == ebpf::MOV32_REG && code[at + 1] & 0x0f == code[at + 1] >> 4 {
+                code[at] = ebpf::AND32_IMM;
+                code[at + 1] &= 0x0f;
+                code[at + 4..at + 8].copy_from_slice(&(-1i32).to_le_bytes());
+                continue;
+            }
             if code[at] != ebpf::LD_DW_IMM {
                 continue;
             }
@@ -62,9 +71,9 @@ impl Program {
             }
             // The JIT's helpers are compiled into its code: built with the realigning
             // entries first, then the interpreter's take their place in the table.
-            let jit = cfg!(target_arch = "x86_64");
+            let jit = cfg!(target_arch = "x86_64") && jit_fits(code);
             #[cfg(target_arch = "x86_64")]
-            {
+            if jit {
                 for h in Helper::ALL {
                     vm.register_helper(h.id() as u32, calls::for_jit(h))?;
                 }
@@ -129,6 +138,30 @@ impl Program {
     pub fn interpret(&mut self) {
         self.jit = false;
     }
+}
+
+/// Bytes of x86-64 code rbpf's JIT has room for: one page (it asserts, and so panics,
+/// past it).
+const JIT_ROOM: usize = 4096;
+
+/// Whether rbpf's JIT has room for `code`: an upper bound of the bytes it emits for each
+/// instruction (measured: at most 37 for a division by a register, 15 for a call, 13 for
+/// a conditional jump, 7 for plain arithmetic; its prologue and epilogue need under 100),
+/// with a third more to spare. Programs over it run interpreted.
+pub fn jit_fits(code: &[u8]) -> bool {
+    let bytes: usize = code
+        .chunks_exact(ebpf::INSN_SIZE)
+        .map(|i| {
+            let (class, op) = (i[0] & 0x07, i[0] & 0xf0);
+            match class {
+                ebpf::BPF_ALU | ebpf::BPF_ALU64 if op == ebpf::BPF_DIV || op == ebpf::BPF_MOD => 50,
+                ebpf::BPF_ALU | ebpf::BPF_ALU64 if op == ebpf::BPF_MUL => 20,
+                ebpf::BPF_JMP | ebpf::BPF_JMP32 => 20,
+                _ => 12,
+            }
+        })
+        .sum();
+    bytes + 160 <= JIT_ROOM
 }
 
 impl Drop for Program {

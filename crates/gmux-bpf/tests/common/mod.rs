@@ -125,7 +125,9 @@ pub fn insn(rng: &mut ChaCha8Rng) -> Vec<u8> {
             let op = rng.gen_range(1..=0x0du8) << 4;
             raw(class | x | op, reg(rng), reg(rng), rng.gen_range(-2..8), imm(rng))
         }
-        90..=93 => raw(0x05, 0, 0, rng.gen_range(-1..6), 0),
+        90..=91 => raw(0x05, 0, 0, rng.gen_range(-1..6), 0),
+        // A number wider than 32 bits, for the 32-bit operations.
+        92..=93 => [raw(0x18, reg(rng), 0, 0, rng.gen()), raw(0, 0, 0, 0, rng.gen_range(1..4))].concat(),
         94..=97 => raw(0x95, 0, 0, 0, 0),
         _ => (0..8).map(|_| rng.gen()).collect(),
     }
