@@ -2,7 +2,7 @@
 //! pointer arithmetic it allows, and what a conditional jump tells on each branch.
 
 use super::state::{Range, Reg};
-use rbpf::ebpf;
+use rbpf::ebpf::{self, Insn};
 
 /// Largest offset a pointer may be moved by at once (bounds stay far from overflow).
 const MAX_MOVE: u64 = 1 << 29;
@@ -45,6 +45,32 @@ pub fn scalar(op: u8, a: Range, b: Range) -> Range {
         ebpf::BPF_MOV => b,
         _ => Range::ANY,
     }
+}
+
+/// The range of 32-bit operation `i` on numbers in `a` (destination) and `b`, as the
+/// VM runs it: shift counts taken modulo 32, a remainder by 0 leaving all 64 bits of
+/// the destination, and a register move that its compiled code does not truncate.
+pub fn alu32(i: &Insn, a: Range, b: Range) -> Result<Range, String> {
+    let op = i.opc & 0xf0;
+    let from_reg = i.opc & ebpf::BPF_X != 0;
+    Ok(match op {
+        ebpf::BPF_MOV if from_reg && b.hi > u64::from(u32::MAX) => {
+            if i.dst != i.src {
+                return Err(format!(
+                    "mov32 r{}, r{} of a number that may not fit 32 bits: compiled, the move keeps the upper half; mask it first (& 0xffffffff)",
+                    i.dst, i.src
+                ));
+            }
+            // Loading turns `mov32 rN, rN` into `and32 rN, 0xffffffff`, which truncates.
+            b.low32()
+        }
+        ebpf::BPF_MOD if b.low32().lo == 0 => Range { lo: 0, hi: a.hi.max(u64::from(u32::MAX)) },
+        ebpf::BPF_LSH | ebpf::BPF_RSH => {
+            let count = b.known().map_or(Range::ANY, |k| Range::exactly(k & 31));
+            scalar(op, a.low32(), count).low32()
+        }
+        _ => scalar(op, a.low32(), b.low32()).low32(),
+    })
 }
 
 /// `dst op= src` on 64 bits, where either may be a pointer. `Err` says why the

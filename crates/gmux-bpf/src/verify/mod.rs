@@ -188,37 +188,11 @@ impl Walk<'_> {
             alu::alu64(op, dst, src)?
         } else {
             match (dst, src) {
-                (Reg::Scalar(a), Reg::Scalar(b)) => Reg::Scalar(self.alu32(i, a, b)?),
+                (Reg::Scalar(a), Reg::Scalar(b)) => Reg::Scalar(alu::alu32(i, a, b)?),
                 _ => return Err(format!("32-bit arithmetic on {}", if dst.is_pointer() { dst } else { src }.what())),
             }
         };
         Ok(())
-    }
-
-    /// The range of 32-bit operation `i` on numbers in `a` (destination) and `b`, as the
-    /// VM runs it: shift counts taken modulo 32, a remainder by 0 leaving all 64 bits of
-    /// the destination, and a register move that its compiled code does not truncate.
-    fn alu32(&self, i: &Insn, a: Range, b: Range) -> Result<Range, String> {
-        let op = i.opc & 0xf0;
-        let from_reg = i.opc & ebpf::BPF_X != 0;
-        Ok(match op {
-            ebpf::BPF_MOV if from_reg && b.hi > u64::from(u32::MAX) => {
-                if i.dst != i.src {
-                    return Err(format!(
-                        "mov32 r{}, r{} of a number that may not fit 32 bits: compiled, the move keeps the upper half; mask it first (& 0xffffffff)",
-                        i.dst, i.src
-                    ));
-                }
-                // Loading turns `mov32 rN, rN` into `and32 rN, 0xffffffff`, which truncates.
-                b.low32()
-            }
-            ebpf::BPF_MOD if b.low32().lo == 0 => Range { lo: 0, hi: a.hi.max(u64::from(u32::MAX)) },
-            ebpf::BPF_LSH | ebpf::BPF_RSH => {
-                let count = b.known().map_or(Range::ANY, |k| Range::exactly(k & 31));
-                alu::scalar(op, a.low32(), count).low32()
-            }
-            _ => alu::scalar(op, a.low32(), b.low32()).low32(),
-        })
     }
 
     /// Checks an access of `size` bytes at `reg + off`: a load (`store` is `None`,
