@@ -314,7 +314,7 @@ impl Arbiter {
     fn slice_of(&mut self, t: TenantId, cost: Option<Nanos>) -> Nanos {
         let base = self.tenants.get(t).limits.timeslice;
         let slice = cost.map_or(base, |cost| slot::stretched(base, cost, self.settings.max_timeslice));
-        self.sched_hooks.timeslice(t, slice, cost).clamp(1_000, slice.max(self.settings.max_timeslice))
+        self.sched_hooks.timeslice(t, slice, cost).clamp(1_000, slice.max(self.settings.max_timeslice).max(1_000))
     }
 
     /// `cap` bytes of tenant `t` split among its processes in proportion to what they want.
