@@ -46,13 +46,3 @@ pub struct HookSpec {
     /// The helpers its programs may call.
     pub helpers: &'static [Helper],
 }
-
-/// A map a program refers to (`lddw rN, map` with source 1 and the map's index as the
-/// immediate).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MapSpec {
-    /// Bytes of a key.
-    pub key_size: u32,
-    /// Bytes of a value.
-    pub value_size: u32,
-}

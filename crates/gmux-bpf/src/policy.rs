@@ -18,7 +18,11 @@ impl Policy {
     /// Loads every program of object file `data`: each verified for its hook, all
     /// sharing the object's maps. `Err` names the program and why, in one line.
     pub fn load(data: &[u8]) -> Result<Policy, String> {
-        let obj = elf::parse(data)?;
+        Policy::from_object(&elf::parse(data)?)
+    }
+
+    /// Loads every program of a parsed object file, as [`Policy::load`].
+    pub fn from_object(obj: &elf::Object) -> Result<Policy, String> {
         let maps: Vec<(String, Rc<Map>)> = obj.maps.iter().map(|(n, d)| Map::new(*d).map(|m| (n.clone(), Rc::new(m)))).collect::<Result<_, _>>()?;
         let shared: Vec<Rc<Map>> = maps.iter().map(|m| m.1.clone()).collect();
         let mut programs = Vec::new();

@@ -91,7 +91,7 @@ fn check(file: &PathBuf, json: bool) -> Result<(), Failure> {
     let name = file.display();
     let data = std::fs::read(file).map_err(|e| Failure::Usage(format!("cannot read {name}: {e}")))?;
     let obj = gmux_bpf::elf::parse(&data).map_err(|e| Failure::Usage(format!("{name}: {e}")))?;
-    Policy::load(&data).map_err(|e| Failure::Usage(format!("{name}: {e}")))?;
+    Policy::from_object(&obj).map_err(|e| Failure::Usage(format!("{name}: {e}")))?;
     let kind = |k: MapKind| match k {
         MapKind::Array => "array",
         MapKind::Hash => "hash",

@@ -6,7 +6,7 @@ mod calls;
 use crate::helper::Helper;
 use crate::map::Map;
 use crate::verify::{verify, Refusal};
-use crate::{HookSpec, MapSpec};
+use crate::HookSpec;
 use calls::{Tracer, RUNNING};
 use rbpf::ebpf;
 use std::mem::ManuallyDrop;
@@ -31,8 +31,8 @@ impl Program {
     /// Verifies `code` for `hook` with `maps` (the program's map `i` is `maps[i]`; programs
     /// of one object share them) and compiles it. `Err` is the verifier's refusal.
     pub fn load(code: &[u8], hook: HookSpec, maps: &[Rc<Map>]) -> Result<Program, Refusal> {
-        let specs: Vec<MapSpec> = maps.iter().map(|m| MapSpec { key_size: m.def.key_size, value_size: m.def.value_size }).collect();
-        verify(code, &hook, &specs)?;
+        let defs: Vec<_> = maps.iter().map(|m| m.def).collect();
+        verify(code, &hook, &defs)?;
         let maps = maps.to_vec();
         let mut code = code.to_vec();
         let mut i = 0;

@@ -9,7 +9,8 @@ mod alu;
 pub mod state;
 
 use crate::helper::{Arg, Helper, Ret};
-use crate::{HookSpec, MapSpec, MAX_INSNS, STACK_BYTES};
+use crate::map::MapDef;
+use crate::{HookSpec, MAX_INSNS, STACK_BYTES};
 use rbpf::ebpf::{self, Insn};
 use state::{Range, Reg, State};
 
@@ -33,7 +34,7 @@ impl std::fmt::Display for Refusal {
 
 /// Proves `prog` (eBPF bytecode) safe to run at `hook` with `maps`, or says where and
 /// why it is not.
-pub fn verify(prog: &[u8], hook: &HookSpec, maps: &[MapSpec]) -> Result<(), Refusal> {
+pub fn verify(prog: &[u8], hook: &HookSpec, maps: &[MapDef]) -> Result<(), Refusal> {
     let at = |insn: usize, reason: String| Refusal { insn, reason };
     if prog.is_empty() || !prog.len().is_multiple_of(ebpf::INSN_SIZE) {
         return Err(at(0, format!("{} bytes is not a whole number of 8-byte instructions", prog.len())));
@@ -96,7 +97,7 @@ pub fn verify(prog: &[u8], hook: &HookSpec, maps: &[MapSpec]) -> Result<(), Refu
 struct Walk<'a> {
     insns: &'a [Insn],
     hook: &'a HookSpec,
-    maps: &'a [MapSpec],
+    maps: &'a [MapDef],
 }
 
 impl Walk<'_> {

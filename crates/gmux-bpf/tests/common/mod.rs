@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use gmux_bpf::{Helper, HookSpec, Map, MapDef, MapSpec};
+use gmux_bpf::{Helper, HookSpec, Map, MapDef, MapKind};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use rbpf::ebpf::Insn;
@@ -18,7 +18,7 @@ pub const NO_TRACE: HookSpec =
     HookSpec { name: "quiet", ctx_size: 16, writable: &[(8, 16)], helpers: &[Helper::MapLookup, Helper::MapUpdate, Helper::MapDelete, Helper::Now] };
 
 /// One map: 4-byte keys, 16-byte values, [`ENTRIES`] of them (an array).
-pub const MAPS: &[MapSpec] = &[MapSpec { key_size: 4, value_size: 16 }];
+pub const MAPS: &[MapDef] = &[MapDef { kind: MapKind::Array, key_size: 4, value_size: 16, entries: ENTRIES as u32 }];
 
 /// Entries of the test map.
 pub const ENTRIES: usize = 4;
