@@ -44,8 +44,8 @@ static u64 (*now_ns)(void) = (void *)5;
  * NUL, then `arg`; at most 10 a second per program. `fmt` must be on the stack: char fmt[] = "...". */
 static long (*trace)(const char *fmt, u32 fmt_size, u64 arg) = (void *)6;
 
-/* Hooks: SEC("gmux/activate"), SEC("gmux/access") and SEC("gmux/evict_prepare").
- * Their contexts are read-only. */
+/* Memory hooks: SEC("gmux/activate"), SEC("gmux/access"), SEC("gmux/evict_prepare") and
+ * SEC("gmux/prefetch"). Their contexts are read-only, except prefetch's answer. */
 
 /* activate (a chunk became resident) and access (a command used it). */
 struct gmux_chunk_ctx {
@@ -63,11 +63,24 @@ struct gmux_evict_ctx {
 	u64 next_use;	/* its next use in the timeline's forecast, or ~0 if none */
 	u32 tenant;	/* its tenant */
 	u32 requester;	/* the tenant the plan makes room for */
+	u64 resident;	/* chunks its tenant holds in GPU memory */
 };
 
+/* prefetch: called when a command's memory is being brought in. The program may name a
+ * run of chunks worth bringing in after the command's own: `count` chunks from `start`
+ * (at most GMUX_PREFETCH_MAX). gmux brings in those of the tenant's live chunks that are
+ * not resident, and only where that evicts nothing needed sooner. */
+#define GMUX_PREFETCH_MAX 64
+struct gmux_prefetch_ctx {
+	u64 start;	/* the first chunk to bring in (writable; 0) */
+	u32 count;	/* how many (writable; 0: none) */
+	u32 tenant;	/* the tenant whose command it is */
+};
+
+_Static_assert(sizeof(struct gmux_prefetch_ctx) == 16 && __builtin_offsetof(struct gmux_prefetch_ctx, tenant) == 12, "gmux_prefetch_ctx layout");
 _Static_assert(sizeof(struct gmux_chunk_ctx) == 24 && __builtin_offsetof(struct gmux_chunk_ctx, tenant) == 16, "gmux_chunk_ctx layout");
-_Static_assert(sizeof(struct gmux_evict_ctx) == 32 && __builtin_offsetof(struct gmux_evict_ctx, next_use) == 16 &&
-	       __builtin_offsetof(struct gmux_evict_ctx, requester) == 28, "gmux_evict_ctx layout");
+_Static_assert(sizeof(struct gmux_evict_ctx) == 40 && __builtin_offsetof(struct gmux_evict_ctx, next_use) == 16 &&
+	       __builtin_offsetof(struct gmux_evict_ctx, resident) == 32, "gmux_evict_ctx layout");
 
 /* Scheduling hooks, in gmuxd: SEC("gmux/task_init"), SEC("gmux/task_destroy") and
  * SEC("gmux/timeslice"). */

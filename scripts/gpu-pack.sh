@@ -31,6 +31,16 @@ cp target/release/gmux .gpu-bin/gmux
 cp "$shim" .gpu-bin/libgmux.so
 chmod +x .gpu-bin/gmux
 
+# The policies of policies/, compiled here (the GPU machine may have no clang).
+if command -v clang >/dev/null; then
+  mkdir -p .gpu-bin/policies
+  for c in policies/*.c; do
+    clang -O2 -target bpf -I include -c "$c" -o ".gpu-bin/policies/$(basename "${c%.c}").o"
+  done
+else
+  echo "gpu-pack: no clang: .gpu-bin/policies/ not built (scripts/gpu-policy.sh needs it)" >&2
+fi
+
 exclude=$(git rev-parse --git-path info/exclude)
 mkdir -p "$(dirname "$exclude")"
 touch "$exclude"

@@ -38,11 +38,30 @@ pub struct EvictCtx {
     pub tenant: u32,
     /// The tenant the plan makes room for.
     pub requester: u32,
+    /// Chunks its tenant holds in GPU memory.
+    pub resident: u64,
 }
+
+/// The context of `prefetch`: `struct gmux_prefetch_ctx`. The program writes the run of
+/// chunks worth bringing in, `count` from `start`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PrefetchCtx {
+    /// The first chunk to bring in (writable).
+    pub start: u64,
+    /// How many, at most [`PREFETCH_MAX`] (writable).
+    pub count: u32,
+    /// The tenant whose command is being prepared.
+    pub tenant: u32,
+}
+
+/// Most chunks one `prefetch` answer may name (`GMUX_PREFETCH_MAX`).
+pub const PREFETCH_MAX: u32 = 64;
 
 // The layouts `include/gmux_bpf.h` asserts too.
 const _: () = assert!(size_of::<ChunkCtx>() == 24 && std::mem::offset_of!(ChunkCtx, tenant) == 16);
-const _: () = assert!(size_of::<EvictCtx>() == 32 && std::mem::offset_of!(EvictCtx, next_use) == 16 && std::mem::offset_of!(EvictCtx, requester) == 28);
+const _: () = assert!(size_of::<PrefetchCtx>() == 16 && std::mem::offset_of!(PrefetchCtx, tenant) == 12);
+const _: () = assert!(size_of::<EvictCtx>() == 40 && std::mem::offset_of!(EvictCtx, next_use) == 16 && std::mem::offset_of!(EvictCtx, resident) == 32);
 
 /// Every hook's programs may call every helper.
 pub(crate) const MAP_HELPERS: &[Helper] = &[Helper::MapLookup, Helper::MapUpdate, Helper::MapDelete, Helper::Now, Helper::Trace];
@@ -54,8 +73,11 @@ pub const ACCESS: HookSpec = HookSpec { name: "access", ctx_size: size_of::<Chun
 /// `evict_prepare`: ranks one eviction candidate.
 pub const EVICT_PREPARE: HookSpec = HookSpec { name: "evict_prepare", ctx_size: size_of::<EvictCtx>() as u32, writable: &[], helpers: MAP_HELPERS };
 
+/// `prefetch`: names chunks worth bringing in with a command's own.
+pub const PREFETCH: HookSpec = HookSpec { name: "prefetch", ctx_size: size_of::<PrefetchCtx>() as u32, writable: &[(0, 12)], helpers: MAP_HELPERS };
+
 /// The memory hooks.
-pub const MEMORY_HOOKS: [HookSpec; 3] = [ACTIVATE, ACCESS, EVICT_PREPARE];
+pub const MEMORY_HOOKS: [HookSpec; 4] = [ACTIVATE, ACCESS, EVICT_PREPARE, PREFETCH];
 
 /// The hook of name `name`, memory or scheduling.
 pub fn hook(name: &str) -> Option<HookSpec> {
@@ -71,6 +93,8 @@ pub struct PolicyHooks {
     pub access: Option<Program>,
     /// The `evict_prepare` program.
     pub evict_prepare: Option<Program>,
+    /// The `prefetch` program.
+    pub prefetch: Option<Program>,
     /// Runs that failed (only the interpreter can fail at run time); the built-in
     /// decision stands for them.
     pub failures: u64,
@@ -98,6 +122,10 @@ impl MemoryHooks for PolicyHooks {
         }
     }
 
+    fn tracks_access(&self) -> bool {
+        self.access.is_some()
+    }
+
     fn reorders(&self) -> bool {
         self.evict_prepare.is_some()
     }
@@ -106,7 +134,14 @@ impl MemoryHooks for PolicyHooks {
         let Some(p) = self.evict_prepare.as_mut() else { return };
         let mut ranks = Vec::with_capacity(candidates.len());
         for c in candidates.iter() {
-            let mut ctx = EvictCtx { chunk: u64::from(c.chunk.0), last_use: c.last_use, next_use: c.next_use, tenant: c.tenant.0, requester: requester.0 };
+            let mut ctx = EvictCtx {
+                chunk: u64::from(c.chunk.0),
+                last_use: c.last_use,
+                next_use: c.next_use,
+                tenant: c.tenant.0,
+                requester: requester.0,
+                resident: c.resident,
+            };
             match p.run(bytes_of(&mut ctx), 0) {
                 Ok(rank) => ranks.push(rank),
                 Err(_) => {
@@ -119,5 +154,17 @@ impl MemoryHooks for PolicyHooks {
         order.sort_by_key(|&i| ranks[i]);
         let ranked: Vec<Candidate> = order.iter().map(|&i| candidates[i]).collect();
         candidates.copy_from_slice(&ranked);
+    }
+
+    fn prefetch(&mut self, tenant: TenantId) -> Vec<ChunkId> {
+        let Some(p) = self.prefetch.as_mut() else { return Vec::new() };
+        let mut ctx = PrefetchCtx { start: 0, count: 0, tenant: tenant.0 };
+        if p.run(bytes_of(&mut ctx), 0).is_err() {
+            self.failures += 1;
+            return Vec::new();
+        }
+        // Chunk numbers are 32-bit: a run past the last one is cut there.
+        let start = u32::try_from(ctx.start).unwrap_or(u32::MAX);
+        (0..ctx.count.min(PREFETCH_MAX)).map_while(|i| start.checked_add(i)).map(ChunkId).collect()
     }
 }

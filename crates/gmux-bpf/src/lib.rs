@@ -13,6 +13,7 @@
 //! A [`Program`] is a verified program with its [`Map`]s, compiled by rbpf's JIT on
 //! x86-64 and interpreted elsewhere.
 
+pub mod attached;
 pub mod elf;
 pub mod helper;
 pub mod hooks;
@@ -22,6 +23,7 @@ pub mod program;
 pub mod sched;
 pub mod verify;
 
+pub use attached::{AttachedMemory, AttachedPolicy};
 pub use helper::Helper;
 pub use map::{Map, MapDef, MapKind};
 pub use policy::Policy;

@@ -64,6 +64,7 @@ impl Policy {
                 "activate" => h.activate = Some(p),
                 "access" => h.access = Some(p),
                 "evict_prepare" => h.evict_prepare = Some(p),
+                "prefetch" => h.prefetch = Some(p),
                 _ => {}
             }
         }

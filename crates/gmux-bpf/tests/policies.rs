@@ -1,6 +1,7 @@
 //! The policies of `policies/`, compiled by clang and attached to gmux-core's planner:
 //! the eBPF LRU and OPT make the same plans as the built-in ones on random traces, move
-//! for move, and LFU evicts the least used chunk. Needs clang (see tests/elf.rs).
+//! for move, LFU evicts the least used chunk, and stride prefetch brings a stream's next
+//! buffers in ahead. Needs clang (see tests/elf.rs).
 
 use gmux_bpf::Policy;
 use gmux_core::evict::{Eviction, Evictor, Forecast};
@@ -95,9 +96,38 @@ proptest! {
         let builtin = replay(Eviction::Lru, None, tenants, per, budget, &cmds);
         prop_assert_eq!(&replay(Eviction::Lru, Some(hooks(&lru)), tenants, per, budget, &cmds), &builtin);
         let builtin = replay(Eviction::Opt, None, tenants, per, budget, &cmds);
-        // OPT's program over the built-in LRU's order.
-        prop_assert_eq!(&replay(Eviction::Lru, Some(hooks(&opt)), tenants, per, budget, &cmds), &builtin);
+        // OPT's program over the built-in OPT's order, which it keeps only where the
+        // forecast never uses a chunk: every other rank is the program's.
+        prop_assert_eq!(&replay(Eviction::Opt, Some(hooks(&opt)), tenants, per, budget, &cmds), &builtin);
     }
+}
+
+#[test]
+fn the_ebpf_opt_evicts_the_chunk_used_furthest_ahead_over_lru_order() {
+    let Some(opt) = policy("opt") else { return };
+    // Two chunks fit; chunk 2 needs room when chunk 0 is used again before chunk 1.
+    let cmds = [(0, vec![0]), (0, vec![1]), (0, vec![2]), (0, vec![0]), (0, vec![1])];
+    let evicted = |plans: &[Vec<Move>]| plans[2].iter().find_map(|m| if let Move::Evict { chunk, .. } = m { Some(chunk.0) } else { None });
+    assert_eq!(evicted(&replay(Eviction::Lru, None, 1, 3, 2, &cmds)), Some(0), "LRU: the oldest");
+    assert_eq!(evicted(&replay(Eviction::Lru, Some(hooks(&opt)), 1, 3, 2, &cmds)), Some(1), "OPT's program: the one used furthest ahead");
+}
+
+#[test]
+fn quota_lru_evicts_a_tenant_over_its_quota_first() {
+    let Some(quota) = policy("quota_lru") else { return };
+    // Three chunks fit. Tenant 1 uses its chunk 0 first, then tenant 0 its chunks 0 and
+    // 1; then tenant 1 needs its chunk 1.
+    let cmds = [(1, vec![0]), (0, vec![0]), (0, vec![1]), (1, vec![1])];
+    let evicted = |plans: &[Vec<Move>]| plans[3].iter().find_map(|m| if let Move::Evict { chunk, .. } = m { Some(chunk.0) } else { None });
+    let chunk = |t: u32, i: u32| t * 2 + i;
+    assert_eq!(evicted(&replay(Eviction::Lru, None, 2, 2, 3, &cmds)), Some(chunk(1, 0)), "LRU: tenant 1's older chunk");
+    let with_quota = |chunks: u64| {
+        let h = Policy::load(&quota).expect("loads");
+        h.map("quota").expect("the quota map").update(&0u32.to_le_bytes(), &chunks.to_le_bytes()).expect("set");
+        evicted(&replay(Eviction::Lru, Some(Box::new(h.into_hooks())), 2, 2, 3, &cmds))
+    };
+    assert_eq!(with_quota(1), Some(chunk(0, 0)), "tenant 0 holds 2 chunks over a quota of 1: its oldest leaves");
+    assert_eq!(with_quota(2), Some(chunk(1, 0)), "within its quota: LRU");
 }
 
 #[test]
@@ -120,47 +150,49 @@ fn lfu_evicts_the_least_used_chunk_where_lru_evicts_the_oldest() {
     assert_eq!((count(0), count(1), count(2), count(3)), (Some(3), Some(1), Some(1), None), "the access program counts each use");
 }
 
-#[test]
-fn rt_boost_lengthens_the_slices_of_the_tenants_in_its_map() {
-    use gmux_core::arbiter::{Arbiter, Switch};
-    use gmux_core::protocol::ShimReport;
+/// The first four turns (tenant, slice in ms) of two tenants whose memory fits, under
+/// round robin with `rt_boost` attached: tenant 0 asks for priority `priorities[0]`,
+/// tenant 1 for `priorities[1]`; `map` sets entries of its `rt` map first.
+fn rt_boost_turns(obj: &[u8], priorities: [i32; 2], map: &[(u32, u64)]) -> Vec<(u32, u64)> {
+    use gmux_core::arbiter::{Arbiter, Hello, Sender, Switch};
+    use gmux_core::protocol::{ShimReport, PROTOCOL};
     use gmux_core::sched::Policy as Sched;
-    let Some(obj) = policy("rt_boost") else { return };
-    let p = Policy::load(&obj).expect("loads");
-    p.map("rt").expect("the rt map").update(&1u32.to_le_bytes(), &300_000_000u64.to_le_bytes()).expect("tenant 1 is real-time");
-    // Two tenants whose memory fits, taking turns all the same: no switch to amortize.
+    let p = Policy::load(obj).expect("loads");
+    for (t, ns) in map {
+        p.map("rt").expect("the rt map").update(&t.to_le_bytes(), &ns.to_le_bytes()).expect("set");
+    }
+    // Taking turns all the same: no switch to amortize.
     let mut d = Arbiter::new(Some(8 << 30), None, Sched::RoundRobin, Switch::Msched);
     d.settings.always_slice = true;
     d.sched_hooks = Box::new(p.into_sched());
-    let mut slices = Vec::new();
     for c in 0..2u64 {
-        d.join(c, 100 + c as u32, &format!("t{c}"), 0);
+        let hello = Hello { version: PROTOCOL, tenant: &format!("t{c}"), priority: priorities[c as usize], high: None, resume: None };
+        d.admit(c, Sender { pid: 100 + c as u32, uid: 1000, admin: true, start: 1 }, &hello).expect("admitted");
         d.report(c, ShimReport { want: 1 << 30, allocated: 1 << 30, busy: true, ..Default::default() });
     }
-    let (mut now, mut done) = (0, [0u64; 2]);
+    let (mut now, mut done, mut turns) = (0, [0u64; 2], Vec::new());
     for _ in 0..4 {
         d.decide(now);
         let (t, slice) = d.running().expect("a tenant runs");
-        slices.push((t.0, slice / 1_000_000));
+        turns.push((t.0, slice / 1_000_000));
         // Its first command finishes: its slice starts.
         let c = u64::from(t.0);
         done[c as usize] += 1;
-        d.report(
-            c,
-            ShimReport {
-                held: 1 << 30,
-                want: 1 << 30,
-                allocated: 1 << 30,
-                busy: true,
-                commands: done[c as usize],
-                finished: done[c as usize],
-                ..Default::default()
-            },
-        );
+        let n = done[c as usize];
+        d.report(c, ShimReport { held: 1 << 30, want: 1 << 30, allocated: 1 << 30, busy: true, commands: n, finished: n, ..Default::default() });
         d.decide(now + 1);
         now += slice + 2;
     }
-    assert_eq!(slices, [(0, 20), (1, 300), (0, 20), (1, 300)], "tenant 1's turns last 300 ms, tenant 0's the 20 ms default");
+    turns
+}
+
+#[test]
+fn rt_boost_gives_latency_critical_tenants_long_turns_and_the_others_short_ones() {
+    let Some(obj) = policy("rt_boost") else { return };
+    // Tenant 1 asked for priority 1: latency-critical.
+    assert_eq!(rt_boost_turns(&obj, [0, 1], &[]), [(0, 2), (1, 1000), (0, 2), (1, 1000)]);
+    // The control plane's map overrides the class at each turn.
+    assert_eq!(rt_boost_turns(&obj, [0, 1], &[(0, 300_000_000)]), [(0, 300), (1, 1000), (0, 300), (1, 1000)]);
 }
 
 #[test]
@@ -179,4 +211,58 @@ fn admission_by_headroom_refuses_a_new_tenant_when_the_budget_is_nearly_held() {
     let e = d.admit(2, who(200), &hello("b")).unwrap_err();
     assert!(e.contains("refused a process of tenant \"b\""), "{e}");
     d.admit(3, who(300), &hello("a")).expect("a process of a running tenant joins");
+}
+
+/// Plans, `repeat` commands per buffer, a stream of `passes` passes over `buffers` buffers
+/// of `size` chunks each with `fit` chunks of GPU memory and no forecast; returns how
+/// many commands had to wait for one of their own chunks to be brought in, and the chunks
+/// brought in.
+fn stream(hooks: Option<Box<dyn MemoryHooks>>, buffers: u32, size: u32, fit: u64, passes: u32, repeat: u32) -> (u32, u64) {
+    let mut mem = Memory::new(Capacities { gpu: Some(fit * CHUNK_BYTES), ..Default::default() });
+    let mut tenants = Tenants::default();
+    let t = tenants.add("t").expect("tenant");
+    let allocs: Vec<_> = (0..buffers).map(|_| mem.allocate(t, u64::from(size) * CHUNK_BYTES).expect("allocated")).collect();
+    let mut planner = Planner::new(Evictor::new(Eviction::Lru), PlacementKind::TierOrder.build(0));
+    if let Some(h) = hooks {
+        planner.hooks = h;
+    }
+    let (mut waits, mut brought, mut stamp) = (0, 0, 0);
+    for _ in 0..passes {
+        for a in allocs.iter().flat_map(|a| std::iter::repeat_n(a, repeat as usize)) {
+            stamp += 1;
+            let need: Vec<ChunkId> = mem.alloc(*a).expect("live").chunks().collect();
+            let plan = planner.plan(&mem, &tenants, &Request { tenant: t, need: &need, required: need.len(), pinned: &|_| false }, &Forecast::default());
+            assert_eq!(plan.covered, need.len());
+            let arrives = |m: &Move| match m {
+                Move::Create(c) | Move::Populate { chunk: c, .. } => Some(*c),
+                _ => None,
+            };
+            waits += u32::from(plan.moves.iter().filter_map(arrives).any(|c| need.contains(&c)));
+            brought += plan.moves.iter().filter_map(arrives).count() as u64;
+            planner.apply(&mut mem, &plan).expect("applies");
+            for c in &need {
+                planner.access(&mut mem, *c, stamp, false);
+            }
+        }
+    }
+    (waits, brought)
+}
+
+#[test]
+fn stride_prefetch_brings_a_streams_next_buffers_in_ahead_of_their_commands() {
+    let Some(stride) = policy("stride") else { return };
+    // 16 buffers of 3 chunks streamed twice, 12 chunks of GPU memory: LRU alone brings
+    // every buffer in when its command comes.
+    assert_eq!(stream(None, 16, 3, 12, 2, 1), (32, 96));
+    let h = Policy::load(&stride).expect("loads");
+    assert_eq!(h.hooks().collect::<Vec<_>>(), ["access", "prefetch", "evict_prepare"]);
+    let (waits, brought) = stream(Some(Box::new(h.into_hooks())), 16, 3, 12, 2, 1);
+    // Each pass, the first four commands wait while the stride is learnt (two equal
+    // strides, then one plan to bring the next buffers in); the rest find theirs in.
+    assert_eq!(waits, 8, "commands that waited with stride prefetch");
+    // Nothing is brought in twice: what comes ahead stays until its command.
+    assert_eq!(brought, 96, "chunks brought in");
+    // Three commands per buffer: the stream moves once per buffer.
+    let h = Policy::load(&stride).expect("loads").into_hooks();
+    assert_eq!(stream(Some(Box::new(h)), 16, 3, 12, 2, 3), (8, 96));
 }

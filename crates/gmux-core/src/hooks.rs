@@ -20,6 +20,8 @@ pub struct Candidate {
     pub last_use: u64,
     /// Its next use in the timeline's forecast, or [`Forecast::NEVER`].
     pub next_use: u64,
+    /// Chunks its tenant holds in GPU memory.
+    pub resident: u64,
 }
 
 /// Memory hooks: activate, access, evict_prepare, prefetch.
@@ -28,6 +30,12 @@ pub trait MemoryHooks {
     fn activate(&mut self, _chunk: ChunkId, _tenant: TenantId) {}
     /// A command touched `chunk` of `tenant` at access stamp `stamp`.
     fn access(&mut self, _chunk: ChunkId, _tenant: TenantId, _stamp: u64) {}
+    /// Whether [`MemoryHooks::access`] does anything: a process's runtime, which keeps
+    /// recency per allocation, calls it for each chunk of a command's allocations only
+    /// for hooks that do.
+    fn tracks_access(&self) -> bool {
+        false
+    }
     /// Whether [`MemoryHooks::evict_prepare`] reorders: the planner builds candidate
     /// lists only for hooks that do.
     fn reorders(&self) -> bool {
@@ -112,7 +120,7 @@ pub fn evict_order(hooks: &mut dyn MemoryHooks, mem: &Memory, forecast: &Forecas
         .iter()
         .map(|&c| {
             let ch = mem.chunk(c);
-            Candidate { chunk: c, tenant: ch.tenant, last_use: ch.last_use, next_use: forecast.next_use(c) }
+            Candidate { chunk: c, tenant: ch.tenant, last_use: ch.last_use, next_use: forecast.next_use(c), resident: mem.usage(ch.tenant).chunks[0] }
         })
         .collect();
     hooks.evict_prepare(requester, &mut cands);

@@ -123,7 +123,14 @@ impl Planner {
                 let vs = victims.get_or_insert_with(|| Victims::new(self, mem, req, &need_set, forecast));
                 let own_only = st.over_high(owner);
                 let group = vs.next(mem, &st, owner, own_only);
-                let prefetch_hurts = |v: ChunkId| i >= req.required && forecast.next_use(v) <= forecast.next_use(c);
+                // A chunk brought in ahead never evicts one needed no later: for a hook's
+                // advice, one the forecast needs no later; for the rest of `need` (fills),
+                // also one the forecast says nothing of.
+                let advised = i >= req.need.len();
+                let prefetch_hurts = |v: ChunkId| {
+                    let (victim, wanted) = (forecast.next_use(v), forecast.next_use(c));
+                    i >= req.required && victim <= wanted && !(advised && victim == Forecast::NEVER)
+                };
                 let Some(group) = group.filter(|g| !g.iter().any(|v| prefetch_hurts(*v))) else {
                     plan.covered = i.min(req.need.len());
                     self.commit(&mut victims, &plan);

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// Version of these messages. A `Hello` of another version is refused with a
 /// [`Refused`] that says so: a shim and a daemon of different builds never half-agree.
-pub const PROTOCOL: u32 = 3;
+pub const PROTOCOL: u32 = 4;
 
 /// Shim → daemon.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -121,6 +121,46 @@ pub struct Grant {
     pub seq: u64,
 }
 
+/// Daemon → shim: the memory policies attached to the process's tenant, whole (none:
+/// an empty list). A shim runs their programs in its own planner; it loads a policy it
+/// has not seen, and drops one no longer listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policies {
+    /// The tenant's number in the daemon (`gmux ps --json`'s `id`): the `tenant` its
+    /// programs see.
+    pub tenant: u32,
+    /// The policies, in load order.
+    pub policies: Vec<PolicyObject>,
+}
+
+/// One memory policy as the daemon hands it to a shim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyObject {
+    /// The daemon's number for it (`gmux policy list`).
+    pub id: u32,
+    /// Its name, for log lines.
+    pub name: String,
+    /// The memory hooks whose programs run (the object's other programs do not).
+    pub hooks: Vec<String>,
+    /// The object file, in hex ([`hex`]).
+    pub object: String,
+}
+
+/// Bytes as lowercase hex: how an object file travels in a JSON line.
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Hex as bytes; `None` unless it is an even number of hex digits.
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| s.get(i..i + 2).and_then(|d| u8::from_str_radix(d, 16).ok())).collect()
+}
+
 /// What a shim brings in when it is switched in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -147,6 +187,16 @@ mod tests {
         assert_eq!(serde_json::from_str::<FromShim>(&line).unwrap(), m);
         let g = Grant { cap: 2 << 30, most: 4 << 30, run: false, fill: Fill::Forecast, inflight: 4, seq: 7 };
         assert_eq!(serde_json_line(&g), r#"{"cap":2147483648,"most":4294967296,"run":false,"fill":"forecast","inflight":4,"seq":7}"#);
+    }
+
+    #[test]
+    fn hex_round_trips_and_refuses_what_is_not_hex() {
+        let b: Vec<u8> = (0..=255).collect();
+        assert_eq!(unhex(&hex(&b)).as_deref(), Some(&b[..]));
+        assert_eq!(hex(&[0x0a, 0xff]), "0aff");
+        for bad in ["a", "0g", "é1"] {
+            assert_eq!(unhex(bad), None, "{bad}");
+        }
     }
 
     fn serde_json_line<T: Serialize>(v: &T) -> String {

@@ -139,3 +139,43 @@ fn prefetch_advice_is_followed_only_within_the_rules() {
     assert!(mem.is_resident(ChunkId(3)));
     assert_eq!(mem.used_chunks(gmux_core::Tier::Gpu), 3, "budget holds with advice");
 }
+
+/// Where memory is full, a hook's advice evicts only chunks the forecast does not need
+/// before the advised one, those it says nothing of included; the rest of a request
+/// beyond what is required (a fill) never evicts a chunk the forecast says nothing of.
+#[test]
+fn advice_evicts_only_what_the_forecast_needs_later() {
+    struct Advise;
+    impl gmux_core::hooks::MemoryHooks for Advise {
+        fn prefetch(&mut self, _t: TenantId) -> Vec<ChunkId> {
+            vec![ChunkId(2)]
+        }
+    }
+    // Chunks 0 and 1 resident, room for no more; chunk 0 is the command's.
+    let setup = |advise: bool| {
+        let mut mem = Memory::new(Capacities { gpu: Some(2 * CHUNK_BYTES), ..Default::default() });
+        let mut tenants = Tenants::default();
+        let a = tenants.add("a").unwrap();
+        mem.allocate(a, 4 * CHUNK_BYTES).unwrap();
+        let mut p = Planner::new(Evictor::new(Eviction::Opt), PlacementKind::TierOrder.build(0));
+        let both = [ChunkId(0), ChunkId(1)];
+        let plan = p.plan(&mem, &tenants, &Request { tenant: a, need: &both, required: 2, pinned: &|_| false }, &Forecast::default());
+        p.apply(&mut mem, &plan).unwrap();
+        if advise {
+            p.hooks = Box::new(Advise);
+        }
+        (mem, tenants, p, a)
+    };
+    let brought_2 = |advise: bool, need: &[ChunkId], forecast: &Forecast| {
+        let (mut mem, tenants, mut p, a) = setup(advise);
+        let plan = p.plan(&mem, &tenants, &Request { tenant: a, need, required: 1, pinned: &|_| false }, forecast);
+        p.apply(&mut mem, &plan).unwrap();
+        assert_eq!(mem.used_chunks(gmux_core::Tier::Gpu), 2, "within the budget");
+        mem.is_resident(ChunkId(2))
+    };
+    let own = [ChunkId(0)];
+    assert!(brought_2(true, &own, &Forecast::default()), "advice may evict a chunk no forecast needs");
+    assert!(!brought_2(true, &own, &Forecast::from_accesses([ChunkId(0), ChunkId(1)])), "not one the forecast needs");
+    assert!(brought_2(true, &own, &Forecast::from_accesses([ChunkId(0), ChunkId(2), ChunkId(1)])), "one needed after it goes");
+    assert!(!brought_2(false, &[ChunkId(0), ChunkId(2)], &Forecast::default()), "a fill does not evict what no forecast covers");
+}

@@ -290,6 +290,12 @@ impl<D: Device> TenantMemory<D> {
         self.missing.get(&a).copied().unwrap_or(0) == 0
     }
 
+    /// Makes `hooks` the planner's policy hooks (loaded policies, or
+    /// [`gmux_core::hooks::NoHooks`]), between two plans.
+    pub fn set_hooks(&mut self, hooks: Box<dyn gmux_core::hooks::MemoryHooks>) {
+        self.planner.hooks = hooks;
+    }
+
     /// Notes that the daemon paused the process after it released `released` commands in
     /// its slot: the largest of the last three such slots is the horizon of the next fill.
     /// A slot that released nothing says nothing about slices.

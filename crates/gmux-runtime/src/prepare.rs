@@ -227,6 +227,14 @@ impl<D: Device> TenantMemory<D> {
         for a in allocs.iter() {
             self.alloc_tick.insert(*a, self.tick);
         }
+        if self.planner.hooks.tracks_access() {
+            for a in allocs.iter() {
+                let Ok(alloc) = self.mem.alloc(*a) else { continue };
+                for c in alloc.chunks() {
+                    self.planner.hooks.access(c, self.tenant, self.tick);
+                }
+            }
+        }
         allocs
     }
 

@@ -204,6 +204,7 @@ fn work() {
         let locked = Instant::now();
         UNLOCKED.set(Duration::ZERO);
         let Some(st) = guard.as_mut() else { continue };
+        crate::policy::attach(&mut st.memory);
         if !ctx_set {
             gmux_cuda::context::set_current(st.ctx());
             ctx_set = true;

@@ -48,6 +48,9 @@ pub struct Config {
     /// request of the same size; `None`: the room under the limit that live allocations
     /// leave.
     pub recycle: Option<u64>,
+    /// `GMUX_POLICY`: an eBPF object file whose memory programs this process runs, beside
+    /// those the daemon attaches ([`crate::policy`]).
+    pub policy: Option<std::path::PathBuf>,
 }
 
 /// What a command whose working set exceeds the limit does (`GMUX_OVERSIZE`).
@@ -190,6 +193,7 @@ pub fn config() -> &'static Config {
             whole_tenant,
             host_block: size_var("GMUX_HOST_BLOCK").unwrap_or(256 << 20),
             recycle: size_var("GMUX_RECYCLE"),
+            policy: var("GMUX_POLICY").filter(|p| !p.is_empty()).map(Into::into),
             debug: debug_flags(),
         }
     })

@@ -23,6 +23,7 @@ pub mod exports;
 pub mod graph;
 pub mod graph_split;
 pub mod intercept;
+pub mod policy;
 pub mod predict;
 pub mod record;
 pub mod state;

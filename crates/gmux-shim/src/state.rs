@@ -169,8 +169,10 @@ impl Shim {
             all_events: cfg.debug.all_events,
             sync_after: cfg.debug.sync_after,
         };
+        let mut memory = TenantMemory::new(dev, limit, settings);
+        crate::policy::attach_own(&mut memory);
         Ok(Shim {
-            memory: TenantMemory::new(dev, limit, settings),
+            memory,
             vmem: Vmem::default(),
             packs: packs::Packs::default(),
             inflight: Inflight::default(),

@@ -19,16 +19,27 @@ pub enum PolicyCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Load an object file's scheduling programs into the daemon (its owner or root);
-    /// they take effect at its next decision.
+    /// Load an object file into the daemon: its scheduling programs take effect at the
+    /// daemon's next decision, its memory programs in the tenants' processes at their
+    /// next plan.
     Load {
         /// The object file.
         file: PathBuf,
         /// What `gmux policy list` calls it (default: the file's name).
         #[arg(long)]
         name: Option<String>,
+        /// Attach only the program of this hook (default: all of them).
+        #[arg(long, value_name = "HOOK")]
+        hook: Option<String>,
+        /// Run its memory programs in this tenant's processes only.
+        #[arg(long, value_name = "TENANT", conflicts_with = "all")]
+        tenant: Option<String>,
+        /// Run its memory programs in every tenant's processes (the default).
+        #[arg(long)]
+        all: bool,
     },
-    /// List the daemon's policies: id, name, who loaded them and when, hooks, maps.
+    /// List the daemon's policies: id, name, who loaded them and when, tenant, hooks,
+    /// maps.
     List {
         /// Print a JSON array.
         #[arg(long)]
@@ -57,7 +68,7 @@ pub fn policy(cmd: &PolicyCommand) -> Result<(), Failure> {
     use gmuxd::ctl::{MapAction, Request};
     match cmd {
         PolicyCommand::Check { file, json } => check(file, *json),
-        PolicyCommand::Load { file, name } => {
+        PolicyCommand::Load { file, name, hook, tenant, all: _ } => {
             let data = std::fs::read(file).map_err(|e| Failure::Usage(format!("cannot read {}: {e}", file.display())))?;
             if data.len() > MAX_OBJECT {
                 return Err(Failure::Usage(format!(
@@ -67,7 +78,7 @@ pub fn policy(cmd: &PolicyCommand) -> Result<(), Failure> {
                 )));
             }
             let name = name.clone().unwrap_or_else(|| file.file_name().map_or("policy".into(), |n| n.to_string_lossy().into_owned()));
-            crate::control(Request::PolicyLoad { name, object: gmuxd::policy::hex(&data) })
+            crate::control(Request::PolicyLoad { name, object: gmux_core::protocol::hex(&data), hook: hook.clone(), tenant: tenant.clone() })
         }
         PolicyCommand::List { json } => crate::control(Request::PolicyList { json: *json }),
         PolicyCommand::Unload { id } => crate::control(Request::PolicyUnload { id: *id }),

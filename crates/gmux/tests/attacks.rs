@@ -95,6 +95,8 @@ fn another_user_can_neither_join_nor_read_nor_change_nor_stop_what_is_not_theirs
     assert!(!set.status.success() && set.stderr.contains("permission denied"), "{}", set.describe());
     let stop = ctl(&["stop"], true);
     assert!(!stop.status.success(), "{}", stop.describe());
+    let list = ctl(&["policy", "list"], true);
+    assert!(!list.status.success() && list.stderr.contains("permission denied"), "no tenant policies without --allow-tenant-policies: {}", list.describe());
     // Joining root's tenant with a tiny limit, then one of its own.
     let hello = |tenant: &str| {
         let mut c = Command::new(&me);
@@ -150,10 +152,89 @@ fn another_user_can_neither_join_nor_read_nor_change_nor_stop_what_is_not_theirs
     let _ = daemon.wait();
 }
 
-/// Run by the test above as uid 65534: says Hello for tenant `GMUX_ATTACK_TENANT` with a
+#[test]
+fn a_user_allowed_tenant_policies_loads_memory_programs_for_their_own_tenants_alone() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: acting as a second user needs root (CI runs as root)");
+        return;
+    }
+    let sb = Sandbox::new("attacks-policies", 1 << 30);
+    std::fs::set_permissions(sb.dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let bin = sb.dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let Some(lfu) = compile_policy(&root.join("policies/lfu.c"), &bin.join("lfu.o")) else { return };
+    let rt = compile_policy(&root.join("policies/rt_boost.c"), &bin.join("rt_boost.o")).expect("clang");
+    for o in [&lfu, &rt] {
+        std::fs::set_permissions(o, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let gmux = reachable_copy(&gmux_bin(), &bin);
+    let me = reachable_copy(&std::env::current_exe().unwrap(), &bin);
+    let socket = sb.dir.path().join("run").join("gpu0.sock");
+    let log = std::fs::File::create(sb.dir.path().join("daemon.log")).unwrap();
+    let mut daemon = Command::new(gmux_bin())
+        .args(["daemon", "--hbm", "64M", "--group", "nogroup", "--allow-tenant-policies", "--socket"])
+        .arg(&socket)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while std::os::unix::net::UnixStream::connect(&socket).map(|mut s| std::io::Write::write_all(&mut s, b"{\"op\":\"ps\"}\n")).is_err() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "daemon did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let ctl = |args: &[&str], nobody: bool| {
+        let mut c = Command::new(&gmux);
+        c.args(args).env("GMUX_SOCKET", &socket);
+        if nobody {
+            as_nobody(&mut c);
+        }
+        run_within(&mut c, Duration::from_secs(10))
+    };
+    // A tenant of root's and one of nobody's, each made by a Hello.
+    let hello = |tenant: &str, nobody: bool| {
+        let mut c = Command::new(&me);
+        c.args(["--exact", "hello_as_another_user", "--ignored", "--nocapture"]).env("GMUX_SOCKET", &socket).env("GMUX_ATTACK_TENANT", tenant);
+        if nobody {
+            as_nobody(&mut c);
+        }
+        let r = run_within(&mut c, Duration::from_secs(20));
+        assert!(r.stdout.contains("\"cap\""), "{tenant} joined: {}", r.describe());
+    };
+    hello("roots", false);
+    hello("nobodys", true);
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+
+    let r = ctl(&["policy", "load", &path(&lfu)], true);
+    assert!(!r.status.success() && r.stderr.contains("name your tenant with --tenant"), "{}", r.describe());
+    let r = ctl(&["policy", "load", &path(&lfu), "--tenant", "roots"], true);
+    assert!(!r.status.success() && r.stderr.contains("permission denied: tenant \"roots\" is not yours"), "{}", r.describe());
+    let r = ctl(&["policy", "load", &path(&rt), "--tenant", "nobodys"], true);
+    assert!(!r.status.success() && r.stderr.contains("task_init program decides for every tenant"), "{}", r.describe());
+    let r = ctl(&["policy", "load", &path(&lfu), "--tenant", "nobodys"], true);
+    assert!(r.status.success() && r.stdout.contains("loaded policy 1 (lfu.o): access, evict_prepare"), "{}", r.describe());
+    // Root's policy is neither listed to nobody nor theirs to unload or read.
+    assert!(ctl(&["policy", "load", &path(&rt)], false).status.success());
+    let list = ctl(&["policy", "list", "--json"], true);
+    let v: serde_json::Value = serde_json::from_str(&list.stdout).expect("JSON");
+    assert_eq!((v.as_array().map(Vec::len), v[0]["tenant"].as_str()), (Some(1), Some("nobodys")), "{}", list.describe());
+    for args in [&["policy", "unload", "2"][..], &["policy", "map", "2", "rt", "dump"][..]] {
+        let r = ctl(args, true);
+        assert!(!r.status.success() && r.stderr.contains("no policy 2 of yours"), "{}", r.describe());
+    }
+    assert!(ctl(&["policy", "unload", "1"], true).status.success(), "nobody unloads their own");
+    assert_eq!(ctl(&["policy", "list", "--json"], false).stdout.matches("\"id\"").count(), 1, "root's stays");
+    let _ = ctl(&["stop"], false);
+    let _ = daemon.wait();
+}
+
+/// Run by the tests above, as uid 65534 (or as root, for a tenant of root's): says Hello for tenant `GMUX_ATTACK_TENANT` with a
 /// 2 MiB limit, or holds `GMUX_ATTACK_CONNS` connections, and prints the daemon's answer.
 #[test]
-#[ignore = "run as another user by another_user_can_neither_join_nor_read_nor_change_nor_stop_what_is_not_theirs"]
+#[ignore = "run as another user by the tests above"]
 fn hello_as_another_user() {
     use std::io::{BufRead, BufReader, Write};
     let Some(socket) = std::env::var_os("GMUX_SOCKET") else { return };

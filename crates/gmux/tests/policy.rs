@@ -5,24 +5,13 @@
 
 mod common;
 
+use common::compile_policy as compile;
 use common::daemon::*;
+use common::summary::summary;
 use common::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
-
-/// C file `src` compiled into `out`; `None` without clang.
-fn compile(src: &Path, out: &Path) -> Option<PathBuf> {
-    if Command::new("clang").arg("--version").output().is_err() {
-        assert!(std::env::var_os("GMUX_REQUIRE_CLANG").is_none(), "clang is required (GMUX_REQUIRE_CLANG) but not found");
-        return None;
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let st =
-        Command::new("clang").args(["-O2", "-target", "bpf", "-c", "-I"]).arg(root.join("include")).arg(src).arg("-o").arg(out).status().expect("clang runs");
-    assert!(st.success(), "clang failed on {}", src.display());
-    Some(out.to_path_buf())
-}
 
 fn check(args: &[&str], file: &Path) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_gmux")).args(["policy", "check"]).args(args).arg(file).output().expect("gmux runs");
@@ -76,8 +65,10 @@ fn a_loaded_policy_decides_admission_in_the_daemon_and_its_maps_are_read_and_wri
     assert!(cli(&["policy", "list"]).stdout.contains("no policies loaded"));
     let r = cli(&["policy", "load", &path(&only_one)]);
     assert!(r.status.success() && r.stdout.contains("loaded policy 1 (only_one.o): task_init"), "{}", r.describe());
-    let r = cli(&["policy", "load", &path(&lfu)]);
-    assert!(!r.status.success() && r.stderr.contains("lfu.o: access is a memory hook"), "{}", r.describe());
+    let r = cli(&["policy", "load", &path(&lfu), "--hook", "timeslice"]);
+    assert!(!r.status.success() && r.stderr.contains("lfu.o has no program for the timeslice hook; it has: access, evict_prepare"), "{}", r.describe());
+    let r = cli(&["policy", "load", &path(&lfu), "--tenant", "nobody"]);
+    assert!(r.stderr.contains("unknown tenant \"nobody\""), "{}", r.describe());
 
     let mut first = d.sb.gmux(None, ["loop", "--buffers", "2", "--bytes", "1M", "--rounds", "1000000"]);
     first.env("GMUX_TENANT", "first").stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
@@ -92,7 +83,7 @@ fn a_loaded_policy_decides_admission_in_the_daemon_and_its_maps_are_read_and_wri
     let r = run_within(&mut second, Duration::from_secs(20));
     assert!(!r.status.success() && r.stderr.contains("the daemon's policy (task_init) refused a process of tenant \"second\""), "{}", r.describe());
 
-    let r = cli(&["policy", "load", &path(&rt)]);
+    let r = cli(&["policy", "load", &path(&rt), "--hook", "timeslice"]);
     assert!(r.stdout.contains("loaded policy 2 (rt_boost.o): timeslice"), "{}", r.describe());
     assert!(cli(&["policy", "map", "2", "rt", "update", "0", "300000000"]).status.success());
     let dump = cli(&["policy", "map", "2", "rt", "dump"]).stdout;
@@ -101,9 +92,9 @@ fn a_loaded_policy_decides_admission_in_the_daemon_and_its_maps_are_read_and_wri
     assert!(r.stderr.contains("the value is 8 bytes"), "{}", r.describe());
     let list = cli(&["policy", "list", "--json"]).stdout;
     let v: serde_json::Value = serde_json::from_str(&list).expect("JSON");
-    assert_eq!((v[0]["hooks"][0].as_str(), v[1]["maps"][0].as_str()), (Some("task_init"), Some("rt")), "{list}");
+    assert_eq!((v[0]["hooks"][0].as_str(), v[1]["maps"][0].as_str(), v[1]["tenant"].as_str()), (Some("task_init"), Some("rt"), Some("all")), "{list}");
     let r = cli(&["policy", "load", &path(&rt)]);
-    assert!(r.stderr.contains("the timeslice hook has policy 2 (rt_boost.o) attached"), "{}", r.describe());
+    assert!(r.stderr.contains("the task_init hook has policy 1 (only_one.o) attached"), "{}", r.describe());
 
     assert!(cli(&["policy", "unload", "1"]).stdout.contains("unloaded policy 1"));
     let mut second = d.sb.gmux(None, ["info"]);
@@ -112,4 +103,130 @@ fn a_loaded_policy_decides_admission_in_the_daemon_and_its_maps_are_read_and_wri
     assert!(r.status.success(), "admitted once the policy is gone: {}", r.describe());
     let _ = first.kill();
     let _ = first.wait();
+}
+
+/// Bytes tenant `t` brought in per command, by the daemon's counters.
+fn h2d_per_command(d: &Daemon, t: &str) -> f64 {
+    d.stat(t, "bytes_h2d ") as f64 / d.stat(t, "commands ") as f64
+}
+
+#[test]
+fn a_memory_policy_runs_in_its_tenants_processes_and_orders_their_evictions() {
+    let d = Daemon::start("policy-memory", &["--hbm", "256M"]);
+    let dir = d.sb.dir.path();
+    // Evicts the chunk needed soonest first (the opposite of OPT), and says which tenant
+    // number its programs see.
+    let soonest = dir.join("soonest.c");
+    std::fs::write(
+        &soonest,
+        "#include \"gmux_bpf.h\"\n\
+         SEC(\"gmux/evict_prepare\") u64 soonest(struct gmux_evict_ctx *c) { return c->next_use; }\n\
+         SEC(\"gmux/access\") u64 seen(struct gmux_chunk_ctx *c) { char f[] = \"tenant\"; trace(f, sizeof(f), c->tenant); return 0; }\n",
+    )
+    .expect("write");
+    let Some(soonest) = compile(&soonest, &dir.join("soonest.o")) else { return };
+    let cli = |args: &[&str]| run_within(&mut d.sb.gmux_cli(args), Duration::from_secs(20));
+    let loop_args = |rounds: &'static str| ["loop", "--buffers", "3", "--bytes", "4M", "--rounds", rounds];
+    let spawn = |name: &str, rounds: &'static str| {
+        let mut c = d.sb.gmux(Some("8M"), loop_args(rounds));
+        c.env("GMUX_TENANT", name).env("GMUX_LOG", "info").stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        Tenant(Some(c.spawn().expect("tenant")))
+    };
+    // A policy is loaded for a tenant that has run; a's first process gets it while it runs.
+    let mut running = spawn("a", "1000000");
+    d.wait_commands("a", 10);
+    let r = cli(&["policy", "load", soonest.to_str().expect("utf-8"), "--tenant", "a"]);
+    assert!(
+        r.stdout.contains("loaded policy 1 (soonest.o): evict_prepare, access; its memory programs run in the processes of that tenant"),
+        "{}",
+        r.describe()
+    );
+    let ps: serde_json::Value = serde_json::from_str(&cli(&["ps", "--json"]).stdout).expect("JSON");
+    let a_id = ps["tenants"].as_array().and_then(|ts| ts.iter().find(|t| t["name"] == "a")).and_then(|t| t["id"].as_u64()).expect("a's id");
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = running.child().kill();
+    let out = running.0.take().expect("running").wait_with_output().expect("a's output");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("policy 1 (soonest.o) attached"), "a running process attaches it:\n{text}");
+    let (a0, c0) = (d.stat("a", "bytes_h2d "), d.stat("a", "commands "));
+
+    // The same cyclic loop, three 4 MiB buffers under an 8 MiB limit, in a and in b.
+    let (a, b) = (spawn("a", "150"), spawn("b", "150"));
+    let (a, b) = (a.finish("a"), b.finish("b"));
+    assert!(a.contains("mismatches: 0") && b.contains("mismatches: 0"), "{a}\n{b}");
+    assert!(a.contains("policy 1 (soonest.o) attached"), "{a}");
+    assert!(a.contains(&format!("policy 1 (soonest.o): tenant {a_id}")), "a's programs see its number {a_id}:\n{a}");
+    assert!(!b.contains("soonest.o"), "b runs no policy:\n{b}");
+    let a_rate = (d.stat("a", "bytes_h2d ") - a0) as f64 / (d.stat("a", "commands ") - c0) as f64;
+    let b_rate = h2d_per_command(&d, "b");
+    assert!(a_rate >= 1.5 * b_rate, "evicting the soonest needed first moves more: a {a_rate:.0} vs b {b_rate:.0} bytes in per command");
+
+    // Unloaded: a process of a runs gmux's own order again.
+    assert!(cli(&["policy", "unload", "1"]).status.success());
+    let (a1, c1) = (d.stat("a", "bytes_h2d "), d.stat("a", "commands "));
+    let a = spawn("a", "150").finish("a");
+    assert!(!a.contains("soonest.o"), "{a}");
+    let again = (d.stat("a", "bytes_h2d ") - a1) as f64 / (d.stat("a", "commands ") - c1) as f64;
+    assert!(again <= 1.2 * b_rate, "after the unload a moves as b did: {again:.0} vs {b_rate:.0}");
+}
+
+#[test]
+fn the_ebpf_lru_and_opt_move_the_same_bytes_as_the_built_in_ones_in_a_tenant() {
+    let d = Daemon::start("policy-same-bytes", &["--hbm", "256M"]);
+    let dir = d.sb.dir.path();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let Some(lru) = compile(&root.join("policies/lru.c"), &dir.join("lru.o")) else { return };
+    let opt = compile(&root.join("policies/opt.c"), &dir.join("opt.o")).expect("clang");
+    let cli = |args: &[&str]| run_within(&mut d.sb.gmux_cli(args), Duration::from_secs(20));
+    // Five 4 MiB buffers under a 12 MiB limit, the order reversed every third round:
+    // LRU and OPT evict differently.
+    let run = |tenant: &str, evict: &str, rounds: &str| {
+        let mut c = d.sb.gmux(Some("12M"), ["loop", "--buffers", "5", "--bytes", "4M", "--rounds", rounds, "--reverse-every", "3"]);
+        c.env("GMUX_TENANT", tenant).env("GMUX_EVICT", evict);
+        let r = run_within(&mut c, Duration::from_secs(60));
+        assert!(r.status.success() && r.stdout.contains("mismatches: 0"), "{}", r.describe());
+    };
+    let tenants = [("lru", "lru", None), ("lru-ebpf", "lru", Some(&lru)), ("opt", "opt", None), ("opt-ebpf", "opt", Some(&opt))];
+    let mut moved = Vec::new();
+    for (tenant, evict, policy) in tenants {
+        // A policy is loaded for a tenant that has run.
+        run(tenant, evict, "1");
+        if let Some(p) = policy {
+            let r = cli(&["policy", "load", p.to_str().expect("utf-8"), "--tenant", tenant]);
+            assert!(r.status.success(), "{}", r.describe());
+        }
+        let before = (d.stat(tenant, "bytes_h2d "), d.stat(tenant, "bytes_d2h "));
+        run(tenant, evict, "30");
+        moved.push((d.stat(tenant, "bytes_h2d ") - before.0, d.stat(tenant, "bytes_d2h ") - before.1));
+    }
+    assert_eq!(moved[1], moved[0], "the eBPF LRU moves what the built-in LRU moves (bytes in, bytes out)");
+    assert_eq!(moved[3], moved[2], "the eBPF OPT moves what the built-in OPT moves");
+    assert!(moved[2].0 < moved[0].0, "OPT moves less than LRU here: {moved:?}");
+}
+
+#[test]
+fn gmux_policy_gives_a_process_its_own_memory_policy_without_a_daemon() {
+    let sb = Sandbox::new("policy-own", 1 << 30);
+    let dir = sb.dir.path();
+    let soonest = dir.join("soonest.c");
+    std::fs::write(&soonest, "#include \"gmux_bpf.h\"\nSEC(\"gmux/evict_prepare\") u64 soonest(struct gmux_evict_ctx *c) { return c->next_use; }\n")
+        .expect("write");
+    let Some(soonest) = compile(&soonest, &dir.join("soonest.o")) else { return };
+    let run = |policy: Option<&Path>| {
+        let mut c = sb.gmux_sub(&["run", "--standalone"], Some("8M"), ["loop", "--buffers", "3", "--bytes", "4M", "--rounds", "60"]);
+        if let Some(p) = policy {
+            c.env("GMUX_POLICY", p);
+        }
+        run_within(&mut c, Duration::from_secs(60))
+    };
+    let (plain, own) = (run(None), run(Some(&soonest)));
+    for r in [&plain, &own] {
+        assert!(r.status.success() && r.stdout.contains("mismatches: 0"), "{}", r.describe());
+    }
+    assert!(own.stderr.contains(&format!("policy {} attached (GMUX_POLICY)", soonest.display())), "{}", own.describe());
+    let (p, o) = (summary(&plain).populated, summary(&own).populated);
+    assert!(o as f64 >= 1.5 * p as f64, "evicting the soonest needed first brings more in: {o} vs {p} chunks");
+
+    let r = run(Some(&dir.join("missing.o")));
+    assert!(!r.status.success() && r.stderr.contains("GMUX_POLICY=") && r.stderr.contains("missing.o: cannot read it"), "{}", r.describe());
 }

@@ -150,11 +150,19 @@ async fn serve_conn(s: Arc<Shared>, stream: UnixStream, slot: Slot) {
                 Ok(req @ (Request::PolicyLoad { .. } | Request::PolicyList { .. } | Request::PolicyUnload { .. } | Request::PolicyMap { .. })) => {
                     // A load is verified and compiled before the decision lock is taken.
                     let prepared = match &req {
-                        Request::PolicyLoad { name, object } => Some(super::policy::prepare(name, object, who, s.owner)),
+                        Request::PolicyLoad { name, object, hook, tenant } => {
+                            let r = super::policy::LoadRequest { name, object, hook: hook.as_deref(), tenant: tenant.as_deref() };
+                            Some(super::policy::prepare(&r, who, s.owner, s.tenant_policies))
+                        }
                         _ => None,
                     };
                     let mut d = s.lock();
-                    super::server::lock(&s.policies).answer(&mut d, &req, prepared, who, s.owner)
+                    let mut policies = lock(&s.policies);
+                    let (answer, changed) = policies.answer(&mut d, &req, prepared, who, s.owner, s.tenant_policies);
+                    if changed {
+                        policies.post(&d, &lock(&s.out), None);
+                    }
+                    answer
                 }
                 Ok(req) => {
                     let mut d = s.lock();
@@ -204,6 +212,8 @@ async fn serve_tenant(s: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, wri
                 };
                 lock(&s.out).insert(conn, outbox::start(write, PATIENCE, stalled));
                 s.decide(&mut d);
+                // Its tenant's memory policies, after the first grant (the answer to its `Hello`).
+                lock(&s.policies).post(&d, &lock(&s.out), Some(conn));
                 Ok(d.usage_of_conn(conn))
             }
         }

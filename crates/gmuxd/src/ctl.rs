@@ -53,18 +53,28 @@ pub enum Request {
         /// What to wait for.
         trigger: Trigger,
     },
-    /// Load a policy's scheduling programs (owner or root only): `object` is the object
-    /// file in hex, `name` what `gmux policy list` calls it.
-    PolicyLoad { name: String, object: String },
+    /// Load a policy: `object` is the object file in hex, `name` what `gmux policy list`
+    /// calls it. Owner or root, or a tenant's owner for its own tenant where the daemon
+    /// allows tenant policies.
+    PolicyLoad {
+        name: String,
+        object: String,
+        /// Attach only this hook's program.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hook: Option<String>,
+        /// Run its memory programs in this tenant's processes only (else every tenant's).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tenant: Option<String>,
+    },
     /// List the loaded policies.
     PolicyList {
         /// Answer with a JSON array.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         json: bool,
     },
-    /// Unload policy `id` (owner or root only).
+    /// Unload policy `id` (owner or root, or who loaded it).
     PolicyUnload { id: u32 },
-    /// Read or write a map of policy `id` (owner or root only).
+    /// Read or write a map of policy `id` (owner or root, or who loaded it).
     PolicyMap { id: u32, map: String, action: MapAction },
 }
 

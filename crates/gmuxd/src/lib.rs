@@ -115,6 +115,11 @@ pub struct DaemonArgs {
     /// every tenant's name and counters.
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1")]
     pub metrics: Option<String>,
+    /// Let a tenant's owner load memory policies for that tenant (`gmux policy load
+    /// --tenant T`): their programs run in the tenant's own processes and order its own
+    /// evictions. Scheduling policies stay the owner's and root's.
+    #[arg(long)]
+    pub allow_tenant_policies: bool,
 }
 
 /// The socket the daemon listens on and clients connect to.
@@ -177,5 +182,16 @@ pub fn daemon(args: &DaemonArgs) -> Result<(), Failure> {
     };
     let group = args.group.as_deref().map(rundir::group_id).transpose().map_err(Failure::Usage)?;
     let metrics = args.metrics.as_deref().map(metrics::parse_addr).transpose().map_err(Failure::Usage)?;
-    server::serve(&path, settings, &server::Options { group, idle_exit: args.idle_exit, verbose: args.verbose, resume: args.resume, metrics })
+    server::serve(
+        &path,
+        settings,
+        &server::Options {
+            group,
+            idle_exit: args.idle_exit,
+            verbose: args.verbose,
+            resume: args.resume,
+            metrics,
+            allow_tenant_policies: args.allow_tenant_policies,
+        },
+    )
 }

@@ -1,6 +1,6 @@
-//! Each tenant connection's outgoing grants. The daemon posts a connection's newest grant
-//! and goes on; a writer task of the connection's own sends it. A grant is whole state,
-//! so only the newest unsent one matters, and a process that stops reading its socket
+//! Each tenant connection's outgoing grants and policy lists. The daemon posts a
+//! connection's newest line of either kind and goes on; a writer task of the connection's
+//! own sends it. Each is whole state, so only the newest unsent one of a kind matters, and a process that stops reading its socket
 //! costs its own writer, never the daemon: no daemon lock is held while a socket is
 //! written.
 
@@ -8,17 +8,38 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
-/// The newest unsent line of one connection. Dropping it stops the writer once its
-/// current line is out (or its socket fails).
+/// The newest unsent lines of one connection: its grant, and its tenant's memory
+/// policies. Dropping it stops the writer once its current line is out (or its socket
+/// fails).
 #[derive(Debug)]
 pub struct Outbox {
-    next: watch::Sender<Option<String>>,
+    next: watch::Sender<Unsent>,
+}
+
+/// The newest line of each kind, numbered in posting order.
+#[derive(Debug, Default, Clone)]
+struct Unsent {
+    grant: Option<(u64, String)>,
+    policies: Option<(u64, String)>,
+    posted: u64,
 }
 
 impl Outbox {
-    /// Replaces the unsent line, if any, with `line`; never waits for the socket.
+    /// Replaces the unsent grant, if any, with `line`; never waits for the socket.
     pub fn post(&self, line: String) {
-        self.next.send_replace(Some(line));
+        self.next.send_modify(|u| {
+            u.posted += 1;
+            u.grant = Some((u.posted, line));
+        });
+    }
+
+    /// Replaces the unsent policies line, if any, with `line`; never waits for the socket.
+    /// Unsent lines go in the order they were posted.
+    pub fn post_policies(&self, line: String) {
+        self.next.send_modify(|u| {
+            u.posted += 1;
+            u.policies = Some((u.posted, line));
+        });
     }
 }
 
@@ -29,22 +50,28 @@ pub fn start<W>(mut w: W, patience: Duration, stalled: impl Fn(bool) + Send + 's
 where
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (next, mut rx) = watch::channel(None::<String>);
+    let (next, mut rx) = watch::channel(Unsent::default());
     tokio::spawn(async move {
         let mut stuck = false;
+        let mut sent = 0u64;
         while rx.changed().await.is_ok() {
-            let Some(line) = rx.borrow_and_update().clone() else { continue };
-            let mut rest = line.as_bytes();
-            while !rest.is_empty() {
-                // `write` is cancel-safe: a write that times out has written nothing.
-                match tokio::time::timeout(patience, w.write(rest)).await {
-                    Ok(Ok(0)) | Ok(Err(_)) => return,
-                    Ok(Ok(n)) => rest = &rest[n..],
-                    Err(_) if rx.has_changed().is_err() => return,
-                    Err(_) => {
-                        if !stuck {
-                            stuck = true;
-                            stalled(true);
+            let u = rx.borrow_and_update().clone();
+            let mut lines: Vec<(u64, String)> = [u.policies, u.grant].into_iter().flatten().filter(|(n, _)| *n > sent).collect();
+            lines.sort_by_key(|l| l.0);
+            sent = u.posted;
+            for (_, line) in lines {
+                let mut rest = line.as_bytes();
+                while !rest.is_empty() {
+                    // `write` is cancel-safe: a write that times out has written nothing.
+                    match tokio::time::timeout(patience, w.write(rest)).await {
+                        Ok(Ok(0)) | Ok(Err(_)) => return,
+                        Ok(Ok(n)) => rest = &rest[n..],
+                        Err(_) if rx.has_changed().is_err() => return,
+                        Err(_) => {
+                            if !stuck {
+                                stuck = true;
+                                stalled(true);
+                            }
                         }
                     }
                 }
@@ -117,5 +144,32 @@ mod tests {
         drop(outbox);
         // The writer ends when its outbox is dropped: the peer sees the end of the stream.
         assert!(lines.next().is_none());
+    }
+
+    #[test]
+    fn a_policies_line_and_a_grant_both_arrive_in_posting_order_and_neither_replaces_the_other() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let outbox = rt.block_on(async {
+            let ours = tokio::net::UnixStream::from_std(ours).unwrap();
+            let outbox = start(ours, Duration::from_secs(5), |_| {});
+            // A later grant may replace an unsent one, never the policies line.
+            outbox.post("grant 1\n".into());
+            outbox.post_policies("policies 1\n".into());
+            outbox.post("grant 2\n".into());
+            outbox
+        });
+        let mut lines = BufReader::new(theirs).lines();
+        let mut next = || lines.next().expect("a line").unwrap();
+        let mut got = vec![next()];
+        while got.last().map(String::as_str) != Some("grant 2") {
+            got.push(next());
+        }
+        let posted = ["grant 1", "policies 1", "grant 2"];
+        let at: Vec<usize> = got.iter().map(|l| posted.iter().position(|p| p == l).expect("a posted line")).collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]) && at.contains(&1), "in posting order, the policies line among them: {got:?}");
+        outbox.post("grant 3\n".into());
+        assert_eq!(next(), "grant 3", "a policies line already sent is not sent again");
     }
 }

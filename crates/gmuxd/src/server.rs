@@ -53,6 +53,8 @@ pub struct Options {
     pub group: Option<u32>,
     /// Exit after this many seconds without tenants (0: never).
     pub idle_exit: u64,
+    /// A tenant's owner may load memory policies for it (`gmux policy load --tenant`).
+    pub allow_tenant_policies: bool,
     /// Log every switch and slice start.
     pub verbose: bool,
     /// Take the settings of the previous daemon on this socket from its journal.
@@ -80,8 +82,10 @@ pub(crate) struct Shared {
     pub(crate) next_conn: AtomicU64,
     /// Open connections per uid.
     pub(crate) conns: Mutex<HashMap<u32, usize>>,
-    /// Loaded policies; taken after `d` when both are held.
+    /// Loaded policies; taken after `d`, and before `out`, when held together.
     pub(crate) policies: Mutex<super::policy::Policies>,
+    /// A tenant's owner may load memory policies for it.
+    pub(crate) tenant_policies: bool,
     /// Connections per watched process (pid and start time); one watcher per process.
     pub(crate) watched: Mutex<BTreeMap<(u32, u64), Vec<u64>>>,
     last_tenant: Mutex<Instant>,
@@ -242,6 +246,7 @@ pub fn serve(path: &Path, settings: Settings, opts: &Options) -> Result<(), Fail
         next_conn: AtomicU64::new(1),
         conns: Mutex::new(HashMap::new()),
         policies: Mutex::default(),
+        tenant_policies: opts.allow_tenant_policies,
         watched: Mutex::new(BTreeMap::new()),
         last_tenant: Mutex::new(Instant::now()),
         verbose: opts.verbose,

@@ -314,6 +314,11 @@ impl Arbiter {
         self.procs.values().map(|p| p.may_hold().max(p.sent.map_or(0, |g| g.cap))).fold(0, u64::saturating_add)
     }
 
+    /// The tenant of the process on `conn`.
+    pub fn tenant_of_conn(&self, conn: u64) -> Option<TenantId> {
+        self.procs.get(&conn).map(|p| p.tenant)
+    }
+
     /// Bytes of GPU memory the process on `conn` last reported holding.
     pub fn usage_of_conn(&self, conn: u64) -> u64 {
         self.procs.get(&conn).map_or(0, |p| p.report.held)

@@ -5,7 +5,7 @@
 
 use super::{agent, apply, Agent};
 use crate::config::config;
-use gmux_core::protocol::{FromShim, Grant, Refused, Resume, PROTOCOL};
+use gmux_core::protocol::{FromShim, Grant, Policies, Refused, Resume, PROTOCOL};
 use gmux_core::size::format_size;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -70,13 +70,22 @@ pub(super) fn register(path: &Path, resume: Option<Resume>) -> Result<(UnixStrea
     // A daemon that does not answer is as good as none (a busy one answers in well under this).
     stream.set_read_timeout(Some(ANSWER_WITHIN)).map_err(unreachable)?;
     reader.read_line(&mut first).map_err(unreachable)?;
+    // A daemon sends the tenant's policies only where there are some, maybe before the
+    // grant: none of an earlier daemon's stay.
+    crate::policy::receive(Policies { tenant: 0, policies: Vec::new() });
+    while let Ok(p) = serde_json::from_str::<Policies>(first.trim()) {
+        crate::policy::receive(p);
+        first.clear();
+        reader.read_line(&mut first).map_err(unreachable)?;
+    }
     stream.set_read_timeout(None).map_err(unreachable)?;
     let grant = serde_json::from_str::<Grant>(first.trim()).map_err(|_| Failed::Refused(refusal(first.trim())))?;
     Ok((stream, reader, grant))
 }
 
-/// Reads grants from the daemon for the life of the process: when the connection ends,
-/// runs on within the last grant and registers with the next daemon on the same socket.
+/// Reads grants and policies from the daemon for the life of the process: when the
+/// connection ends, runs on within the last grant and registers with the next daemon on
+/// the same socket.
 pub(super) fn read_grants(mut reader: BufReader<UnixStream>) {
     let a = agent().expect("attached");
     let mut line = String::new();
@@ -90,9 +99,12 @@ pub(super) fn read_grants(mut reader: BufReader<UnixStream>) {
             }
             Ok(_) => {}
         }
-        match serde_json::from_str::<Grant>(line.trim()) {
-            Ok(g) => apply(a, g),
-            Err(_) => crate::log!(Warn, "gmuxd: {}", line.trim()),
+        if let Ok(g) = serde_json::from_str::<Grant>(line.trim()) {
+            apply(a, g);
+        } else if let Ok(p) = serde_json::from_str::<Policies>(line.trim()) {
+            crate::policy::receive(p);
+        } else {
+            crate::log!(Warn, "gmuxd: {}", line.trim());
         }
     }
 }

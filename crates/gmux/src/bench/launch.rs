@@ -35,6 +35,10 @@ pub struct LaunchArgs {
     /// Folder for the JSON results.
     #[arg(long, default_value = "bench-out", value_name = "DIR")]
     pub out: PathBuf,
+    /// A policy object whose memory programs gmux's child runs (`GMUX_POLICY`): what its
+    /// hooks add to a launch.
+    #[arg(long, value_name = "FILE.o")]
+    pub policy: Option<PathBuf>,
 }
 
 /// Runs the benchmark: prints a table and writes `launch.json` under `--out`.
@@ -46,6 +50,9 @@ pub fn run(a: &LaunchArgs) -> Result<(), Failure> {
         let mut c = Command::new(&exe);
         if gmux {
             c.args(["run", "--standalone", "--mem-limit", &a.mem_limit, "--"]).arg(&exe);
+            if let Some(p) = &a.policy {
+                c.env("GMUX_POLICY", p);
+            }
         }
         c.args(["bench", "launch-loop", "--launches", &a.launches.to_string()]);
         if let Some(cpu) = cpu {
@@ -77,7 +84,8 @@ pub fn run(a: &LaunchArgs) -> Result<(), Failure> {
     let range = |v: &[f64]| format!("{:.3} to {:.3}", v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(f64::NEG_INFINITY, f64::max));
     let device = runs.first().map_or(String::new(), |(_, _, m)| m.device.clone());
     let pinned = cpu.map_or("not pinned".to_string(), |c| format!("launching from CPU {c}"));
-    println!("{} launches per kernel and entry point, {} rounds (native, then gmux), {pinned}, {device}", a.launches, a.rounds);
+    let policy = a.policy.as_ref().map_or(String::new(), |p| format!(", gmux's child running policy {}", p.display()));
+    println!("{} launches per kernel and entry point, {} rounds (native, then gmux), {pinned}, {device}{policy}", a.launches, a.rounds);
     println!(
         "{:<7} {:>10} {:>9} {:>15} {:>16} {:>17} {:>12}",
         "kernel", "native µs", "gmux µs", "added, across", "added, within", "within: range", "native floor"
@@ -98,7 +106,7 @@ pub fn run(a: &LaunchArgs) -> Result<(), Failure> {
     println!("added, within: gmux's child, launches through gmux minus through the driver's own entry point (median of rounds)");
     let all: Vec<serde_json::Value> = runs.iter().map(|(w, r, m)| serde_json::json!({ "who": w, "round": r, "run": m })).collect();
     let json = serde_json::json!({
-        "benchmark": "launch", "device": device, "launches": a.launches, "rounds": a.rounds, "cpu": cpu, "mem_limit": a.mem_limit,
+        "benchmark": "launch", "device": device, "launches": a.launches, "rounds": a.rounds, "cpu": cpu, "mem_limit": a.mem_limit, "policy": a.policy,
         "rows": rows, "runs": all,
     });
     let path = a.out.join("launch.json");

@@ -1,10 +1,11 @@
 //! `gmux bench`: benchmarks of the daemon. The GPU ones run real tenant processes (the
 //! PyTorch programs in `gpu/`) and keep every process's log under `--out`; `daemon-scale`
-//! `daemon-fuzz` and `forecast` run on the CPU. Each prints a table and writes JSON.
+//! `daemon-fuzz`, `forecast` and `hooks` run on the CPU. Each prints a table and writes JSON.
 
 mod cooperate;
 mod forecast;
 mod fuzz;
+mod hooks;
 mod lab;
 mod launch;
 mod launch_loop;
@@ -35,6 +36,9 @@ pub enum BenchCommand {
     /// How well each process's forecast of its next slice matched what the slice used,
     /// on recorded traces (CPU only).
     Forecast(forecast::ForecastArgs),
+    /// What one call of each hook costs with a policy's programs attached, compiled and
+    /// interpreted (CPU only).
+    Hooks(hooks::HooksArgs),
     /// What gmux adds to a kernel launch: native against `gmux run`, one GPU.
     Launch(launch::LaunchArgs),
     /// The launch loop `gmux bench launch` runs in each child process.
@@ -52,6 +56,7 @@ pub fn bench(cmd: &BenchCommand) -> Result<(), Failure> {
         BenchCommand::DaemonScale(a) => scale::run(a),
         BenchCommand::DaemonFuzz(a) => fuzz::run(a),
         BenchCommand::Forecast(a) => forecast::run(a),
+        BenchCommand::Hooks(a) => hooks::run(a),
         BenchCommand::Launch(a) => launch::run(a),
         BenchCommand::LaunchLoop(a) => launch_loop::run(a),
     }

@@ -35,6 +35,20 @@ pub fn app_bin() -> PathBuf {
     artifact("examples/standin_app", "cargo build -p gmux --example standin_app")
 }
 
+/// The policy in C file `src` compiled by clang into `out`; `None` without clang (unless
+/// GMUX_REQUIRE_CLANG is set, as in CI).
+pub fn compile_policy(src: &Path, out: &Path) -> Option<PathBuf> {
+    if Command::new("clang").arg("--version").output().is_err() {
+        assert!(std::env::var_os("GMUX_REQUIRE_CLANG").is_none(), "clang is required (GMUX_REQUIRE_CLANG) but not found");
+        return None;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let st =
+        Command::new("clang").args(["-O2", "-target", "bpf", "-c", "-I"]).arg(root.join("include")).arg(src).arg("-o").arg(out).status().expect("clang runs");
+    assert!(st.success(), "clang failed on {}", src.display());
+    Some(out.to_path_buf())
+}
+
 /// A temporary directory, removed on drop.
 pub struct TempDir(PathBuf);
 
@@ -97,7 +111,8 @@ pub fn gmux_bin() -> PathBuf {
 }
 
 /// Variables of the shim and the stand-in that a test must not inherit from its caller.
-const GMUX_VARS: [&str; 21] = [
+const GMUX_VARS: [&str; 22] = [
+    "GMUX_POLICY",
     "GMUX_DEBUG",
     "GMUX_RECYCLE",
     "GMUX_MEMINFO",

@@ -1,0 +1,175 @@
+//! The memory policies this process runs: those the daemon attaches to its tenant
+//! (`gmux policy load`), and its own (`GMUX_POLICY`). The agent's reader loads each new
+//! one from the daemon, verified and compiled, outside every lock; the agent's worker
+//! attaches the new set to the planner between two plans, with the state locked, so that
+//! no plan sees half of a change. `GMUX_POLICY`'s is attached when the process's memory is
+//! first set up, and stays.
+
+use gmux_bpf::hooks::PolicyHooks;
+use gmux_bpf::{AttachedMemory, AttachedPolicy, Policy};
+use gmux_core::hooks::{Candidate, MemoryHooks, NoHooks};
+use gmux_core::protocol::{unhex, Policies, PolicyObject};
+use gmux_core::{ChunkId, TenantId};
+use gmux_cuda::device::CudaDevice;
+use gmux_runtime::TenantMemory;
+use std::sync::{Mutex, MutexGuard};
+
+/// The set the planner runs; locked only by holders of the state lock (plans and the
+/// worker), so never contended.
+static ATTACHED: Mutex<Option<AttachedMemory>> = Mutex::new(None);
+
+/// The set the reader prepared, for the worker to attach.
+static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
+
+/// Most policies a process attaches at once (the daemon loads at most 16).
+const MAX_ATTACHED: usize = 16;
+
+/// The key of `GMUX_POLICY`'s policy (the daemon's are numbered from 1).
+const OWN: u64 = 0;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A change for the worker: the policies that stay (by key), and those to add.
+struct Pending {
+    /// The daemon's number for the tenant (`None`: not told).
+    tenant: Option<u32>,
+    keep: Vec<u64>,
+    new: AttachedMemory,
+}
+
+/// What the daemon last listed, each policy with the key it was given here (a daemon
+/// after a restart numbers its policies afresh).
+static LISTED: Mutex<Listed> = Mutex::new(Listed { have: Vec::new(), next: 0 });
+
+struct Listed {
+    have: Vec<(PolicyObject, u64)>,
+    next: u64,
+}
+
+/// Takes the daemon's list (on the thread that reads from the daemon): loads the policies
+/// new to it and hands the set to the worker. One that fails to load is left out, and the
+/// log says why.
+pub fn receive(p: Policies) {
+    lock(&LISTED).receive(p);
+    crate::agent::poke();
+}
+
+impl Listed {
+    fn receive(&mut self, p: Policies) {
+        let (mut keep, mut new, mut have) = (Vec::new(), AttachedMemory::default(), Vec::new());
+        for o in p.policies.into_iter().take(MAX_ATTACHED) {
+            if let Some(&(_, key)) = self.have.iter().find(|(h, _)| *h == o) {
+                keep.push(key);
+                have.push((o, key));
+                continue;
+            }
+            self.next += 1;
+            let name = format!("{} ({})", o.id, o.name);
+            match load(&o) {
+                Ok(hooks) => {
+                    new.push(AttachedPolicy { key: self.next, name, hooks });
+                    have.push((o, self.next));
+                }
+                Err(e) => crate::log!(Warn, "policy {name} is not attached to this process: {e}"),
+            }
+        }
+        self.have = have;
+        let mut pending = lock(&PENDING);
+        // A list names the tenant (an empty one may be a stand-in, sent at registration).
+        let mut tenant = (!self.have.is_empty()).then_some(p.tenant);
+        // New policies of a change not attached yet that are still listed stay new.
+        if let Some(mut old) = pending.take() {
+            for np in old.new.retain(|k| !keep.contains(&k)) {
+                keep.retain(|k| *k != np.key);
+                new.push(np);
+            }
+            tenant = tenant.or(old.tenant);
+        }
+        *pending = Some(Pending { tenant, keep, new });
+    }
+}
+
+/// `o`'s programs for the hooks it lists.
+fn load(o: &PolicyObject) -> Result<PolicyHooks, String> {
+    let bytes = unhex(&o.object).ok_or("its object is not hex")?;
+    // A loader that panics must not take the daemon link's reader with it.
+    let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Policy::load(&bytes).map(Policy::into_hooks)));
+    let mut h = loaded.map_err(|_| "loading it failed inside gmux (a bug: please report it)".to_string())??;
+    let listed = |name: &str| o.hooks.iter().any(|x| x == name);
+    for (name, prog) in [("activate", &mut h.activate), ("access", &mut h.access), ("evict_prepare", &mut h.evict_prepare), ("prefetch", &mut h.prefetch)] {
+        if !listed(name) {
+            *prog = None;
+        }
+    }
+    Ok(h)
+}
+
+/// Attaches `GMUX_POLICY`'s memory programs to a process's new memory. A policy that
+/// cannot be loaded ends the process with the reason: it was asked for.
+pub fn attach_own(memory: &mut TenantMemory<CudaDevice>) {
+    let Some(path) = crate::config::config().policy.as_ref() else { return };
+    let name = path.display().to_string();
+    let loaded = std::fs::read(path).map_err(|e| format!("cannot read it ({e})")).and_then(|b| Policy::load(&b)).map(Policy::into_hooks);
+    let hooks = loaded.unwrap_or_else(|e| crate::log::fatal(&format!("GMUX_POLICY={name}: {e}; check it with `gmux policy check {name}`")));
+    let mut set = lock(&ATTACHED);
+    let s = set.get_or_insert_with(AttachedMemory::default);
+    s.retain(|k| k != OWN);
+    s.push(AttachedPolicy { key: OWN, name: name.clone(), hooks });
+    crate::log!(Info, "policy {name} attached (GMUX_POLICY)");
+    memory.set_hooks(Box::new(Planned));
+}
+
+/// Between two plans (the caller holds the state lock): attaches the set the reader
+/// prepared, if any, and writes the policies' trace lines to the log (`GMUX_LOG=info`).
+pub fn attach(memory: &mut TenantMemory<CudaDevice>) {
+    let pending = lock(&PENDING).take();
+    let mut set = lock(&ATTACHED);
+    if let Some(p) = pending {
+        let s = set.get_or_insert_with(AttachedMemory::default);
+        if let Some(t) = p.tenant {
+            s.tenant = Some(TenantId(t));
+        }
+        for gone in s.retain(|k| k == OWN || p.keep.contains(&k)) {
+            crate::log!(Info, "policy {} detached", gone.name);
+        }
+        let mut new = p.new;
+        for n in new.retain(|_| false) {
+            crate::log!(Info, "policy {} attached", n.name);
+            s.push(n);
+        }
+        memory.set_hooks(if s.is_empty() { Box::new(NoHooks) } else { Box::new(Planned) });
+    }
+    for (name, line) in set.as_mut().map(AttachedMemory::take_traces).unwrap_or_default() {
+        crate::log!(Info, "policy {name}: {line}");
+    }
+}
+
+/// The planner's hooks while policies are attached: those of [`ATTACHED`].
+struct Planned;
+
+fn with<R: Default>(f: impl FnOnce(&mut AttachedMemory) -> R) -> R {
+    lock(&ATTACHED).as_mut().map(f).unwrap_or_default()
+}
+
+impl MemoryHooks for Planned {
+    fn activate(&mut self, chunk: ChunkId, tenant: TenantId) {
+        with(|s| s.activate(chunk, tenant));
+    }
+    fn access(&mut self, chunk: ChunkId, tenant: TenantId, stamp: u64) {
+        with(|s| s.access(chunk, tenant, stamp));
+    }
+    fn tracks_access(&self) -> bool {
+        with(|s| s.tracks_access())
+    }
+    fn reorders(&self) -> bool {
+        with(|s| s.reorders())
+    }
+    fn evict_prepare(&mut self, requester: TenantId, candidates: &mut [Candidate]) {
+        with(|s| s.evict_prepare(requester, candidates));
+    }
+    fn prefetch(&mut self, tenant: TenantId) -> Vec<ChunkId> {
+        with(|s| s.prefetch(tenant))
+    }
+}

@@ -1,0 +1,71 @@
+//! `gmux policy map`: reading and writing a loaded policy's maps in the daemon, keys and
+//! values written as numbers or hex.
+
+use crate::ctl::{MapAction, Reply};
+use gmux_bpf::sched::SchedPolicy;
+use gmux_bpf::MapKind;
+use gmux_core::protocol::unhex;
+
+/// Answers `gmux policy map` on map `name` of policy `id`, whose daemon-side programs and
+/// maps are `p`; `has_memory`: it also has memory programs, which keep maps of their own
+/// in the tenants' processes.
+pub(super) fn answer(id: u32, p: &SchedPolicy, has_memory: bool, name: &str, action: &MapAction) -> Reply {
+    let Some((_, m)) = p.maps().find(|m| m.0 == name) else {
+        let names: Vec<&str> = p.maps().map(|m| m.0).collect();
+        return Reply::error(format!("policy {id} has no map {name:?}; its maps: {}", if names.is_empty() { "none".into() } else { names.join(", ") }));
+    };
+    let (ks, vs) = (m.def.key_size, m.def.value_size);
+    match action {
+        MapAction::Dump => {
+            let kind = if m.def.kind == MapKind::Array { "array" } else { "hash" };
+            let mut out = format!("map {name} of policy {id}: {kind}, {ks}-byte keys, {vs}-byte values");
+            if has_memory {
+                out += " (the daemon's copy, which its scheduling programs use; its memory programs keep one of their own in each process)";
+            }
+            for (k, v) in m.entries() {
+                out += &format!("\n{} {}", show(&k), show(&v));
+            }
+            Reply::ok(out)
+        }
+        MapAction::Update { key, value } => {
+            let (k, v) = match (bytes(key, ks, "key"), bytes(value, vs, "value")) {
+                (Ok(k), Ok(v)) => (k, v),
+                (Err(e), _) | (_, Err(e)) => return Reply::error(e),
+            };
+            match m.update(&k, &v) {
+                Ok(()) => Reply::ok(String::new()),
+                Err(e) => Reply::error(format!("map {name}: {e}")),
+            }
+        }
+        MapAction::Delete { key } => match bytes(key, ks, "key") {
+            Ok(k) if m.delete(&k) => Reply::ok(String::new()),
+            Ok(_) => Reply::error(format!("map {name} has no key {key}")),
+            Err(e) => Reply::error(e),
+        },
+    }
+}
+
+/// A key or value as `gmux policy map` writes it: a decimal number (little-endian, for
+/// sizes up to 8 bytes) or `0x` and the bytes in hex.
+fn bytes(text: &str, size: u32, what: &str) -> Result<Vec<u8>, String> {
+    let size = size as usize;
+    let out = match text.strip_prefix("0x") {
+        Some(h) => unhex(h).filter(|b| b.len() == size),
+        None => text.parse::<u64>().ok().filter(|_| size <= 8).and_then(|n| {
+            let b = n.to_le_bytes();
+            b[size..].iter().all(|x| *x == 0).then(|| b[..size].to_vec())
+        }),
+    };
+    out.ok_or_else(|| format!("the {what} is {size} bytes: write a number that fits (up to 8 bytes) or 0x and {} hex digits", 2 * size))
+}
+
+/// A key or value as `gmux policy map dump` prints it: a number up to 8 bytes, else hex.
+fn show(b: &[u8]) -> String {
+    if b.len() <= 8 {
+        let mut w = [0u8; 8];
+        w[..b.len()].copy_from_slice(b);
+        u64::from_le_bytes(w).to_string()
+    } else {
+        format!("0x{}", gmux_core::protocol::hex(b))
+    }
+}

@@ -1,0 +1,77 @@
+/* Stride prefetch (gpu_ext's example): where each command of a tenant starts a constant
+ * number of chunks after the previous one (a stream over buffers allocated one after
+ * another, say), bring in the next commands' chunks while the current one runs.
+ * `access` follows the first and last chunk of each command (its chunks come in
+ * ascending order, with one stamp per command; commands over the same buffer as the one
+ * before count once); `prefetch`, called while the next
+ * command's memory is brought in, names the chunks of the DEPTH commands after it; and
+ * `evict_prepare` keeps the chunks brought in ahead until their commands come (they
+ * leave last; the others in gmux's own order). Sequential access is the stride of one
+ * command's size. */
+#include "gmux_bpf.h"
+
+#define DEPTH 2
+
+struct stream {
+	u64 stamp;	/* the stamp of the newest command seen */
+	u64 first;	/* its first chunk */
+	u64 last;	/* its last chunk */
+	u64 stride;	/* chunks between the first chunks of the last two commands (0: none) */
+	u64 steady;	/* 1 when the last two strides were equal */
+};
+
+GMUX_MAP(streams, GMUX_MAP_HASH, u32, struct stream, 1024);
+
+SEC("gmux/access") u64 follow(struct gmux_chunk_ctx *c)
+{
+	u32 key = c->tenant;
+	struct stream *s = map_lookup_elem(&streams, &key);
+	if (!s) {
+		struct stream fresh = { c->stamp, c->chunk, c->chunk, 0, 0 };
+		map_update_elem(&streams, &key, &fresh, 0);
+		return 0;
+	}
+	if (c->stamp == s->stamp) {
+		if (c->chunk > s->last)
+			s->last = c->chunk;
+		return 0;
+	}
+	s->stamp = c->stamp;
+	/* Another command over the same buffer: the stream has not moved. */
+	if (c->chunk == s->first)
+		return 0;
+	/* A new command: the stride from the previous one's first chunk. */
+	u64 stride = c->chunk > s->first ? c->chunk - s->first : 0;
+	s->steady = stride != 0 && stride == s->stride;
+	s->stride = stride;
+	s->first = c->chunk;
+	s->last = c->chunk;
+	return 0;
+}
+
+SEC("gmux/prefetch") u64 ahead(struct gmux_prefetch_ctx *c)
+{
+	u32 key = c->tenant;
+	struct stream *s = map_lookup_elem(&streams, &key);
+	if (!s || !s->steady)
+		return 0;
+	/* The command being prepared starts one stride after the newest seen; the DEPTH
+	 * commands after it, each as long as the newest, follow. */
+	u64 size = s->last - s->first + 1;
+	u64 count = s->stride * (DEPTH - 1) + size;
+	c->start = s->first + 2 * s->stride;
+	c->count = count > GMUX_PREFETCH_MAX ? GMUX_PREFETCH_MAX : count;
+	return 0;
+}
+
+SEC("gmux/evict_prepare") u64 keep_ahead(struct gmux_evict_ctx *c)
+{
+	u32 key = c->tenant;
+	struct stream *s = map_lookup_elem(&streams, &key);
+	if (!s || !s->steady)
+		return 0;
+	u64 size = s->last - s->first + 1;
+	u64 from = s->first + s->stride;
+	u64 to = s->first + (DEPTH + 1) * s->stride + size;
+	return c->chunk >= from && c->chunk < to;
+}
