@@ -53,15 +53,15 @@ impl AttachedMemory {
         gone
     }
 
-    /// The trace lines written since the last call, each after its policy's name.
-    pub fn take_traces(&mut self) -> Vec<(String, String)> {
-        let mut out = Vec::new();
-        for p in &mut self.policies {
+    /// The trace lines written since the last call, each with its policy.
+    pub fn take_traces(&mut self) -> Vec<(&AttachedPolicy, String)> {
+        let mut lines = Vec::new();
+        for (i, p) in self.policies.iter_mut().enumerate() {
             for prog in [&mut p.hooks.activate, &mut p.hooks.access, &mut p.hooks.evict_prepare, &mut p.hooks.prefetch].into_iter().flatten() {
-                out.extend(prog.take_traces().into_iter().map(|t| (p.name.clone(), t)));
+                lines.extend(prog.take_traces().into_iter().map(|t| (i, t)));
             }
         }
-        out
+        lines.into_iter().map(|(i, t)| (&self.policies[i], t)).collect()
     }
 
     fn seen(&self, t: TenantId) -> TenantId {

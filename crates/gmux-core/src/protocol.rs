@@ -29,7 +29,18 @@ pub enum FromShim {
     },
     /// The shim's state now.
     Report(ShimReport),
+    /// A trace line of a memory program of the daemon's policy `policy` (at most
+    /// [`MAX_TRACE`] bytes; the daemon cuts and rate-limits what it is sent).
+    Trace {
+        /// The policy (`gmux policy list`).
+        policy: u32,
+        /// The line.
+        text: String,
+    },
 }
+
+/// Longest trace line a shim sends, in bytes.
+pub const MAX_TRACE: usize = 256;
 
 /// What a process holds when it registers again after losing its daemon (which crashed,
 /// or was stopped or restarted): it kept running within its last grant meanwhile.

@@ -15,7 +15,7 @@ use crate::config::config;
 use crate::driver::{CudaError, OwnedEvent};
 use crate::log::stamp;
 use crate::state::ShimError;
-use gmux_core::protocol::{Fill, FromShim, Grant};
+use gmux_core::protocol::{Fill, FromShim, Grant, MAX_TRACE};
 use gmux_core::size::format_size;
 use gmux_runtime::switch::{Action, Edge, Switch, View};
 use std::cell::Cell;
@@ -204,7 +204,7 @@ fn work() {
         let locked = Instant::now();
         UNLOCKED.set(Duration::ZERO);
         let Some(st) = guard.as_mut() else { continue };
-        crate::policy::attach(&mut st.memory);
+        let traces = crate::policy::attach(&mut st.memory);
         if !ctx_set {
             gmux_cuda::context::set_current(st.ctx());
             ctx_set = true;
@@ -256,6 +256,13 @@ fn work() {
             Ok(_) => {}
         }
         a.send(&FromShim::Report(report));
+        for (policy, mut text) in traces {
+            if text.len() > MAX_TRACE {
+                let cut = (0..=MAX_TRACE).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+                text.truncate(cut);
+            }
+            a.send(&FromShim::Trace { policy, text });
+        }
         if matches!(step, Ok(true)) {
             a.lock().poke = true;
         }

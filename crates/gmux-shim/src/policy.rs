@@ -24,7 +24,7 @@ static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
 /// Most policies a process attaches at once (the daemon loads at most 16).
 const MAX_ATTACHED: usize = 16;
 
-/// The key of `GMUX_POLICY`'s policy (the daemon's are numbered from 1).
+/// The key of `GMUX_POLICY`'s policy (the daemon's are at least 2^32).
 const OWN: u64 = 0;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -65,12 +65,14 @@ impl Listed {
                 have.push((o, key));
                 continue;
             }
-            self.next += 1;
+            // Unique across daemons; its low half is the daemon's number for it.
+            self.next += 1 << 32;
+            let key = self.next | u64::from(o.id);
             let name = format!("{} ({})", o.id, o.name);
             match load(&o) {
                 Ok(hooks) => {
-                    new.push(AttachedPolicy { key: self.next, name, hooks });
-                    have.push((o, self.next));
+                    new.push(AttachedPolicy { key, name, hooks });
+                    have.push((o, key));
                 }
                 Err(e) => crate::log!(Warn, "policy {name} is not attached to this process: {e}"),
             }
@@ -123,7 +125,8 @@ pub fn attach_own(memory: &mut TenantMemory<CudaDevice>) {
 
 /// Between two plans (the caller holds the state lock): attaches the set the reader
 /// prepared, if any, and writes the policies' trace lines to the log (`GMUX_LOG=info`).
-pub fn attach(memory: &mut TenantMemory<CudaDevice>) {
+/// Returns those of the daemon's policies, by the daemon's number, for the daemon.
+pub fn attach(memory: &mut TenantMemory<CudaDevice>) -> Vec<(u32, String)> {
     let pending = lock(&PENDING).take();
     let mut set = lock(&ATTACHED);
     if let Some(p) = pending {
@@ -141,9 +144,14 @@ pub fn attach(memory: &mut TenantMemory<CudaDevice>) {
         }
         memory.set_hooks(if s.is_empty() { Box::new(NoHooks) } else { Box::new(Planned) });
     }
-    for (name, line) in set.as_mut().map(AttachedMemory::take_traces).unwrap_or_default() {
-        crate::log!(Info, "policy {name}: {line}");
+    let mut theirs = Vec::new();
+    for (p, line) in set.as_mut().map(AttachedMemory::take_traces).unwrap_or_default() {
+        crate::log!(Info, "policy {}: {line}", p.name);
+        if p.key != OWN {
+            theirs.push((p.key as u32, line));
+        }
     }
+    theirs
 }
 
 /// The planner's hooks while policies are attached: those of [`ATTACHED`].

@@ -150,9 +150,25 @@ fn a_memory_policy_runs_in_its_tenants_processes_and_orders_their_evictions() {
     assert!(text.contains("policy 1 (soonest.o) attached"), "a running process attaches it:\n{text}");
     let (a0, c0) = (d.stat("a", "bytes_h2d "), d.stat("a", "commands "));
 
+    // Its trace lines reach `gmux events` too.
+    let mut events = d.sb.gmux_cli(&["events", "--json"]);
+    events.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null());
+    let mut events = Tenant(Some(events.spawn().expect("gmux events")));
+    let lines = std::io::BufRead::lines(std::io::BufReader::new(events.child().stdout.take().expect("stdout")));
+    let (tx, seen) = std::sync::mpsc::channel();
+    std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| _ = tx.send(l)));
+    std::thread::sleep(Duration::from_millis(300));
+
     // The same cyclic loop, three 4 MiB buffers under an 8 MiB limit, in a and in b.
     let (a, b) = (spawn("a", "150"), spawn("b", "150"));
     let (a, b) = (a.finish("a"), b.finish("b"));
+    let traced: Vec<String> = seen.try_iter().filter(|l| l.contains("policy_trace")).collect();
+    assert!(
+        !traced.is_empty()
+            && traced.iter().all(|l| l.contains("\"tenant\":\"a\",") && l.contains("\"policy\":1") && l.contains(&format!("\"text\":\"tenant {a_id}\""))),
+        "a's trace lines in gmux events: {traced:?}"
+    );
+    drop(events);
     assert!(a.contains("mismatches: 0") && b.contains("mismatches: 0"), "{a}\n{b}");
     assert!(a.contains("policy 1 (soonest.o) attached"), "{a}");
     assert!(a.contains(&format!("policy 1 (soonest.o): tenant {a_id}")), "a's programs see its number {a_id}:\n{a}");

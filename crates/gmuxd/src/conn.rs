@@ -8,7 +8,7 @@ use super::outbox;
 use super::server::{lock, Peer, Shared};
 use gmux_core::arbiter::event::{Event, Notice};
 use gmux_core::arbiter::{Hello, Sender, Silence, MAX_NAME};
-use gmux_core::protocol::{FromShim, Refused};
+use gmux_core::protocol::{FromShim, Refused, MAX_TRACE};
 use gmux_core::size::format_size;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -245,6 +245,7 @@ async fn serve_tenant(s: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, wri
     let mut line = String::new();
     let mut bad = 0u64;
     let mut stopped = false;
+    let mut traces = TraceBudget::default();
     // Looked at after 100 ms of quiet, then less and less often, down to once a second.
     let mut quiet = QUIET;
     loop {
@@ -280,6 +281,11 @@ async fn serve_tenant(s: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, wri
                 }
                 s.wake.notify_one();
             }
+            Ok(FromShim::Trace { policy, text }) => {
+                if traces.take() {
+                    trace(s, conn, who.pid, policy, &text);
+                }
+            }
             _ => {
                 bad += 1;
                 if bad <= 3 {
@@ -293,4 +299,40 @@ async fn serve_tenant(s: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, wri
     }
     s.leave(conn, "disconnected");
     s.lock().closed(conn);
+}
+
+/// Most trace lines a process may send in a second; the rest are dropped.
+const TRACES_PER_SECOND: u32 = 20;
+
+/// What is left of one process's trace lines this second.
+#[derive(Default)]
+struct TraceBudget {
+    second: Option<Instant>,
+    sent: u32,
+}
+
+impl TraceBudget {
+    /// Whether one more line may be told.
+    fn take(&mut self) -> bool {
+        if self.second.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+            *self = TraceBudget { second: Some(Instant::now()), sent: 0 };
+        }
+        self.sent += 1;
+        self.sent <= TRACES_PER_SECOND
+    }
+}
+
+/// Tells `gmux events` a trace line that the process on `conn` says policy `policy`'s
+/// program wrote, if that policy runs in its tenant: control characters dropped, cut to
+/// [`MAX_TRACE`] characters, seen by the tenant's owner.
+fn trace(s: &Shared, conn: u64, pid: u32, policy: u32, text: &str) {
+    let d = s.lock();
+    let Some(t) = d.tenant_of_conn(conn) else { return };
+    if !lock(&s.policies).runs_in(policy, t) {
+        return;
+    }
+    let text: String = text.chars().filter(|c| !c.is_control()).take(MAX_TRACE).collect();
+    let (tenant, uid) = (d.tenants.get(t).name.clone(), d.tenants.get(t).owner);
+    drop(d);
+    s.publish(Notice { uid, event: Event::PolicyTrace { tenant, pid, policy, text } });
 }

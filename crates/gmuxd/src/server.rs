@@ -138,8 +138,9 @@ impl Shared {
         for n in d.notices.drain(..) {
             self.publish(n);
         }
-        for line in lock(&self.policies).traces() {
+        for (policy, line, text) in lock(&self.policies).traces() {
             say(&line);
+            self.publish(Notice { uid: None, event: Event::PolicyTrace { tenant: String::new(), pid: 0, policy, text } });
         }
         self.check_watches(d);
     }

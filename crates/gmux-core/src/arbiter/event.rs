@@ -1,6 +1,6 @@
 //! What the daemon did, for those who watch it (`gmux events`, the switch-time
-//! histogram of `/metrics`): tenants' births and deaths, refusals, switches, slot ends
-//! and knob changes. Its JSON is documented in docs/observability.md.
+//! histogram of `/metrics`): tenants' births and deaths, refusals, switches, slot ends,
+//! knob changes and policies' trace lines. Its JSON is documented in docs/observability.md.
 
 use super::mem_events::MemEvent;
 use crate::pressure::StallKind;
@@ -95,6 +95,19 @@ pub enum Event {
         /// Which.
         counter: MemEvent,
     },
+    /// A loaded policy's program wrote a trace line (`trace`): a scheduling program in the
+    /// daemon (no tenant; seen by the owner and root), or a memory program in a tenant's
+    /// process (seen by the tenant's owner too).
+    PolicyTrace {
+        /// The tenant whose process ran it (empty: the daemon).
+        tenant: String,
+        /// That process (0: the daemon).
+        pid: u32,
+        /// The policy (`gmux policy list`).
+        policy: u32,
+        /// The line, as the program wrote it.
+        text: String,
+    },
     /// The daemon's owner or root set a knob.
     KnobSet {
         /// The tenant.
@@ -118,6 +131,7 @@ impl Event {
             | Event::PressureAbove { tenant, .. }
             | Event::LimitBelowHeld { tenant, .. }
             | Event::Memory { tenant, .. }
+            | Event::PolicyTrace { tenant, .. }
             | Event::KnobSet { tenant, .. } => tenant,
         }
     }
@@ -159,6 +173,8 @@ impl std::fmt::Display for Event {
                 };
                 write!(f, "{tenant}: gmem.events {}: {what}", counter.name())
             }
+            Event::PolicyTrace { tenant, pid: 0, policy, text } if tenant.is_empty() => write!(f, "policy {policy} in the daemon: {text}"),
+            Event::PolicyTrace { tenant, pid, policy, text } => write!(f, "policy {policy} in pid {pid} of {tenant}: {text}"),
             Event::KnobSet { tenant, knob, value } => write!(f, "{tenant}: {knob} set to {value}"),
         }
     }

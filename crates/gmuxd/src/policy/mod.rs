@@ -299,15 +299,21 @@ impl Policies {
         }
     }
 
-    /// The trace lines the programs wrote since the last call, each naming its policy.
-    pub(crate) fn traces(&self) -> Vec<String> {
+    /// The trace lines the daemon's programs wrote since the last call: each policy's
+    /// number, its line for the daemon's log, and the line.
+    pub(crate) fn traces(&self) -> Vec<(u32, String, String)> {
         let mut out = Vec::new();
         for l in &self.list {
             for t in lock(&l.policy).take_traces() {
-                out.push(format!("policy {} ({}): {t}", l.id, l.name));
+                out.push((l.id, format!("policy {} ({}): {t}", l.id, l.name), t));
             }
         }
         out
+    }
+
+    /// Whether policy `id` runs memory programs in the processes of tenant `t`.
+    pub(crate) fn runs_in(&self, id: u32, t: TenantId) -> bool {
+        self.list.iter().any(|l| l.id == id && l.object.is_some() && l.scope.covers(t))
     }
 
     fn list(&self, json: bool, shown: impl Fn(&Loaded) -> bool) -> String {
