@@ -233,10 +233,14 @@ impl Policies {
         }
         let scope = match tenant {
             None => Scope::All,
-            Some(name) => match d.tenants.find(name) {
-                Ok(t) if is_admin(who, owner) || d.tenants.get(t).owner == Some(who.uid) => Scope::Tenant(t),
-                Ok(_) => return refuse(format!("permission denied: tenant {name:?} is not yours")),
-                Err(_) => return refuse(format!("unknown tenant {name:?}: a policy is loaded for a tenant that has run (`gmux ps` lists them)")),
+            // Another user's tenant answers as one that does not exist.
+            Some(name) => match d.tenants.find(name).ok().filter(|t| is_admin(who, owner) || d.tenants.get(*t).owner == Some(who.uid)) {
+                Some(t) => Scope::Tenant(t),
+                None => {
+                    return refuse(format!(
+                        "unknown tenant {name:?}: load a policy for a tenant of yours this daemon knows (running, in `gmux ps`, or run since it started)"
+                    ))
+                }
             },
         };
         let name = p.name;
