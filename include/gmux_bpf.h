@@ -18,6 +18,11 @@ typedef __INT64_TYPE__ s64;
 
 #define SEC(name) __attribute__((section(name), used))
 
+/* A function of the program, inlined where it is called (the verifier refuses calls). */
+#ifndef __always_inline
+#define __always_inline inline __attribute__((always_inline))
+#endif
+
 /* A map's kinds: an array of `entries` values indexed by a u32 key, all present and
  * zeroed; or a hash of up to `entries` values under keys of any size. */
 #define GMUX_MAP_ARRAY 1

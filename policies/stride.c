@@ -49,29 +49,35 @@ SEC("gmux/access") u64 follow(struct gmux_chunk_ctx *c)
 	return 0;
 }
 
-SEC("gmux/prefetch") u64 ahead(struct gmux_prefetch_ctx *c)
+/* For a steady stream of `tenant`, the chunks ahead: from `*next`, the first of the
+ * command being prepared (one stride after the newest seen), through `*after`, the first
+ * of the command after it, to `*end`, one past the last of the DEPTH commands after it,
+ * each as long as the newest. Returns 0 where the stream is not steady. */
+static __always_inline int window(u32 tenant, u64 *next, u64 *after, u64 *end)
 {
-	u32 key = c->tenant;
-	struct stream *s = map_lookup_elem(&streams, &key);
+	struct stream *s = map_lookup_elem(&streams, &tenant);
 	if (!s || !s->steady)
 		return 0;
-	/* The command being prepared starts one stride after the newest seen; the DEPTH
-	 * commands after it, each as long as the newest, follow. */
-	u64 size = s->last - s->first + 1;
-	u64 count = s->stride * (DEPTH - 1) + size;
-	c->start = s->first + 2 * s->stride;
-	c->count = count > GMUX_PREFETCH_MAX ? GMUX_PREFETCH_MAX : count;
+	*next = s->first + s->stride;
+	*after = *next + s->stride;
+	*end = *next + DEPTH * s->stride + (s->last - s->first + 1);
+	return 1;
+}
+
+SEC("gmux/prefetch") u64 ahead(struct gmux_prefetch_ctx *c)
+{
+	u64 next, after, end;
+	if (!window(c->tenant, &next, &after, &end))
+		return 0;
+	c->start = after;
+	c->count = end - after > GMUX_PREFETCH_MAX ? GMUX_PREFETCH_MAX : end - after;
 	return 0;
 }
 
 SEC("gmux/evict_prepare") u64 keep_ahead(struct gmux_evict_ctx *c)
 {
-	u32 key = c->tenant;
-	struct stream *s = map_lookup_elem(&streams, &key);
-	if (!s || !s->steady)
+	u64 next, after, end;
+	if (!window(c->tenant, &next, &after, &end))
 		return 0;
-	u64 size = s->last - s->first + 1;
-	u64 from = s->first + s->stride;
-	u64 to = s->first + (DEPTH + 1) * s->stride + size;
-	return c->chunk >= from && c->chunk < to;
+	return c->chunk >= next && c->chunk < end;
 }

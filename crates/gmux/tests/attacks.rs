@@ -36,6 +36,60 @@ fn reachable_copy(file: &Path, dir: &Path) -> PathBuf {
     to
 }
 
+/// A daemon of root's shared with group nogroup (`--group`), its binaries where uid 65534
+/// can run them.
+struct SharedDaemon {
+    sb: Sandbox,
+    /// A folder everyone may read.
+    bin: PathBuf,
+    /// gmux, and this test executable, in `bin`.
+    gmux: PathBuf,
+    me: PathBuf,
+    socket: PathBuf,
+    daemon: std::process::Child,
+}
+
+impl SharedDaemon {
+    /// Starts `gmux daemon --hbm 64M --group nogroup FLAGS` and waits until it answers.
+    fn start(name: &str, flags: &[&str]) -> SharedDaemon {
+        let sb = Sandbox::new(name, 1 << 30);
+        std::fs::set_permissions(sb.dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+        let bin = sb.dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let gmux = reachable_copy(&gmux_bin(), &bin);
+        let me = reachable_copy(&std::env::current_exe().unwrap(), &bin);
+        let socket = sb.dir.path().join("run").join("gpu0.sock");
+        let log = std::fs::File::create(sb.dir.path().join("daemon.log")).unwrap();
+        let daemon = Command::new(gmux_bin())
+            .args(["daemon", "--hbm", "64M", "--group", "nogroup"])
+            .args(flags)
+            .arg("--socket")
+            .arg(&socket)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        // The file appears at bind, a moment before connections are accepted.
+        let t0 = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&socket).map(|mut s| std::io::Write::write_all(&mut s, b"{\"op\":\"ps\"}\n")).is_err() {
+            assert!(t0.elapsed() < Duration::from_secs(5), "daemon did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        SharedDaemon { sb, bin, gmux, me, socket, daemon }
+    }
+}
+
+/// `gmux ARGS` against the daemon at `socket`, as uid 65534 if `nobody`.
+fn ctl(gmux: &Path, socket: &Path, args: &[&str], nobody: bool) -> Ran {
+    let mut c = Command::new(gmux);
+    c.args(args).env("GMUX_SOCKET", socket);
+    if nobody {
+        as_nobody(&mut c);
+    }
+    run_within(&mut c, Duration::from_secs(10))
+}
+
 #[test]
 fn another_user_can_neither_join_nor_read_nor_change_nor_stop_what_is_not_theirs() {
     // SAFETY: geteuid has no preconditions.
@@ -43,36 +97,8 @@ fn another_user_can_neither_join_nor_read_nor_change_nor_stop_what_is_not_theirs
         eprintln!("skipped: acting as a second user needs root (CI runs as root)");
         return;
     }
-    let sb = Sandbox::new("attacks", 1 << 30);
-    std::fs::set_permissions(sb.dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
-    let bin = sb.dir.path().join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let gmux = reachable_copy(&gmux_bin(), &bin);
-    let me = reachable_copy(&std::env::current_exe().unwrap(), &bin);
-    let socket = sb.dir.path().join("run").join("gpu0.sock");
-    let log = std::fs::File::create(sb.dir.path().join("daemon.log")).unwrap();
-    let mut daemon = Command::new(gmux_bin())
-        .args(["daemon", "--hbm", "64M", "--group", "nogroup", "--socket"])
-        .arg(&socket)
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    // The file appears at bind, a moment before connections are accepted.
-    let t0 = Instant::now();
-    while std::os::unix::net::UnixStream::connect(&socket).map(|mut s| std::io::Write::write_all(&mut s, b"{\"op\":\"ps\"}\n")).is_err() {
-        assert!(t0.elapsed() < Duration::from_secs(5), "daemon did not start");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let ctl = |args: &[&str], nobody: bool| {
-        let mut c = Command::new(&gmux);
-        c.args(args).env("GMUX_SOCKET", &socket);
-        if nobody {
-            as_nobody(&mut c);
-        }
-        run_within(&mut c, Duration::from_secs(10))
-    };
+    let SharedDaemon { sb, gmux, me, socket, mut daemon, .. } = SharedDaemon::start("attacks", &[]);
+    let ctl = |args: &[&str], nobody: bool| ctl(&gmux, &socket, args, nobody);
     // Root's tenant, running.
     let mut victim = sb.gmux(None, ["loop", "--buffers", "4", "--bytes", "4M", "--rounds", "100000"]);
     victim.env_remove("GMUX_SOCKET").env("GMUX_SOCKET", &socket).env("GMUX_TENANT", "victim").stdout(Stdio::null()).stderr(Stdio::null());
@@ -159,41 +185,17 @@ fn a_user_allowed_tenant_policies_loads_memory_programs_for_their_own_tenants_al
         eprintln!("skipped: acting as a second user needs root (CI runs as root)");
         return;
     }
-    let sb = Sandbox::new("attacks-policies", 1 << 30);
-    std::fs::set_permissions(sb.dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
-    let bin = sb.dir.path().join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let SharedDaemon { sb: _sb, bin, gmux, me, socket, mut daemon } = SharedDaemon::start("attacks-policies", &["--allow-tenant-policies"]);
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let Some(lfu) = compile_policy(&root.join("policies/lfu.c"), &bin.join("lfu.o")) else { return };
+    let Some(lfu) = compile_policy(&root.join("policies/lfu.c"), &bin.join("lfu.o")) else {
+        let _ = daemon.kill();
+        return;
+    };
     let rt = compile_policy(&root.join("policies/rt_boost.c"), &bin.join("rt_boost.o")).expect("clang");
     for o in [&lfu, &rt] {
         std::fs::set_permissions(o, std::fs::Permissions::from_mode(0o644)).unwrap();
     }
-    let gmux = reachable_copy(&gmux_bin(), &bin);
-    let me = reachable_copy(&std::env::current_exe().unwrap(), &bin);
-    let socket = sb.dir.path().join("run").join("gpu0.sock");
-    let log = std::fs::File::create(sb.dir.path().join("daemon.log")).unwrap();
-    let mut daemon = Command::new(gmux_bin())
-        .args(["daemon", "--hbm", "64M", "--group", "nogroup", "--allow-tenant-policies", "--socket"])
-        .arg(&socket)
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let t0 = Instant::now();
-    while std::os::unix::net::UnixStream::connect(&socket).map(|mut s| std::io::Write::write_all(&mut s, b"{\"op\":\"ps\"}\n")).is_err() {
-        assert!(t0.elapsed() < Duration::from_secs(5), "daemon did not start");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let ctl = |args: &[&str], nobody: bool| {
-        let mut c = Command::new(&gmux);
-        c.args(args).env("GMUX_SOCKET", &socket);
-        if nobody {
-            as_nobody(&mut c);
-        }
-        run_within(&mut c, Duration::from_secs(10))
-    };
+    let ctl = |args: &[&str], nobody: bool| ctl(&gmux, &socket, args, nobody);
     // A tenant of root's and one of nobody's, each made by a Hello.
     let hello = |tenant: &str, nobody: bool| {
         let mut c = Command::new(&me);
