@@ -6,6 +6,7 @@
 #![allow(non_camel_case_types)]
 
 mod copy3d;
+mod device;
 mod graph;
 mod handles;
 mod launch;
@@ -15,6 +16,7 @@ mod result;
 mod stream;
 
 pub use copy3d::*;
+pub use device::*;
 pub use graph::*;
 pub use handles::*;
 pub use launch::*;

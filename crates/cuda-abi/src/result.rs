@@ -20,6 +20,10 @@ pub const CUDA_ERROR_ILLEGAL_STATE: CUresult = 401;
 pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
 pub const CUDA_ERROR_NOT_READY: CUresult = 600;
 pub const CUDA_ERROR_ILLEGAL_ADDRESS: CUresult = 700;
+/// `cuCtxEnablePeerAccess`: the current context may already access the peer's memory.
+pub const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: CUresult = 704;
+/// `cuCtxDisablePeerAccess`: peer access was never enabled.
+pub const CUDA_ERROR_PEER_ACCESS_NOT_ENABLED: CUresult = 705;
 pub const CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: CUresult = 712;
 pub const CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: CUresult = 713;
 pub const CUDA_ERROR_LAUNCH_FAILED: CUresult = 719;

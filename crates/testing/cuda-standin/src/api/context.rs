@@ -1,59 +1,20 @@
-//! Initialization, device and context management, error strings.
+//! Initialization, contexts (primary contexts, the context stack, peer access), error
+//! strings.
 
 use std::ffi::{c_char, c_int, c_uint};
-use std::sync::atomic::Ordering;
 
 use cuda_abi::*;
 
 use super::{code, put};
-use crate::ctx::{self, PRIMARY_REFS};
-use crate::{exec, memory};
-
-const DEVICE_NAME: &[u8] = b"gmux CUDA stand-in (CPU)\0";
-
-/// `cuDeviceGetAttribute` values of an H100-like device; unknown attributes read 0.
-fn device_attribute(attr: c_int) -> c_int {
-    match attr {
-        1 => 1024,       // MAX_THREADS_PER_BLOCK
-        2 | 3 => 1024,   // MAX_BLOCK_DIM_X, _Y
-        4 => 64,         // MAX_BLOCK_DIM_Z
-        5 => i32::MAX,   // MAX_GRID_DIM_X
-        6 | 7 => 65535,  // MAX_GRID_DIM_Y, _Z
-        8 => 48 << 10,   // MAX_SHARED_MEMORY_PER_BLOCK
-        9 => 64 << 10,   // TOTAL_CONSTANT_MEMORY
-        10 => 32,        // WARP_SIZE
-        11 => i32::MAX,  // MAX_PITCH
-        12 => 65536,     // MAX_REGISTERS_PER_BLOCK
-        13 => 1_980_000, // CLOCK_RATE (kHz)
-        14 => 512,       // TEXTURE_ALIGNMENT
-        15 => 1,         // GPU_OVERLAP
-        16 => 132,       // MULTIPROCESSOR_COUNT
-        19 => 1,         // CAN_MAP_HOST_MEMORY
-        31 => 1,         // CONCURRENT_KERNELS
-        36 => 2_619_000, // MEMORY_CLOCK_RATE (kHz)
-        37 => 5120,      // GLOBAL_MEMORY_BUS_WIDTH
-        38 => 50 << 20,  // L2_CACHE_SIZE
-        39 => 2048,      // MAX_THREADS_PER_MULTIPROCESSOR
-        40 => 3,         // ASYNC_ENGINE_COUNT
-        41 => 1,         // UNIFIED_ADDRESSING
-        75 => 9,         // COMPUTE_CAPABILITY_MAJOR
-        76 => 0,         // COMPUTE_CAPABILITY_MINOR
-        78 => 1,         // STREAM_PRIORITIES_SUPPORTED
-        81 => 228 << 10, // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
-        82 => 65536,     // MAX_REGISTERS_PER_MULTIPROCESSOR
-        97 => 227 << 10, // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-        102 => 1,        // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
-        _ => 0,
-    }
-}
+use crate::ctx;
+use crate::exec;
 
 #[no_mangle]
 pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
     if flags != 0 {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    ctx::init();
-    CUDA_SUCCESS
+    code(ctx::init())
 }
 
 #[no_mangle]
@@ -62,68 +23,34 @@ pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> CUresult {
-    tri!(ctx::require_device(ordinal));
-    code(put(device, 0))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CUresult {
-    tri!(ctx::require_init());
-    code(put(count, 1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) -> CUresult {
-    tri!(ctx::require_device(dev));
-    if name.is_null() || len <= 0 {
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
+    let i = tri!(ctx::require_device(dev));
+    if pctx.is_null() {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    let n = DEVICE_NAME.len().min(len as usize);
-    std::ptr::copy_nonoverlapping(DEVICE_NAME.as_ptr() as *const c_char, name, n);
-    *name.add(n - 1) = 0;
-    CUDA_SUCCESS
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attrib: c_int, dev: CUdevice) -> CUresult {
-    tri!(ctx::require_device(dev));
-    code(put(value, device_attribute(attrib)))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult {
-    tri!(ctx::require_device(dev));
-    code(put(bytes, memory::mem().limit() as usize))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
-    tri!(ctx::require_device(dev));
-    tri!(put(pctx, ctx::primary()));
-    PRIMARY_REFS.fetch_add(1, Ordering::SeqCst);
+    *pctx = ctx::retain(i);
     CUDA_SUCCESS
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
-    tri!(ctx::require_device(dev));
-    PRIMARY_REFS.fetch_sub(1, Ordering::SeqCst);
+    ctx::release(tri!(ctx::require_device(dev)));
     CUDA_SUCCESS
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(dev: CUdevice, flags: *mut c_uint, active: *mut c_int) -> CUresult {
-    tri!(ctx::require_device(dev));
+    let i = tri!(ctx::require_device(dev));
     tri!(put(flags, 0));
-    code(put(active, (PRIMARY_REFS.load(Ordering::SeqCst) > 0) as c_int))
+    code(put(active, ctx::is_active(i) as c_int))
 }
 
+/// Hands out (and pushes) the device's primary context: the stand-in has no other kind.
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut CUcontext, _flags: c_uint, dev: CUdevice) -> CUresult {
-    tri!(ctx::require_device(dev));
-    tri!(put(pctx, ctx::primary()));
-    ctx::push(ctx::primary());
+    let c = ctx::primary(tri!(ctx::require_device(dev)));
+    tri!(put(pctx, c));
+    ctx::push(c);
     CUDA_SUCCESS
 }
 
@@ -155,8 +82,27 @@ pub unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxGetDevice(device: *mut CUdevice) -> CUresult {
-    tri!(ctx::require_current());
-    code(put(device, 0))
+    let i = tri!(ctx::current_device());
+    code(put(device, i as CUdevice))
+}
+
+/// Lets the current context access `peer`'s memory (a no-op: all memory is one pool).
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxEnablePeerAccess(peer: CUcontext, flags: c_uint) -> CUresult {
+    let from = tri!(ctx::current_device());
+    let to = tri!(ctx::require_valid(peer));
+    if flags != 0 {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    code(ctx::enable_peer(from, to))
+}
+
+/// Ends what `cuCtxEnablePeerAccess` allowed the current context.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxDisablePeerAccess(peer: CUcontext) -> CUresult {
+    let from = tri!(ctx::current_device());
+    let to = tri!(ctx::require_valid(peer));
+    code(ctx::disable_peer(from, to))
 }
 
 #[no_mangle]
@@ -213,11 +159,14 @@ fn error_text(e: CUresult) -> Option<(&'static [u8], &'static [u8])> {
         CUDA_ERROR_INVALID_VALUE => (b"CUDA_ERROR_INVALID_VALUE\0", b"invalid argument\0"),
         CUDA_ERROR_OUT_OF_MEMORY => (b"CUDA_ERROR_OUT_OF_MEMORY\0", b"out of memory\0"),
         CUDA_ERROR_NOT_INITIALIZED => (b"CUDA_ERROR_NOT_INITIALIZED\0", b"initialization error\0"),
+        CUDA_ERROR_NO_DEVICE => (b"CUDA_ERROR_NO_DEVICE\0", b"no CUDA-capable device is detected\0"),
         CUDA_ERROR_INVALID_DEVICE => (b"CUDA_ERROR_INVALID_DEVICE\0", b"invalid device ordinal\0"),
         CUDA_ERROR_INVALID_CONTEXT => (b"CUDA_ERROR_INVALID_CONTEXT\0", b"invalid device context\0"),
         CUDA_ERROR_INVALID_HANDLE => (b"CUDA_ERROR_INVALID_HANDLE\0", b"invalid resource handle\0"),
         CUDA_ERROR_NOT_FOUND => (b"CUDA_ERROR_NOT_FOUND\0", b"named symbol not found\0"),
         CUDA_ERROR_NOT_READY => (b"CUDA_ERROR_NOT_READY\0", b"device not ready\0"),
+        CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => (b"CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED\0", b"peer access is already enabled\0"),
+        CUDA_ERROR_PEER_ACCESS_NOT_ENABLED => (b"CUDA_ERROR_PEER_ACCESS_NOT_ENABLED\0", b"peer access has not been enabled\0"),
         CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED => {
             (b"CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED\0", b"part or all of the requested memory range is already mapped\0")
         }

@@ -188,7 +188,7 @@ pub unsafe extern "C" fn cuGraphKernelNodeGetParams_v2(node: CUgraphNode, p: *mu
         kernel_params: ptrs,
         extra: std::ptr::null_mut(),
         kern,
-        ctx: ctx::primary(),
+        ctx: ctx::ambient(),
     };
     code(put(p, params))
 }

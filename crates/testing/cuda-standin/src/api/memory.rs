@@ -8,6 +8,7 @@ use super::{code, put};
 use crate::memory::{mem, mem_mut};
 use crate::{capture, ctx, exec};
 
+/// The one memory pool all devices share (`GMUX_STANDIN_MEM`), whichever is current.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
     tri!(ctx::require_current());
@@ -156,20 +157,21 @@ enum Value {
 }
 
 /// The value of `attr` for `ptr`; `None` for an attribute the stand-in does not know.
+/// Memory is not yet tied to a device: its context and ordinal are the current ones.
 fn attribute(attr: c_uint, ptr: CUdeviceptr, k: Option<Known>) -> Option<Result<Value, CUresult>> {
     let k = match k {
         Some(k) => k,
         None => return known_attribute(attr).then_some(Err(CUDA_ERROR_INVALID_VALUE)),
     };
     Some(Ok(match attr {
-        CU_POINTER_ATTRIBUTE_CONTEXT => Value::U64(ctx::primary() as u64),
+        CU_POINTER_ATTRIBUTE_CONTEXT => Value::U64(ctx::ambient() as u64),
         CU_POINTER_ATTRIBUTE_MEMORY_TYPE => Value::U32(if k.device { CU_MEMORYTYPE_DEVICE } else { CU_MEMORYTYPE_HOST }),
         CU_POINTER_ATTRIBUTE_DEVICE_POINTER => Value::U64(ptr),
         CU_POINTER_ATTRIBUTE_HOST_POINTER if k.device => return Some(Err(CUDA_ERROR_INVALID_VALUE)),
         CU_POINTER_ATTRIBUTE_HOST_POINTER => Value::U64(ptr),
         CU_POINTER_ATTRIBUTE_SYNC_MEMOPS | CU_POINTER_ATTRIBUTE_IS_MANAGED => Value::Bool(false),
         CU_POINTER_ATTRIBUTE_BUFFER_ID => Value::U64(k.base),
-        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => Value::U32(0),
+        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => Value::U32(ctx::current_device().unwrap_or(0) as u32),
         CU_POINTER_ATTRIBUTE_RANGE_START_ADDR => Value::U64(k.base),
         CU_POINTER_ATTRIBUTE_RANGE_SIZE => Value::U64(k.size),
         CU_POINTER_ATTRIBUTE_MAPPED => Value::Bool(true),

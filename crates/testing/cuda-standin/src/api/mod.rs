@@ -11,6 +11,7 @@ mod capture;
 mod context;
 mod copy;
 mod copy3d;
+mod device;
 mod graph;
 mod graph_exec;
 mod launch;
@@ -90,6 +91,8 @@ impl SendPtr {
 
 #[cfg(test)]
 mod capture_tests;
+#[cfg(test)]
+mod device_tests;
 #[cfg(test)]
 mod graph_tests;
 #[cfg(test)]

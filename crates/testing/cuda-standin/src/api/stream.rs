@@ -125,12 +125,12 @@ pub unsafe extern "C" fn cuStreamGetFlags_ptsz(h: CUstream, flags: *mut c_uint) 
 
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamGetCtx(h: CUstream, pctx: *mut CUcontext) -> CUresult {
-    code(stream_info(h, NullStream::Legacy).and_then(|_| put(pctx, ctx::primary())))
+    code(stream_info(h, NullStream::Legacy).and_then(|_| put(pctx, ctx::ambient())))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamGetCtx_ptsz(h: CUstream, pctx: *mut CUcontext) -> CUresult {
-    code(stream_info(h, NullStream::PerThread).and_then(|_| put(pctx, ctx::primary())))
+    code(stream_info(h, NullStream::PerThread).and_then(|_| put(pctx, ctx::ambient())))
 }
 
 #[no_mangle]

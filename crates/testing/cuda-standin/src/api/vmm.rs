@@ -34,7 +34,11 @@ pub unsafe extern "C" fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, 
     if handle.is_null() || prop.is_null() || flags != 0 {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    *handle = tri!(mem_mut().create(size as u64, &*prop));
+    let prop = &*prop;
+    if prop.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE {
+        tri!(ctx::require_device(prop.location.id));
+    }
+    *handle = tri!(mem_mut().create(size as u64, prop));
     CUDA_SUCCESS
 }
 
@@ -77,7 +81,11 @@ pub unsafe extern "C" fn cuMemSetAccess(ptr: CUdeviceptr, size: usize, desc: *co
     if desc.is_null() || n == 0 {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    code(mem_mut().set_access(ptr, size as u64, std::slice::from_raw_parts(desc, n)))
+    let descs = std::slice::from_raw_parts(desc, n);
+    for d in descs.iter().filter(|d| d.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE) {
+        tri!(ctx::require_device(d.location.id));
+    }
+    code(mem_mut().set_access(ptr, size as u64, descs))
 }
 
 #[no_mangle]

@@ -66,15 +66,16 @@ impl Memory {
         }
     }
 
-    /// `cuMemCreate`: memory of device 0, or host memory (location `HOST`, whose id is
-    /// ignored) that device addresses may map.
+    /// `cuMemCreate`: memory of a device, or host memory (location `HOST`, whose id is
+    /// ignored) that device addresses may map. Every device's memory is the one pool; the
+    /// caller checks the device ordinal.
     pub fn create(&mut self, size: u64, prop: &CUmemAllocationProp) -> Res<u64> {
         if size == 0 || !aligned(size, GRANULARITY) || prop.type_ != CU_MEM_ALLOCATION_TYPE_PINNED {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         match prop.location.type_ {
             CU_MEM_LOCATION_TYPE_HOST if prop.requested_handle_types == 0 => self.new_phys(size, true),
-            CU_MEM_LOCATION_TYPE_DEVICE if prop.location.id == 0 => self.new_phys(size, false),
+            CU_MEM_LOCATION_TYPE_DEVICE => self.new_phys(size, false),
             _ => Err(CUDA_ERROR_INVALID_DEVICE),
         }
     }
@@ -152,11 +153,12 @@ impl Memory {
         Ok(())
     }
 
-    /// `cuMemSetAccess`: whole mappings only, possibly many consecutive ones.
+    /// `cuMemSetAccess`: whole mappings only, possibly many consecutive ones. Access is
+    /// the same from every device; the caller checks the descriptors' device ordinals.
     pub fn set_access(&mut self, ptr: u64, size: u64, descs: &[CUmemAccessDesc]) -> Res<()> {
         let mut flags = None;
         for d in descs {
-            if d.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE || d.location.id != 0 {
+            if d.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
                 return Err(CUDA_ERROR_INVALID_DEVICE);
             }
             if ![CU_MEM_ACCESS_FLAGS_PROT_NONE, CU_MEM_ACCESS_FLAGS_PROT_READ, CU_MEM_ACCESS_FLAGS_PROT_READWRITE].contains(&d.flags) {
