@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import os
 import socket as _socket
+import stat
 import struct
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
 __all__ = [
     "GmuxError",
+    "daemon_sockets",
+    "run_dir",
     "socket_path",
     "status",
     "tenants",
@@ -38,20 +41,43 @@ class GmuxError(RuntimeError):
     and what to do)."""
 
 
-def socket_path() -> str:
-    """The daemon's socket, as the ``gmux`` command finds it: ``$GMUX_SOCKET``, else
-    ``/run/gmux/gpu0.sock`` for root, ``$XDG_RUNTIME_DIR/gmux/gpu0.sock``, or
-    ``$TMPDIR/gmux-UID/gpu0.sock``."""
-    if os.environ.get("GMUX_SOCKET"):
-        return os.environ["GMUX_SOCKET"]
+def run_dir() -> str:
+    """The directory of the daemons' sockets, one per GPU named by its UUID:
+    ``$GMUX_RUN_DIR``, else ``/run/gmux`` for root, ``$XDG_RUNTIME_DIR/gmux``, or
+    ``$TMPDIR/gmux-UID``."""
+    if os.environ.get("GMUX_RUN_DIR"):
+        return os.environ["GMUX_RUN_DIR"]
     uid = os.geteuid()
     if uid == 0:
-        base = "/run/gmux"
-    elif os.environ.get("XDG_RUNTIME_DIR"):
-        base = os.path.join(os.environ["XDG_RUNTIME_DIR"], "gmux")
-    else:
-        base = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"gmux-{uid}")
-    return os.path.join(base, "gpu0.sock")
+        return "/run/gmux"
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return os.path.join(os.environ["XDG_RUNTIME_DIR"], "gmux")
+    return os.path.join(os.environ.get("TMPDIR") or "/tmp", f"gmux-{uid}")
+
+
+def daemon_sockets() -> List[str]:
+    """Every daemon's socket, as ``gmux ps`` finds them: ``$GMUX_SOCKET`` alone when
+    set, else each socket in :func:`run_dir`, by name."""
+    if os.environ.get("GMUX_SOCKET"):
+        return [os.environ["GMUX_SOCKET"]]
+    d = run_dir()
+    try:
+        names = sorted(os.listdir(d))
+    except OSError:
+        return []
+    return [os.path.join(d, n) for n in names if n.endswith(".sock") and stat.S_ISSOCK(os.lstat(os.path.join(d, n)).st_mode)]
+
+
+def socket_path() -> str:
+    """The one daemon's socket, as the ``gmux`` command finds it: ``$GMUX_SOCKET``,
+    else the only socket in :func:`run_dir`. With none, or the daemons of several GPUs,
+    :class:`GmuxError` says what to do."""
+    found = daemon_sockets()
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise GmuxError(f"gmuxd is not running (no socket in {run_dir()}); start it with `gmux daemon` (or any `gmux run`), or point GMUX_SOCKET at its socket")
+    raise GmuxError(f"daemons of {len(found)} GPUs run in {run_dir()}; pick one with socket= or GMUX_SOCKET={found[0]}")
 
 
 def _connect(path: Optional[str]) -> _socket.socket:

@@ -166,7 +166,7 @@ fn rt_boost_turns(obj: &[u8], priorities: [i32; 2], map: &[(u32, u64)]) -> Vec<(
     d.settings.always_slice = true;
     d.sched_hooks = Box::new(p.into_sched());
     for c in 0..2u64 {
-        let hello = Hello { version: PROTOCOL, tenant: &format!("t{c}"), priority: priorities[c as usize], high: None, resume: None };
+        let hello = Hello { version: PROTOCOL, tenant: &format!("t{c}"), priority: priorities[c as usize], high: None, resume: None, gpu: None };
         d.admit(c, Sender { pid: 100 + c as u32, uid: 1000, admin: true, start: 1 }, &hello).expect("admitted");
         d.report(c, ShimReport { want: 1 << 30, allocated: 1 << 30, busy: true, ..Default::default() });
     }
@@ -204,7 +204,7 @@ fn admission_by_headroom_refuses_a_new_tenant_when_the_budget_is_nearly_held() {
     let mut d = Arbiter::new(Some(8 << 30), None, Sched::RoundRobin, Switch::Msched);
     d.sched_hooks = Box::new(Policy::load(&obj).expect("loads").into_sched());
     let who = |pid| Sender { pid, uid: 1000, admin: false, start: 1 };
-    let hello = |tenant| Hello { version: PROTOCOL, tenant, priority: 0, high: None, resume: None };
+    let hello = |tenant| Hello { version: PROTOCOL, tenant, priority: 0, high: None, resume: None, gpu: None };
     d.admit(1, who(100), &hello("a")).expect("room");
     d.decide(0);
     d.report(1, ShimReport { held: 15 << 29, ..Default::default() }); // 7.5 of 8 GiB: over 90%

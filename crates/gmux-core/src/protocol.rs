@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// Version of these messages. A `Hello` of another version is refused with a
 /// [`Refused`] that says so: a shim and a daemon of different builds never half-agree.
-pub const PROTOCOL: u32 = 4;
+pub const PROTOCOL: u32 = 5;
 
 /// Shim → daemon.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -26,6 +26,9 @@ pub enum FromShim {
         /// What a process that lost its daemon holds, when it registers with the next one.
         #[serde(default)]
         resume: Option<Resume>,
+        /// The UUID of the GPU the process's memory is on (`GPU-…`): a daemon serves one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        gpu: Option<String>,
     },
     /// The shim's state now.
     Report(ShimReport),

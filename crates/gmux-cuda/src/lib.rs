@@ -7,6 +7,7 @@
 //! - [`hostpool`]: the pinned host memory evicted chunks live in;
 //! - [`inflight`]: the application's released, unfinished commands per stream;
 //! - [`context`]: the calling thread's context; [`vm`]: reserved address ranges;
+//! - [`gpus`]: the GPUs the driver shows, by UUID;
 //! - [`stream`]: a stream as the application named it;
 //! - [`log`]: gmux's one-line messages on stderr.
 //!
@@ -21,6 +22,7 @@ pub mod context;
 pub mod cuda;
 pub mod device;
 pub mod driver;
+pub mod gpus;
 pub mod hostpool;
 pub mod inflight;
 pub mod log;

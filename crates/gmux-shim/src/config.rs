@@ -32,9 +32,13 @@ pub struct Config {
     pub prefetch: usize,
     /// `GMUX_DEBUG`: aids for finding ordering and prediction bugs.
     pub debug: Debug,
-    /// `GMUX_DAEMON`: socket of the gmuxd to register with (set by `gmux run`); `None`:
-    /// the process runs alone under its own limit.
+    /// `GMUX_DAEMON`: where to register (set by `gmux run`): a directory of per-GPU
+    /// sockets named by UUID, or one daemon's socket; `None`: the process runs alone
+    /// under its own limit.
     pub daemon: Option<std::path::PathBuf>,
+    /// `GMUX_EXE`: the gmux executable (set by `gmux run`), which starts the daemon of
+    /// this process's GPU when none runs.
+    pub exe: Option<std::path::PathBuf>,
     /// `GMUX_TENANT`: the tenant this process joins (default: the program's name and pid).
     pub tenant: String,
     /// `GMUX_PRIORITY`: its strict-priority class (larger first; default 0).
@@ -181,6 +185,7 @@ pub fn config() -> &'static Config {
             oversize,
             meminfo_limit,
             daemon: var("GMUX_DAEMON").map(Into::into),
+            exe: var("GMUX_EXE").map(Into::into),
             tenant,
             priority,
             prefetch,

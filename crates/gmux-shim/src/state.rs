@@ -133,7 +133,10 @@ impl Shim {
         let cfg = config();
         let headroom = (512u64 << 20).min(free / 8);
         let usable = free.saturating_sub(headroom) / CHUNK_BYTES * CHUNK_BYTES;
-        let grant = crate::agent::attach();
+        let gpu = gmux_cuda::gpus::uuid_of(ordinal)
+            .map_err(|r| crate::log!(Warn, "cannot read the UUID of device {ordinal} (CUDA error {r}); the daemon takes this process for its GPU's"))
+            .ok();
+        let grant = crate::agent::attach(gpu);
         let limit = match cfg.mem_limit {
             _ if grant.is_some() => grant.map_or(0, |g| g.cap.min(usable) / CHUNK_BYTES * CHUNK_BYTES),
             Some(l) if l > usable => {
@@ -235,6 +238,13 @@ impl Shim {
     /// The device ordinal.
     pub fn ordinal(&self) -> CUdevice {
         self.ordinal
+    }
+
+    /// The device of the calling thread's current context, when it is not the one gmux
+    /// serves in this process: that device's memory is not virtualized.
+    pub fn other_device(&self) -> Option<CUdevice> {
+        let mut dev = 0;
+        (crate::real!(cuCtxGetDevice(&mut dev)) == CUDA_SUCCESS && dev != self.ordinal).then_some(dev)
     }
 
     /// An address for `bytes`, no memory taken until first use: a slot of a pack for a

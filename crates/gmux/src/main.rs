@@ -37,9 +37,10 @@ enum Command {
     Sim(sim::SimArgs),
     /// Run gmuxd, the per-GPU daemon that schedules tenants and divides GPU memory.
     Daemon(gmuxd::DaemonArgs),
-    /// List the daemon's tenants.
+    /// List the tenants of every GPU's daemon.
     Ps {
-        /// Print the daemon's status as one JSON object (schema: docs/observability.md).
+        /// Print the daemon's status as one JSON object (schema: docs/observability.md);
+        /// with the daemons of several GPUs, a JSON array of them.
         #[arg(long)]
         json: bool,
     },
@@ -62,7 +63,7 @@ enum Command {
     },
     /// Set a tenant's knob: gmux set TENANT gmem.limit.high 8G
     Set { tenant: String, knob: String, value: String },
-    /// Stop the daemon.
+    /// Stop the daemon (every GPU's, unless GMUX_SOCKET names one).
     Stop,
     /// Print the completions of a shell (bash, zsh, fish, elvish, powershell), e.g.
     /// gmux completions bash > /usr/share/bash-completion/completions/gmux
@@ -85,12 +86,41 @@ pub use gmuxd::Failure;
 
 /// Sends a control request to the daemon and prints its answer.
 pub(crate) fn control(req: gmuxd::ctl::Request) -> Result<(), Failure> {
-    let reply = gmuxd::ctl::request(&gmuxd::socket_path(), &req)?;
+    let reply = gmuxd::ctl::request(&gmuxd::socket_path()?, &req)?;
     if !reply.ok {
         return Err(Failure::Runtime(reply.text));
     }
     if !reply.text.is_empty() {
         println!("{}", reply.text);
+    }
+    Ok(())
+}
+
+/// Sends `req` to every GPU's daemon and prints the answers (one daemon: as
+/// [`control`]; several: each table after a blank line, or one JSON array of their
+/// objects with `json`). A daemon that fails is told on stderr; it fails only if all do.
+fn control_each(req: gmuxd::ctl::Request, json: bool) -> Result<(), Failure> {
+    let sockets = gmuxd::daemon_sockets();
+    if sockets.len() < 2 {
+        return control(req);
+    }
+    let mut answers = Vec::new();
+    for s in &sockets {
+        match gmuxd::ctl::request(s, &req) {
+            Ok(r) if r.ok => answers.push(r.text),
+            Ok(r) => eprintln!("gmux: {}: {}", s.display(), r.text),
+            Err(e) => eprintln!("gmux: {}", e.message()),
+        }
+    }
+    if answers.is_empty() {
+        return Err(Failure::Runtime(format!("none of the {} daemons in {} answered", sockets.len(), gmuxd::run_dir().display())));
+    }
+    let sep = if json { "," } else { "\n\n" };
+    let text = answers.iter().map(|a| a.trim_end()).filter(|a| !a.is_empty()).collect::<Vec<_>>().join(sep);
+    if json {
+        println!("[{text}]");
+    } else if !text.is_empty() {
+        println!("{text}");
     }
     Ok(())
 }
@@ -110,13 +140,13 @@ fn main() -> ExitCode {
         Command::Record(args) => record::record(&args),
         Command::Sim(args) => sim::sim(&args),
         Command::Daemon(args) => gmuxd::daemon(&args),
-        Command::Ps { json } => control(gmuxd::ctl::Request::Ps { json }),
-        Command::Events(args) => events::events(&args, &gmuxd::socket_path()),
-        Command::Watch(args) => events::watch(&args, &gmuxd::socket_path()),
-        Command::Top(args) => top::top(&args, &gmuxd::socket_path()),
+        Command::Ps { json } => control_each(gmuxd::ctl::Request::Ps { json }, json),
+        Command::Events(args) => gmuxd::socket_path().and_then(|s| events::events(&args, &s)),
+        Command::Watch(args) => gmuxd::socket_path().and_then(|s| events::watch(&args, &s)),
+        Command::Top(args) => gmuxd::socket_path().and_then(|s| top::top(&args, &s)),
         Command::Get { tenant, knob, json } => control(gmuxd::ctl::Request::Get { tenant, knob, json }),
         Command::Set { tenant, knob, value } => control(gmuxd::ctl::Request::Set { tenant, knob, value }),
-        Command::Stop => control(gmuxd::ctl::Request::Stop),
+        Command::Stop => control_each(gmuxd::ctl::Request::Stop, false),
         Command::Bench(cmd) => bench::bench(&cmd),
         Command::Policy(cmd) => policy::policy(&cmd),
         Command::Completions { shell } => {

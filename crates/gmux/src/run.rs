@@ -24,6 +24,12 @@ pub struct RunArgs {
     /// Run alone under --mem-limit, without registering with gmuxd.
     #[arg(long)]
     pub standalone: bool,
+    /// The GPUs the program may use, by index or UUID, e.g. 0,1 (default: those
+    /// CUDA_VISIBLE_DEVICES shows). The program sees them as devices 0, 1, … in this
+    /// order (CUDA_VISIBLE_DEVICES is set to their UUIDs); each process registers with
+    /// the daemon of the GPU its memory is on, and --mem-limit is its limit on each.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub gpus: Option<Vec<String>>,
     /// PyTorch allocates each tensor on its own (PYTORCH_CUDA_ALLOC_CONF=
     /// backend:cudaMallocAsync, unless the program's environment sets the variable), so
     /// that a kernel's working set is its tensors rather than the caching allocator's
@@ -110,15 +116,43 @@ pub fn command(args: &RunArgs) -> Result<std::process::Command, Failure> {
     if let Some(l) = limit {
         cmd.env("GMUX_MEM_LIMIT", l.to_string());
     }
+    let chosen = args.gpus.as_deref().map(chosen_gpus).transpose()?;
+    if let Some(uuids) = &chosen {
+        cmd.env("CUDA_VISIBLE_DEVICES", uuids.join(","));
+    }
     if !args.standalone {
-        let socket = gmuxd::socket_path();
-        gmuxd::ctl::ensure_daemon(&socket)?;
-        cmd.env("GMUX_DAEMON", &socket).env("GMUX_PRIORITY", args.priority.to_string());
+        let daemon = match gmuxd::pinned() {
+            Some(socket) => {
+                gmuxd::ctl::ensure_daemon(&socket, None)?;
+                socket
+            }
+            // Each process starts its GPU's daemon when it first uses the GPU.
+            None => {
+                let exe = std::env::current_exe().map_err(|e| Failure::Runtime(format!("cannot locate the gmux executable: {e}")))?;
+                cmd.env("GMUX_EXE", exe);
+                gmuxd::ensure_run_dir()?
+            }
+        };
+        cmd.env("GMUX_DAEMON", &daemon).env("GMUX_PRIORITY", args.priority.to_string());
         if let Some(t) = &args.tenant {
             cmd.env("GMUX_TENANT", t);
         }
     }
     Ok(cmd)
+}
+
+/// The UUIDs of the GPUs `--gpus` names, each by index or UUID (or its start).
+fn chosen_gpus(which: &[String]) -> Result<Vec<String>, Failure> {
+    let gpus = gmux_cuda::gpus::list().map_err(|why| Failure::Runtime(format!("--gpus: cannot list the GPUs ({why})")))?;
+    let mut uuids: Vec<String> = Vec::new();
+    for w in which.iter().map(|w| w.trim()) {
+        let g = gmux_cuda::gpus::find(&gpus, w).map_err(|e| Failure::Usage(format!("--gpus {w}: {e}")))?;
+        if uuids.contains(&g.uuid) {
+            return Err(Failure::Usage(format!("--gpus names GPU {} twice; name each once", g.uuid)));
+        }
+        uuids.push(g.uuid.clone());
+    }
+    Ok(uuids)
 }
 
 /// Replaces this process with `cmd`. Returns only on failure.

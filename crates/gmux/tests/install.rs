@@ -26,7 +26,7 @@ fn install_sh_puts_a_working_gmux_under_its_prefix() {
     let man = read("share/man/man1/gmux.1");
     assert!(man.contains(".TH gmux 1") && man.contains("daemon"), "{man}");
     let unit = read("lib/systemd/system/gmuxd.service");
-    let exec = format!("ExecStart={}/bin/gmux daemon --resume --socket /run/gmux/gpu0.sock --group gpu-users", prefix.display());
+    let exec = format!("ExecStart={}/bin/gmux daemon --resume --gpu all --group gpu-users", prefix.display());
     assert!(unit.lines().any(|l| l == exec), "{unit}");
     let missing = run(Command::new("bash").arg(root.join("scripts/install.sh")).args(["--from", "/nonexistent"]).env("PREFIX", &prefix));
     assert!(!missing.status.success() && missing.stderr.contains("cargo build --release -p gmux"), "{}", missing.stderr);

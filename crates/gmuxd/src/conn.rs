@@ -135,8 +135,8 @@ async fn serve_conn(s: Arc<Shared>, stream: UnixStream, slot: Slot) {
         Err(_) => return say(&format!("pid {} (uid {}): no first line within {} s; closing its connection", who.pid, who.uid, FIRST_LINE.as_secs())),
     }
     match serde_json::from_str::<FromShim>(line.trim()) {
-        Ok(FromShim::Hello { version, tenant, priority, high, resume }) => {
-            let hello = Hello { version, tenant: &tenant, priority, high, resume };
+        Ok(FromShim::Hello { version, tenant, priority, high, resume, gpu }) => {
+            let hello = Hello { version, tenant: &tenant, priority, high, resume, gpu: gpu.as_deref() };
             serve_tenant(&s, reader, write, who, &hello).await;
         }
         _ => {

@@ -316,8 +316,8 @@ fn trusted(s: &UnixStream, path: &Path) -> Result<(), Failure> {
 }
 
 /// Makes sure a daemon listens at `path`, starting one (which exits after a minute
-/// without tenants) if none does.
-pub fn ensure_daemon(path: &Path) -> Result<(), Failure> {
+/// without tenants) if none does: for GPU `gpu` (a UUID), or for the first process's.
+pub fn ensure_daemon(path: &Path, gpu: Option<&str>) -> Result<(), Failure> {
     if UnixStream::connect(path).is_ok() {
         return Ok(());
     }
@@ -328,11 +328,11 @@ pub fn ensure_daemon(path: &Path) -> Result<(), Failure> {
     let log_path = path.with_extension("log");
     let log = super::rundir::open_log(&log_path).map_err(Failure::Runtime)?;
     let mut cmd = std::process::Command::new(exe);
-    cmd.args(["daemon", "--resume", "--idle-exit", "60", "--socket"])
-        .arg(path)
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone().map_err(|e| Failure::Runtime(e.to_string()))?)
-        .stderr(log);
+    cmd.args(["daemon", "--resume", "--idle-exit", "60", "--socket"]).arg(path);
+    if let Some(uuid) = gpu {
+        cmd.arg(format!("--gpu={uuid}"));
+    }
+    cmd.stdin(std::process::Stdio::null()).stdout(log.try_clone().map_err(|e| Failure::Runtime(e.to_string()))?).stderr(log);
     use std::os::unix::process::CommandExt;
     // SAFETY: setsid is async-signal-safe; the daemon leaves the caller's session.
     unsafe {

@@ -42,8 +42,12 @@ fn line() -> impl Strategy<Value = String> {
     let priority = prop_oneof![3 => -3..3i32, 1 => any::<i32>()];
     let seq = prop_oneof![Just(u64::MAX), Just(u64::MAX - 1), any::<u64>()];
     let resume = proptest::option::of((size(), size(), seq).prop_map(|(held, cap, seq)| Resume { held, cap, seq }));
-    let hello = (prop_oneof![4 => Just(PROTOCOL), 1 => any::<u32>()], name.clone(), priority, proptest::option::of(size()), resume)
-        .prop_map(|(version, tenant, priority, high, resume)| serde_json::to_string(&FromShim::Hello { version, tenant, priority, high, resume }).unwrap());
+    let gpu = proptest::option::of(
+        prop_oneof![3 => Just("GPU-676d7578-0000-0000-0000-000000000000".to_string()), 1 => Just("GPU-676d7578-0000-0000-0000-000000000001".to_string()), 1 => ".{0,80}"],
+    );
+    let hello = (prop_oneof![4 => Just(PROTOCOL), 1 => any::<u32>()], name.clone(), priority, proptest::option::of(size()), resume, gpu).prop_map(
+        |(version, tenant, priority, high, resume, gpu)| serde_json::to_string(&FromShim::Hello { version, tenant, priority, high, resume, gpu }).unwrap(),
+    );
     let rep = report().prop_map(|r| serde_json::to_string(&FromShim::Report(r)).unwrap());
     let knob = prop_oneof![Just("gmem.limit.high"), Just("gmem.limit.low"), Just("compute.timeslice"), Just("compute.freeze"), Just("nope")];
     let value = prop_oneof![Just("1G".to_string()), Just("0".to_string()), Just("max".to_string()), Just("16777216T".to_string()), ".{0,12}"];

@@ -96,8 +96,8 @@ pub fn take(d: &mut Arbiter, step: Step, now: Nanos) -> Result<(), String> {
 fn take_line(d: &mut Arbiter, conn: u64, who: Peer, line: &str) {
     let sender = Sender { pid: who.pid, uid: who.uid, admin: who.uid == OWNER || who.uid == 0, start: start_of(who.pid) };
     match serde_json::from_str::<FromShim>(line) {
-        Ok(FromShim::Hello { version, tenant, priority, high, resume }) => {
-            let _ = d.admit(conn, sender, &Hello { version, tenant: &tenant, priority, high, resume });
+        Ok(FromShim::Hello { version, tenant, priority, high, resume, gpu }) => {
+            let _ = d.admit(conn, sender, &Hello { version, tenant: &tenant, priority, high, resume, gpu: gpu.as_deref() });
         }
         Ok(FromShim::Report(r)) => {
             d.report(conn, r);

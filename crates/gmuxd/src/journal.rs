@@ -189,6 +189,7 @@ mod tests {
             max_timeslice: 1_000_000_000,
             max_priority: 2,
             always_slice: false,
+            gpu: None,
         }
     }
 

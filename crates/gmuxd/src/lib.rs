@@ -17,6 +17,8 @@ pub mod policy;
 mod procfs;
 mod rundir;
 pub mod server;
+mod serves;
+mod sockets;
 pub mod status;
 mod stream;
 mod watch;
@@ -24,7 +26,10 @@ mod watch;
 use gmux_core::arbiter::Switch;
 use gmux_core::sched::Policy;
 use gmux_core::size::parse_size;
+use serves::{each_gpu, serves, Serves};
 use std::path::PathBuf;
+
+pub use sockets::{daemon_sockets, ensure_run_dir, gpu_socket, pinned, run_dir, socket_path};
 
 /// Why a gmux command (the daemon, a control request, any subcommand of the CLI) failed,
 /// by whose fault; it decides the exit status.
@@ -80,8 +85,15 @@ pub struct DaemonArgs {
     /// --timeslice, slices are never stretched.
     #[arg(long, default_value = "1s", value_name = "DURATION")]
     pub max_timeslice: String,
-    /// Socket path (default: $GMUX_SOCKET, else $XDG_RUNTIME_DIR/gmux/gpu0.sock, or
-    /// /run/gmux/gpu0.sock as root).
+    /// The GPU to serve: its index, its UUID (or the start of one), or `all` for one
+    /// daemon process per GPU (the default, unless --socket or GMUX_SOCKET names one
+    /// daemon's socket: that daemon serves the GPU of the first process to register).
+    /// --hbm is each GPU's budget.
+    #[arg(long, value_name = "UUID|INDEX|all")]
+    pub gpu: Option<String>,
+    /// Socket path (default: $GMUX_SOCKET, else the GPU's UUID in the run directory,
+    /// e.g. /run/gmux/GPU-….sock as root; $GMUX_RUN_DIR or $XDG_RUNTIME_DIR/gmux
+    /// otherwise).
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
     /// Highest `--priority` a tenant of a user other than the daemon's owner or root may
@@ -120,23 +132,11 @@ pub struct DaemonArgs {
     /// evictions. Scheduling policies stay the owner's and root's.
     #[arg(long)]
     pub allow_tenant_policies: bool,
-}
-
-/// The socket the daemon listens on and clients connect to.
-pub fn socket_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("GMUX_SOCKET").filter(|p| !p.is_empty()) {
-        return p.into();
-    }
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
-    let dir = if uid == 0 {
-        PathBuf::from("/run/gmux")
-    } else if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").filter(|p| !p.is_empty()) {
-        PathBuf::from(x).join("gmux")
-    } else {
-        std::env::temp_dir().join(format!("gmux-{uid}"))
-    };
-    dir.join("gpu0.sock")
+    /// Start this daemon in the background unless one answers on its socket, with the
+    /// settings `gmux run` starts daemons with, and return once it answers (how a
+    /// process starts its GPU's daemon).
+    #[arg(long, hide = true)]
+    pub ensure: bool,
 }
 
 fn size(flag: &str, v: &Option<String>) -> Result<Option<u64>, Failure> {
@@ -165,7 +165,16 @@ pub fn daemon(args: &DaemonArgs) -> Result<(), Failure> {
         return Err(Failure::Usage("--hbm is below one 2 MiB chunk; give at least 2M".into()));
     }
     let host = size("host", &args.host)?;
-    let path = args.socket.clone().unwrap_or_else(socket_path);
+    let (path, gpu) = match serves(args)? {
+        Serves::One { socket, gpu } if args.ensure => return ctl::ensure_daemon(&socket, gpu.as_deref()),
+        Serves::One { socket, gpu } => (socket, gpu),
+        Serves::Each(_) if args.metrics.is_some() => {
+            return Err(Failure::Usage(
+                "--metrics serves one address, and --gpu all starts a daemon per GPU: start each GPU's daemon with its own port (gmux daemon --gpu 0 --metrics :9400, --gpu 1 --metrics :9401, …)".into(),
+            ))
+        }
+        Serves::Each(gpus) => return each_gpu(&gpus),
+    };
     let slice = gmux_core::knobs::parse_duration(&args.timeslice)
         .ok_or_else(|| Failure::Usage(format!("--timeslice {}: write a duration between 1us and 10s, e.g. 20ms", args.timeslice)))?;
     let max_slice = gmux_core::knobs::parse_duration(&args.max_timeslice)
@@ -179,6 +188,7 @@ pub fn daemon(args: &DaemonArgs) -> Result<(), Failure> {
         max_timeslice: max_slice,
         max_priority: args.max_priority,
         always_slice: args.always_slice,
+        gpu,
     };
     let group = args.group.as_deref().map(rundir::group_id).transpose().map_err(Failure::Usage)?;
     let metrics = args.metrics.as_deref().map(metrics::parse_addr).transpose().map_err(Failure::Usage)?;

@@ -307,6 +307,7 @@ mod tests {
             },
         };
         Status {
+            gpu: None,
             budget: Some(16 << 30),
             host: None,
             policy: "rr".into(),

@@ -295,7 +295,8 @@ fn take_over(jpath: &Path, mut settings: Settings, resume: bool) -> Result<(Arbi
         say(&format!("{}: skipped {s}", jpath.display()));
     }
     if let (true, Some(k)) = (resume, &kept.settings) {
-        settings = k.clone();
+        // The GPU is the command line's: a daemon's socket may serve another GPU later.
+        settings = Settings { gpu: settings.gpu.clone().or_else(|| k.gpu.clone()), ..k.clone() };
     }
     let mut d = Arbiter::with(&settings);
     let orphans: Vec<(u32, u64, String)> =
@@ -311,9 +312,10 @@ fn take_over(jpath: &Path, mut settings: Settings, resume: bool) -> Result<(Arbi
 /// The line that says the daemon serves, and how.
 fn announce(path: &Path, d: &Arbiter) {
     eprintln!(
-        "gmuxd: serving {} (pid {}): budget {}, host {}, policy {}, switch {}, slices stretched up to {} ms{}{}",
+        "gmuxd: serving {} (pid {}) for {}: budget {}, host {}, policy {}, switch {}, slices stretched up to {} ms{}{}",
         path.display(),
         std::process::id(),
+        d.settings.gpu.as_deref().map_or("the GPU of the first process".into(), |g| format!("GPU {g}")),
         d.settings.hbm.map_or("device".into(), format_size),
         d.settings.host.map_or("unlimited".into(), format_size),
         d.policy_name(),

@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 /// The daemon and the tenants the asker may read.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Status {
+    /// The UUID of the GPU served (`None`: no process has said yet).
+    #[serde(default)]
+    pub gpu: Option<String>,
     /// GPU-memory budget in bytes (`None`: each process's free device memory).
     pub budget: Option<u64>,
     /// Host-tier budget in bytes (`None`: unlimited).
@@ -116,6 +119,7 @@ pub fn status(d: &Arbiter, visible: &dyn Fn(TenantId) -> bool, everyone: bool) -
     let tenants: Vec<TenantStatus> = live.iter().copied().filter(|t| visible(*t)).map(|t| tenant(d, t)).collect();
     let owner = live.iter().copied().find(|t| d.running_now(*t) && visible(*t));
     Status {
+        gpu: d.settings.gpu.clone(),
         budget: d.settings.hbm,
         host: d.settings.host,
         policy: d.policy_name().into(),
@@ -187,7 +191,8 @@ pub fn table(s: &Status) -> String {
     }
     let widths: Vec<usize> = (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
     let budget = format!(
-        "budget {}, policy {}, held {}{}, swapped {} of host {}",
+        "{}budget {}, policy {}, held {}{}, swapped {} of host {}",
+        s.gpu.as_deref().map_or(String::new(), |g| format!("{g}: ")),
         s.budget.map_or("device".into(), format_size),
         s.policy,
         format_size(s.held),

@@ -41,7 +41,7 @@ impl SchedHooks for Rules {
 }
 
 fn hello(tenant: &str) -> Hello<'_> {
-    Hello { version: PROTOCOL, tenant, priority: 0, high: None, resume: None }
+    Hello { version: PROTOCOL, tenant, priority: 0, high: None, resume: None, gpu: None }
 }
 
 fn sender(pid: u32, uid: u32) -> Sender {

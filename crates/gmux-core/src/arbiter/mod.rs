@@ -178,6 +178,7 @@ impl Arbiter {
             max_timeslice: crate::knobs::DEFAULT_MAX_TIMESLICE,
             max_priority: 0,
             always_slice: false,
+            gpu: None,
         })
     }
 
@@ -455,7 +456,7 @@ pub mod record;
 mod recovery;
 pub mod slot;
 mod trust;
-pub use trust::{Hello, Sender, MAX_NAME};
+pub use trust::{is_gpu_uuid, Hello, Sender, MAX_GPU, MAX_NAME};
 
 #[cfg(test)]
 mod hook_tests;

@@ -33,6 +33,9 @@ pub struct Settings {
     /// Time-slice even when every tenant fits (`--always-slice`).
     #[serde(default)]
     pub always_slice: bool,
+    /// The UUID of the GPU served (`--gpu`); `None` until the first process says which.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
 }
 
 fn default_max_timeslice() -> Nanos {

@@ -140,7 +140,7 @@ mod tests {
     }
 
     fn hello(tenant: &str, resume: Option<Resume>) -> Hello<'_> {
-        Hello { version: PROTOCOL, tenant, priority: 0, high: None, resume }
+        Hello { version: PROTOCOL, tenant, priority: 0, high: None, resume, gpu: None }
     }
 
     fn total(d: &Arbiter) -> u64 {

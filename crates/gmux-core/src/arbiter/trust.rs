@@ -44,6 +44,18 @@ pub struct Hello<'a> {
     pub high: Option<u64>,
     /// What it holds, when it registers again after losing its daemon.
     pub resume: Option<Resume>,
+    /// The UUID of the GPU its memory is on.
+    pub gpu: Option<&'a str>,
+}
+
+/// Longest GPU UUID a `Hello` may name, in bytes (the driver's are 40).
+pub const MAX_GPU: usize = 64;
+
+/// Whether `gpu` looks like a device UUID as the driver prints them (`GPU-` or `MIG-`
+/// and hex digits and dashes), so that it can name a socket and a log line safely.
+pub fn is_gpu_uuid(gpu: &str) -> bool {
+    let body = gpu.strip_prefix("GPU-").or_else(|| gpu.strip_prefix("MIG-"));
+    gpu.len() <= MAX_GPU && body.is_some_and(|b| !b.is_empty() && b.bytes().all(|c| c.is_ascii_hexdigit() || c == b'-'))
 }
 
 impl Arbiter {
@@ -55,6 +67,19 @@ impl Arbiter {
         }
         if h.tenant.is_empty() || h.tenant.len() > MAX_NAME || h.tenant.chars().any(char::is_control) {
             return Err(format!("tenant names are 1 to {MAX_NAME} bytes with no control characters; pick another --tenant"));
+        }
+        if let Some(gpu) = h.gpu {
+            if !is_gpu_uuid(gpu) {
+                return Err(format!(
+                    "{:?} is not a GPU's UUID (GPU-… as the driver gives it); a shim of this build sends its device's own",
+                    gpu.escape_debug().to_string()
+                ));
+            }
+            if let Some(served) = self.settings.gpu.as_deref().filter(|s| *s != gpu) {
+                return Err(format!(
+                    "this daemon serves GPU {served}, and the process's memory is on GPU {gpu}: `gmux run` registers each process with its GPU's daemon (unset GMUX_SOCKET), or start one with `gmux daemon --gpu {gpu}`"
+                ));
+            }
         }
         // A process of the previous daemon is taken back as it is: its priority and limit
         // are brought within what this daemon allows instead of refused, since refusing it
@@ -114,6 +139,9 @@ impl Arbiter {
         }
         let priority = answer.priority.map_or(priority, |p| p.clamp(-MAX_PRIORITY_MAGNITUDE, MAX_PRIORITY_MAGNITUDE));
         let before = existing.map(|t| TenantRecord::of(self.tenants.get(t)));
+        if self.settings.gpu.is_none() {
+            self.settings.gpu = h.gpu.map(str::to_string);
+        }
         let t = self.join(conn, who.pid, h.tenant, priority);
         let tenant = self.tenants.get_mut(t);
         tenant.owner.get_or_insert(who.uid);
@@ -238,7 +266,7 @@ mod tests {
     const ROOT: Sender = Sender { pid: 1, uid: 0, admin: true, start: 0 };
 
     fn hello(tenant: &str) -> Hello<'_> {
-        Hello { version: PROTOCOL, tenant, priority: 0, high: None, resume: None }
+        Hello { version: PROTOCOL, tenant, priority: 0, high: None, resume: None, gpu: None }
     }
 
     fn daemon() -> Arbiter {
@@ -289,6 +317,30 @@ mod tests {
         for p in [i32::MIN, i32::MAX, -MAX_PRIORITY_MAGNITUDE - 1] {
             assert!(d.admit(4, ROOT, &Hello { priority: p, ..hello("d") }).is_err(), "priority {p}");
         }
+    }
+
+    #[test]
+    fn a_daemon_serves_one_gpu_the_first_process_names_unless_told() {
+        const A: &str = "GPU-676d7578-0000-0000-0000-000000000000";
+        const B: &str = "GPU-676d7578-0000-0000-0000-000000000001";
+        let mut d = daemon();
+        let e = d.admit(1, ALICE, &Hello { gpu: Some(B), priority: 3, ..hello("early") }).unwrap_err();
+        assert!(e.contains("priority"), "{e}");
+        assert_eq!(d.settings.gpu, None, "a refused Hello binds nothing");
+        d.admit(2, ALICE, &Hello { gpu: Some(A), ..hello("a") }).unwrap();
+        assert_eq!(d.settings.gpu.as_deref(), Some(A));
+        let e = d.admit(3, ALICE, &Hello { gpu: Some(B), ..hello("b") }).unwrap_err();
+        assert!(e.contains(&format!("serves GPU {A}")) && e.contains(&format!("--gpu {B}")), "{e}");
+        assert!(d.tenants.find("b").is_err(), "the process of the other GPU made no tenant");
+        assert!(d.admit(4, ALICE, &hello("c")).is_ok(), "a shim that names no GPU is taken as before");
+        for bad in ["", "GPU-", "gpu0", "GPU-12/../x", "GPU-zz", &format!("GPU-{}", "0".repeat(MAX_GPU))] {
+            let e = d.admit(5, ALICE, &Hello { gpu: Some(bad), ..hello("d") }).unwrap_err();
+            assert!(e.contains("not a GPU's UUID"), "{bad:?}: {e}");
+        }
+        assert!(is_gpu_uuid(A) && is_gpu_uuid("MIG-9a1b2c3d-0000-1111-2222-333344445555"));
+        let mut told = daemon();
+        told.settings.gpu = Some(B.into());
+        assert!(told.admit(1, ALICE, &Hello { gpu: Some(A), ..hello("a") }).unwrap_err().contains("--gpu"), "--gpu decides, not the first process");
     }
 
     #[test]

@@ -50,9 +50,31 @@ fn refusal(line: &str) -> String {
     }
 }
 
+/// Starts the daemon of GPU `gpu` at `socket` unless one answers there, through
+/// `gmux daemon --ensure` (which leaves it running in a session of its own, and returns
+/// once it answers). Without `GMUX_EXE` the registration that follows says what is wrong.
+pub(super) fn ensure_daemon(socket: &Path, gpu: &str) {
+    let Some(exe) = config().exe.as_ref().filter(|_| UnixStream::connect(socket).is_err()) else { return };
+    let started = std::process::Command::new(exe)
+        .args(["daemon", "--ensure", "--socket"])
+        .arg(socket)
+        .arg(format!("--gpu={gpu}"))
+        .env_remove("LD_PRELOAD")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .status();
+    match started {
+        Ok(s) if s.success() => crate::log!(Debug, "started the daemon of GPU {gpu} at {}", socket.display()),
+        Ok(s) => {
+            crate::log!(Warn, "starting the daemon of GPU {gpu} at {} failed ({s}); its log is {}", socket.display(), socket.with_extension("log").display())
+        }
+        Err(e) => crate::log!(Warn, "cannot run {} to start the daemon of GPU {gpu}: {e}", exe.display()),
+    }
+}
+
 /// Connects to the daemon at `path`, says `Hello` (with what it holds, when it registers
 /// again) and returns the connection and the first grant.
-pub(super) fn register(path: &Path, resume: Option<Resume>) -> Result<(UnixStream, BufReader<UnixStream>, Grant), Failed> {
+pub(super) fn register(path: &Path, gpu: Option<String>, resume: Option<Resume>) -> Result<(UnixStream, BufReader<UnixStream>, Grant), Failed> {
     let unreachable = |e: std::io::Error| Failed::Unreachable(e.to_string());
     let stream = UnixStream::connect(path).map_err(unreachable)?;
     match peer_uid(&stream) {
@@ -61,7 +83,7 @@ pub(super) fn register(path: &Path, resume: Option<Resume>) -> Result<(UnixStrea
         Ok(uid) => return Err(Failed::Unreachable(format!("it is served by uid {uid}, not by you or root; not talking to it (check GMUX_SOCKET)"))),
         Err(e) => return Err(Failed::Unreachable(format!("cannot tell who serves it: {e}"))),
     }
-    let hello = FromShim::Hello { version: PROTOCOL, tenant: config().tenant.clone(), priority: config().priority, high: config().mem_limit, resume };
+    let hello = FromShim::Hello { version: PROTOCOL, tenant: config().tenant.clone(), priority: config().priority, high: config().mem_limit, resume, gpu };
     let mut line = serde_json::to_string(&hello).expect("serializable");
     line.push('\n');
     (&stream).write_all(line.as_bytes()).map_err(unreachable)?;
@@ -112,14 +134,15 @@ pub(super) fn read_grants(mut reader: BufReader<UnixStream>) {
 /// Tries every second (every 5 s after a refusal) to register with a daemon at the
 /// socket, telling it what this process holds; returns the new connection's reader.
 fn register_again(a: &Agent) -> BufReader<UnixStream> {
-    let path = config().daemon.as_ref().expect("registered once");
+    let d = super::DAEMON.get().expect("registered once");
+    let path = &d.socket;
     let mut wait = Duration::from_millis(100);
     let mut refused: Option<String> = None;
     loop {
         std::thread::sleep(wait);
         let held = crate::state::existing().as_ref().map_or(0, |st| st.held());
         let g = a.lock().grant;
-        match register(path, Some(Resume { held, cap: g.cap, seq: g.seq })) {
+        match register(path, d.gpu.clone(), Some(Resume { held, cap: g.cap, seq: g.seq })) {
             Ok((stream, reader, grant)) => {
                 *a.out.lock().unwrap_or_else(|p| p.into_inner()) = Some(stream);
                 a.lock().lost = false;

@@ -25,6 +25,13 @@ unsafe fn alloc_on(d: *mut CUdeviceptr, bytes: u64, on: Option<crate::inflight::
         Ok(g) => g,
         Err(code) => return code,
     };
+    if let Some(dev) = g.as_ref().and_then(|st| st.other_device()) {
+        let serves = g.as_ref().map_or(0, |st| st.ordinal());
+        return super::refuse::call(
+            "cuMemAlloc on a second device",
+            &format!("this process's memory is virtualized on device {serves}, and device {dev}'s is not yet; run one process per GPU (`gmux run --gpus N`, or CUDA_VISIBLE_DEVICES)"),
+        );
+    }
     match crate::capture::relaxed(|| g.as_mut().expect("created").alloc(bytes, on)) {
         Ok(p) => {
             // SAFETY: `d` is non-null and, per this function's contract, writable.

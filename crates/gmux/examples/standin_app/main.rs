@@ -17,6 +17,7 @@
 //! exits 0 if the launch returns CUDA_ERROR_OUT_OF_MEMORY or succeeds, with `--check`
 //! after a pattern was copied in and every word came back right),
 //! `fault-unmapped [--mode launch|noaccess|copy|stale]` (expected to be aborted),
+//! `second-device` (an allocation with device 1's context current; see `probes.rs`),
 //! `loop --buffers N --bytes B --rounds R [--reverse-every K] [--free]` (a training-like loop:
 //! every round adds 1 to each buffer in the same order, reversed every K rounds if K is
 //! given, so that a forecast from history is sometimes wrong; then every buffer is
@@ -101,6 +102,7 @@ fn main() {
         "oversub" => oversub::oversub(&app, &opts),
         "sync" => sync::checks(&app),
         "info" => probes::info(&app, &opts),
+        "second-device" => probes::second_device(&app),
         "dlsym-direct" => probes::dlsym_direct(&app),
         "procaddr-ptsz" => probes::procaddr_ptsz(&app),
         "extra-params" => probes::extra_params(&app, &opts),

@@ -353,3 +353,27 @@ pub fn fault_unmapped(app: &App, o: &Opts) -> bool {
     println!("fault-unmapped: no fault detected (mode {mode})");
     false
 }
+
+/// `second-device`: memory on device 0 (the current context's), then a `cuMemAlloc`
+/// with device 1's primary context current. Prints what that allocation returned, and
+/// exits 0 either way: natively it succeeds; under gmux, which virtualizes one device per
+/// process, it is refused by name. Needs the stand-in with two devices.
+pub fn second_device(app: &App) -> bool {
+    let cu = &app.cu;
+    let first = app.alloc(2 << 20);
+    let (mut dev, mut ctx) = (0, null_mut());
+    // SAFETY: the driver writes the device to `dev`, a live local.
+    check(unsafe { (cu.device_get)(&mut dev, 1) }, "cuDeviceGet(1)");
+    // SAFETY: the driver writes the context to `ctx`, a live local.
+    check(unsafe { (cu.primary_ctx_retain)(&mut ctx, dev) }, "cuDevicePrimaryCtxRetain(1)");
+    // SAFETY: only the context this program retained, by value.
+    check(unsafe { (cu.ctx_set_current)(ctx) }, "cuCtxSetCurrent(device 1)");
+    let mut p = 0;
+    // SAFETY: the driver writes the new address to `p`, a live local.
+    let r = unsafe { (cu.mem_alloc)(&mut p, 2 << 20) };
+    println!("second-device: cuMemAlloc on device 1 returned {r}");
+    // SAFETY: only the context this program retained first, by value.
+    check(unsafe { (cu.ctx_set_current)(app.ctx) }, "cuCtxSetCurrent(device 0)");
+    app.free(first);
+    true
+}

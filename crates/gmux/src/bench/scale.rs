@@ -62,7 +62,7 @@ pub fn run(a: &ScaleArgs) -> Result<(), Failure> {
     let t0 = Instant::now();
     for c in 0..a.tenants as u64 {
         let who = Sender { pid: 1000 + c as u32, uid: 1000, admin: true, start: 0 };
-        d.admit(c, who, &Hello { version: PROTOCOL, tenant: &format!("t{c}"), priority: 0, high: None, resume: None }).map_err(Failure::Runtime)?;
+        d.admit(c, who, &Hello { version: PROTOCOL, tenant: &format!("t{c}"), priority: 0, high: None, resume: None, gpu: None }).map_err(Failure::Runtime)?;
         d.report(c, busy(0));
         now += 1_000_000;
         d.decide(now);

@@ -234,6 +234,7 @@ mod tests {
 
     fn status(tenants: Vec<TenantStatus>) -> Status {
         Status {
+            gpu: None,
             budget: Some(1 << 30),
             host: None,
             policy: "rr".into(),

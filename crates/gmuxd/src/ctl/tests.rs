@@ -9,7 +9,7 @@ const OWNER: u32 = 1000;
 
 fn daemon() -> Arbiter {
     let mut d = Arbiter::new(Some(16 << 30), None, Policy::RoundRobin, Switch::Msched);
-    let hello = |tenant| Hello { version: PROTOCOL, tenant, priority: 0, high: None, resume: None };
+    let hello = |tenant| Hello { version: PROTOCOL, tenant, priority: 0, high: None, resume: None, gpu: None };
     d.admit(1, Sender { pid: 4242, uid: 2000, admin: false, start: 0 }, &hello("mine")).unwrap();
     d.admit(2, Sender { pid: 5151, uid: 3000, admin: false, start: 0 }, &hello("theirs")).unwrap();
     d

@@ -1,0 +1,194 @@
+//! A host of several GPUs, on the stand-in with `GMUX_STANDIN_DEVICES` devices: one
+//! daemon per GPU on a socket named by the GPU's UUID, `gmux run --gpus`, per-GPU
+//! budgets, a daemon that serves one GPU only, and memory on a second device of one
+//! process refused by name.
+
+mod common;
+
+use common::daemon::wait_for_daemon;
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const GPU0: &str = "GPU-676d7578-0000-0000-0000-000000000000";
+const GPU1: &str = "GPU-676d7578-0000-0000-0000-000000000001";
+const M: u64 = 1 << 20;
+
+/// A sandbox whose stand-in has two devices, with a run directory of its own.
+struct Host {
+    sb: Sandbox,
+    run: PathBuf,
+    daemons: Vec<Child>,
+}
+
+impl Host {
+    fn new(name: &str) -> Host {
+        let sb = Sandbox::new(name, 1 << 30);
+        let run = sb.dir.path().join("run");
+        Host { sb, run, daemons: Vec::new() }
+    }
+
+    /// `gmux ARGS` on this host: no GMUX_SOCKET, so commands find the daemons by GPU.
+    fn cli(&self, args: &[&str]) -> Command {
+        let mut c = self.sb.gmux_cli(args);
+        c.env_remove("GMUX_SOCKET").env("GMUX_RUN_DIR", &self.run).env("GMUX_STANDIN_DEVICES", "2");
+        c
+    }
+
+    fn socket(&self, gpu: &str) -> PathBuf {
+        self.run.join(format!("{gpu}.sock"))
+    }
+
+    /// Starts `gmux daemon ARGS` and waits for the sockets of `gpus`.
+    fn daemon(&mut self, args: &[&str], gpus: &[&Path]) {
+        let log = std::fs::File::create(self.sb.dir.path().join(format!("daemon.{}.log", self.daemons.len()))).unwrap();
+        let child = self.cli(&["daemon"]).args(args).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
+        self.daemons.push(child);
+        for s in gpus {
+            wait_for_daemon(s);
+        }
+    }
+
+    fn log(&self) -> String {
+        (0..self.daemons.len()).map(|i| std::fs::read_to_string(self.sb.dir.path().join(format!("daemon.{i}.log"))).unwrap_or_default()).collect()
+    }
+
+    /// `standin_app ARGS` under `gmux run RUN_ARGS`.
+    fn tenant(&self, run_args: &[&str], app: &[&str]) -> Child {
+        let mut c = self.cli(&["run"]);
+        c.args(run_args).arg("--").arg(app_bin()).args(app).stdout(Stdio::piped()).stderr(Stdio::piped());
+        c.spawn().unwrap()
+    }
+
+    /// `gmux ARGS` against the daemon of `gpu` alone.
+    fn on(&self, gpu: &str, args: &[&str]) -> Ran {
+        run(self.cli(args).env("GMUX_SOCKET", self.socket(gpu)))
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        for c in &mut self.daemons {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn finish(c: Child) -> Ran {
+    let out = c.wait_with_output().unwrap();
+    Ran {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+        command: "tenant".into(),
+    }
+}
+
+/// The number after `label` in the budget line of `gmux ps` (e.g. "peak ").
+fn ps_size(ps: &str, label: &str) -> u64 {
+    let head = ps.lines().next().unwrap_or_default();
+    let at = head.find(label).unwrap_or_else(|| panic!("no {label:?} in {head:?}")) + label.len();
+    let text: String = head[at..].chars().take_while(|c| *c != ')' && *c != ',').collect();
+    gmux_core::size::parse_size(text.trim().replace(" MiB", "M").replace(" GiB", "G").replace(".0", "").as_str()).unwrap_or_else(|e| panic!("{text:?}: {e}"))
+}
+
+#[test]
+fn each_gpu_has_its_own_daemon_budget_and_tenants() {
+    let mut h = Host::new("gpus-each");
+    let (s0, s1) = (h.socket(GPU0), h.socket(GPU1));
+    h.daemon(&["--gpu", "all", "--hbm", "64M", "--timeslice", "20ms"], &[&s0, &s1]);
+    // Two tenants of 48 MiB each on GPU 0 (150% of its budget), one on GPU 1 (75%).
+    let oversub = |seed: &'static str| ["oversub", "--total", "48M", "--buffers", "8", "--ops", "300", "--seed", seed];
+    let a0 = h.tenant(&["--gpus", "0", "--tenant", "a0"], &oversub("1"));
+    let a1 = h.tenant(&["--gpus", GPU0, "--tenant", "a1"], &oversub("2"));
+    let b = h.tenant(&["--gpus", "1", "--tenant", "b"], &oversub("3"));
+    for (name, t) in [("a0", a0), ("a1", a1), ("b", b)] {
+        let r = finish(t);
+        assert!(r.status.success() && r.stdout.contains("checksum mismatches: 0"), "tenant {name}: {}\ndaemons:\n{}", r.describe(), h.log());
+    }
+    // Each tenant ran on its GPU's daemon and no other.
+    let commands = |gpu, t| h.on(gpu, &["get", t, "ggroup.stat"]).stdout.lines().find_map(|l| l.strip_prefix("commands ").map(|v| v.parse::<u64>().unwrap()));
+    for (gpu, mine, other) in [(GPU0, ["a0", "a1"].as_slice(), "b"), (GPU1, ["b"].as_slice(), "a0")] {
+        for t in mine {
+            assert!(commands(gpu, t).is_some_and(|n| n >= 200), "{t} on {gpu}: {:?}", h.on(gpu, &["get", t, "ggroup.stat"]));
+        }
+        assert_eq!(commands(gpu, other), None, "{other} never registered with {gpu}'s daemon");
+    }
+    // Budgets are per GPU: GPU 0's two tenants stayed within its 64 MiB together.
+    let ps0 = h.on(GPU0, &["ps"]).stdout;
+    assert!(ps0.starts_with(&format!("{GPU0}: budget 64.0 MiB")), "{ps0}");
+    let peak0 = ps_size(&ps0, "peak ");
+    assert!(peak0 <= 64 * M && peak0 > 48 * M, "GPU 0 peak {peak0}: {ps0}");
+    // b's 48 MiB in eight buffers, each rounded up to 2 MiB chunks: at most 64 MiB.
+    let peak1 = ps_size(&h.on(GPU1, &["ps"]).stdout, "peak ");
+    assert!(peak1 > 40 * M && peak1 <= 64 * M, "GPU 1 held only b's memory: {peak1}");
+    // Commands that speak to every daemon do; those that speak to one ask which.
+    let ps = run(&mut h.cli(&["ps"]));
+    assert!(ps.status.success() && ps.stdout.contains(&format!("{GPU0}: budget")) && ps.stdout.contains(&format!("{GPU1}: budget")), "{}", ps.describe());
+    let json: serde_json::Value = serde_json::from_str(&run(&mut h.cli(&["ps", "--json"])).stdout).unwrap();
+    let gpus: Vec<&str> = json.as_array().unwrap().iter().map(|s| s["gpu"].as_str().unwrap()).collect();
+    assert_eq!(gpus, [GPU0, GPU1]);
+    let get = run(&mut h.cli(&["get", "a0"]));
+    assert!(get.status.code() == Some(2) && get.stderr.contains("daemons of 2 GPUs") && get.stderr.contains("GMUX_SOCKET="), "{}", get.describe());
+    let stop = run(&mut h.cli(&["stop"]));
+    assert!(stop.status.success(), "{}", stop.describe());
+    let parent = h.daemons.pop().unwrap();
+    let t0 = Instant::now();
+    let mut parent = parent;
+    while parent.try_wait().unwrap().is_none() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "`gmux daemon --gpu all` did not end when both daemons stopped");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(parent.wait().unwrap().success());
+}
+
+#[test]
+fn a_daemon_serves_the_gpu_of_its_first_process_alone() {
+    let mut h = Host::new("gpus-bound");
+    let socket = h.sb.socket();
+    h.daemon(&["--socket", socket.to_str().unwrap(), "--hbm", "64M"], &[&socket]);
+    let on_socket = |t: &Host, gpus: &str| {
+        let mut c = t.cli(&["run", "--gpus", gpus, "--tenant", &format!("t{gpus}"), "--"]);
+        c.arg(app_bin()).args(["oversub", "--total", "8M", "--ops", "50"]).env("GMUX_SOCKET", &socket);
+        run(&mut c)
+    };
+    let first = on_socket(&h, "1");
+    assert!(first.status.success(), "{}", first.describe());
+    let second = on_socket(&h, "0");
+    assert!(!second.status.success(), "a process of GPU 0 ran under GPU 1's daemon: {}", second.describe());
+    assert!(
+        second.stderr.contains(&format!("this daemon serves GPU {GPU1}, and the process's memory is on GPU {GPU0}")) && second.stderr.contains("--gpu"),
+        "{}",
+        second.describe()
+    );
+    let ps = run(h.cli(&["ps"]).env("GMUX_SOCKET", &socket));
+    assert!(ps.stdout.starts_with(&format!("{GPU1}: budget")), "{}", ps.describe());
+}
+
+#[test]
+fn gmux_run_starts_the_daemon_of_each_gpu_it_is_given() {
+    let h = Host::new("gpus-run");
+    let t = h.tenant(&["--gpus", "1", "--tenant", "solo"], &["oversub", "--total", "8M", "--ops", "50"]);
+    let r = finish(t);
+    assert!(r.status.success(), "{}", r.describe());
+    assert!(h.socket(GPU1).exists() && !h.socket(GPU0).exists(), "only GPU 1's daemon was started: {:?}", std::fs::read_dir(&h.run).map(|d| d.count()));
+    let stat = h.on(GPU1, &["get", "solo", "ggroup.stat"]);
+    assert!(stat.stdout.contains("commands "), "{}", stat.describe());
+    let bad = run(&mut h.cli(&["run", "--gpus", "0,7", "--", "true"]));
+    assert!(bad.status.code() == Some(2) && bad.stderr.contains("--gpus 7") && bad.stderr.contains(GPU1), "{}", bad.describe());
+    let twice = run(&mut h.cli(&["run", "--gpus", &format!("1,{GPU1}"), "--", "true"]));
+    assert!(twice.status.code() == Some(2) && twice.stderr.contains("twice"), "{}", twice.describe());
+    let _ = h.on(GPU1, &["stop"]);
+}
+
+#[test]
+fn memory_on_a_second_device_of_one_process_is_refused_by_name() {
+    let h = Host::new("gpus-second");
+    let native = run(Command::new(app_bin()).arg("second-device").env("LD_LIBRARY_PATH", h.sb.dir.path()).env("GMUX_STANDIN_DEVICES", "2"));
+    assert!(native.stdout.contains("returned 0"), "natively the allocation succeeds: {}", native.describe());
+    let r = run(&mut h.cli(&["run", "--standalone", "--mem-limit", "64M", "--", app_bin().to_str().unwrap(), "second-device"]));
+    assert!(r.status.success() && r.stdout.contains("returned 801"), "{}", r.describe());
+    assert!(r.stderr.contains("cuMemAlloc on a second device is not supported under gmux") && r.stderr.contains("one process per GPU"), "{}", r.describe());
+}
