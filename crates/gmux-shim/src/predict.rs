@@ -18,6 +18,8 @@ pub type Layout = Vec<(usize, usize)>;
 #[derive(Debug, Default)]
 pub struct Layouts {
     cache: IdMap<usize, Option<Layout>>,
+    /// Whether each kernel is [`is_opaque`], by handle.
+    opaque: IdMap<usize, bool>,
 }
 
 impl Layouts {
@@ -25,6 +27,30 @@ impl Layouts {
     pub fn of(&mut self, f: CUfunction) -> Option<&Layout> {
         self.cache.entry(f as usize).or_insert_with(|| query(f)).as_ref()
     }
+
+    /// Whether `f` reaches memory its parameters do not point to ([`is_opaque`]), told
+    /// once per kernel.
+    pub fn opaque(&mut self, f: CUfunction) -> bool {
+        *self.opaque.entry(f as usize).or_insert_with(|| {
+            let name = kernel_name(f);
+            let opaque = is_opaque(&name);
+            if opaque {
+                crate::log!(Debug, "kernel {name} reaches memory through pointers outside its parameters: its working set is all of this process's memory");
+            }
+            opaque
+        })
+    }
+}
+
+/// Kernels that find their buffers through pointers kept in memory rather than in their
+/// parameters, by a part of their (mangled) names: NCCL's collectives read theirs from
+/// work items in a queue and from the communicator's structures in device memory.
+const OPAQUE: &[&str] = &["ncclDevKernel", "ncclKernel"];
+
+/// Whether a kernel of this name may touch any memory of its process: its working set
+/// cannot be seen in its parameters.
+pub fn is_opaque(name: &str) -> bool {
+    OPAQUE.iter().any(|p| name.contains(p))
 }
 
 fn query(f: CUfunction) -> Option<Layout> {
@@ -164,6 +190,16 @@ pub fn kernel_name(f: CUfunction) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nccl_collectives_are_opaque_and_other_kernels_are_not() {
+        for nccl in ["_Z38ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE", "ncclKernel_AllReduce_RING_LL_Sum_float"] {
+            assert!(is_opaque(nccl), "{nccl}");
+        }
+        for other in ["_Z10add_kernelPfS_i", "ampere_sgemm_128x64_nn", "ncclish"] {
+            assert!(!is_opaque(other), "{other}");
+        }
+    }
 
     #[test]
     fn scan_reads_each_parameter_word_including_struct_members() {

@@ -121,6 +121,21 @@ fn pointers_a_kernel_reads_from_a_module_global_are_brought_in() {
 }
 
 #[test]
+fn a_kernel_that_finds_its_memory_outside_its_parameters_gets_all_of_it() {
+    // Four 4 MiB buffers under an 8 MiB limit, and a kernel named like NCCL's that reaches
+    // them only through a table in host memory: it runs with every buffer resident or
+    // mapped from the host, never with one evicted.
+    let r = under_gmux("8M", &["opaque", "--buffers", "4", "--bytes", "4M", "--rounds", "4"]);
+    assert!(r.status.success() && r.stdout.contains("4 buffers checked after 4 rounds"), "{}", r.describe());
+    let s = summary(&r);
+    assert!(s.peak_resident <= (8 * MIB) as f64, "{s:?}");
+    assert!(s.evicted >= 4, "the buffers replace each other: {s:?}");
+    let sb = Sandbox::new("memory", DEVICE);
+    let r = run_within(&mut sb.app(["opaque"]), PATIENCE);
+    assert!(r.status.success(), "natively:\n{}", r.describe());
+}
+
+#[test]
 fn small_allocations_share_chunks_and_come_back_intact() {
     // 192 buffers of 1 MiB (cuBLAS's batched matrices, say) under a 32 MiB limit: two to a
     // chunk, so the limit counts 192 MiB, not a 2 MiB chunk each; every buffer is evicted

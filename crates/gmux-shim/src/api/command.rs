@@ -142,7 +142,7 @@ pub unsafe fn kernel(
         f as u64,
         || format!("kernel {}", kernel_name(f)),
         |st| {
-            if config().whole_tenant {
+            if config().whole_tenant || st.layouts.opaque(f) {
                 return WorkingSet::Tenant;
             }
             // Parameter words, inline up to a large kernel's count (no heap memory per launch).

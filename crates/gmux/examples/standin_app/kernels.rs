@@ -94,6 +94,21 @@ unsafe extern "C" fn k_gather(args: *const *mut c_void) {
     KERNELS_DONE.fetch_add(1, Ordering::SeqCst);
 }
 
+/// `ncclDevKernel_GatherHost(u64* table, u64 count, u32 v)`: as `gather`, with the table
+/// in host memory, where no copy to the device shows gmux the pointers: as NCCL's
+/// collectives find their buffers in work items the host writes. Named like NCCL's.
+unsafe extern "C" fn k_gather_host(args: *const *mut c_void) {
+    // SAFETY: the stand-in calls a kernel with a pointer to each of its parameters, of the
+    // sizes registered in `App::kernels` (8, 8, 4), which these types have.
+    let (table, count, v) = unsafe { (arg::<u64>(args, 0), arg::<u64>(args, 1), arg::<u32>(args, 2)) };
+    // SAFETY: the launcher passes a host array of `count` addresses that outlives the kernel.
+    let ptrs = unsafe { std::slice::from_raw_parts(table as *const u64, count as usize) };
+    for &p in ptrs {
+        blocks(p, 1024, true, |_, b| b.iter_mut().for_each(|w| *w = w.wrapping_add(v)));
+    }
+    KERNELS_DONE.fetch_add(1, Ordering::SeqCst);
+}
+
 /// `copy(u32* dst, u32* src, u64 n)`.
 unsafe extern "C" fn k_copy(args: *const *mut c_void) {
     // SAFETY: the stand-in calls a kernel with a pointer to each of its parameters, of the
@@ -142,6 +157,7 @@ pub struct Kernels {
     pub copy: CUfunction,
     pub slow: CUfunction,
     pub gather: CUfunction,
+    pub gather_host: CUfunction,
     /// A `CUkernel`, launched cast to `CUfunction` as the runtime does.
     pub mix: CUkernel,
 }
@@ -150,12 +166,13 @@ impl App {
     /// Registers the kernels with the stand-in and looks them up as a program would.
     pub fn kernels(cu: &Cuda) -> Kernels {
         let s = STANDIN.get().unwrap();
-        let table: [(&str, StandinKernel, &[usize], i32); 6] = [
+        let table: [(&str, StandinKernel, &[usize], i32); 7] = [
             ("fill", k_fill, &[8, 8, 4], 0),
             ("add", k_add, &[8, 8, 4], 0),
             ("copy", k_copy, &[8, 8, 8], 0),
             ("slow", k_slow, &[8, 4], 0),
             ("gather", k_gather, &[8, 8, 4], 0),
+            ("ncclDevKernel_GatherHost", k_gather_host, &[8, 8, 4], 0),
             ("mix", k_mix, &[std::mem::size_of::<MixArgs>(), 4], 1),
         ];
         for (name, f, sizes, as_kernel) in table {
@@ -175,7 +192,15 @@ impl App {
         let mut mix = null_mut();
         // SAFETY: a NUL-terminated name; the driver writes the kernel to `mix`, a live local.
         check(unsafe { (cu.library_get_kernel)(&mut mix, null_mut(), c"mix".as_ptr()) }, "cuLibraryGetKernel");
-        Kernels { fill: func("fill"), add: func("add"), copy: func("copy"), slow: func("slow"), gather: func("gather"), mix }
+        Kernels {
+            fill: func("fill"),
+            add: func("add"),
+            copy: func("copy"),
+            slow: func("slow"),
+            gather: func("gather"),
+            gather_host: func("ncclDevKernel_GatherHost"),
+            mix,
+        }
     }
 
     /// Launches `fill` on `s`.

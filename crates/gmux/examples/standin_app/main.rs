@@ -23,7 +23,7 @@
 //! given, so that a forecast from history is sometimes wrong; then every buffer is
 //! checked, and freed with `--free`), `graph --bytes B --rounds R`, `graph-split
 //! --buffers N --bytes B`, `graph-temp --bytes B`, `graph-nodes --bytes B --copy C` (CUDA graphs: see `graphs.rs`), `app-vmm --handles N --bytes B` and
-//! `big-copy --bytes B`, `global-refs --buffers N --bytes B --rounds R` (see `memory.rs`),
+//! `big-copy --bytes B`, `global-refs --buffers N --bytes B --rounds R`, `opaque --buffers N --bytes B --rounds R` (see `memory.rs`),
 //! `packed-tables` and `large-table` (see `tables.rs`), `free-async` and `churn` (see
 //! `churn.rs`).
 //!
@@ -119,6 +119,7 @@ fn main() {
         "big-copy" => memory::big_copy(&app, &opts),
         "big-box" => memory::big_box(&app, &opts),
         "global-refs" => memory::global_refs(&app, &opts),
+        "opaque" => memory::opaque(&app, &opts),
         "packed-tables" => tables::packed_tables(&app, &opts),
         "large-table" => tables::large_table(&app, &opts),
         "free-async" => churn::free_async(&app, &opts),

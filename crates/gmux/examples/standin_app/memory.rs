@@ -312,3 +312,38 @@ pub fn global_refs(app: &App, o: &Opts) -> bool {
     println!("global-refs: {buffers} buffers checked after {rounds} rounds");
     true
 }
+
+/// `opaque --buffers N --bytes B --rounds R`: N buffers, and a kernel named like NCCL's
+/// (`ncclDevKernel_GatherHost`) that adds 1 to the first 1024 words of each, finding
+/// them in a table in host memory: nothing in its parameters points at them. Between its
+/// launches every buffer is added to in turn, so under a limit below N × B some are
+/// evicted when it runs. Checks every word at the end.
+pub fn opaque(app: &App, o: &Opts) -> bool {
+    let buffers = o.num("buffers", 4) as usize;
+    let bytes = o.bytes("bytes", 4 << 20) as usize;
+    let rounds = o.num("rounds", 4) as u32;
+    let s = app.stream(0);
+    let b: Vec<u64> = (0..buffers).map(|_| app.alloc(bytes)).collect();
+    for (i, p) in b.iter().enumerate() {
+        app.htod(*p, &vec![i as u32 * 1000; bytes / 4]);
+    }
+    let table: Vec<u64> = b.clone();
+    for _ in 0..rounds {
+        for p in &b {
+            app.add(s, *p, (bytes / 4) as u64, 1);
+        }
+        let (mut t, mut n, mut v) = (table.as_ptr() as u64, buffers as u64, 1u32);
+        app.launch(app.k.gather_host, s, &mut [ptr(&mut t), ptr(&mut n), ptr(&mut v)]);
+    }
+    app.sync(s);
+    for (i, p) in b.iter().enumerate() {
+        let got = app.dtoh(*p, bytes / 4);
+        let expect = |j: usize| i as u32 * 1000 + rounds + if j < 1024 { rounds } else { 0 };
+        if let Some(j) = (0..got.len()).find(|&j| got[j] != expect(j)) {
+            eprintln!("standin_app: opaque: buffer {i} word {j} is {} where {} was expected", got[j], expect(j));
+            return false;
+        }
+    }
+    println!("opaque: {buffers} buffers checked after {rounds} rounds");
+    true
+}
