@@ -1,6 +1,7 @@
 //! gmux: share one GPU among many CUDA processes. Command-line entry point.
 
 mod bench;
+mod daemons;
 mod events;
 mod plot;
 mod policy;
@@ -46,23 +47,48 @@ enum Command {
     },
     /// Print the daemon's events as they happen: joins, leaves, refusals, switches, slot
     /// ends and knob changes.
-    Events(events::EventsArgs),
+    Events {
+        #[command(flatten)]
+        args: events::EventsArgs,
+        #[command(flatten)]
+        gpu: daemons::GpuArg,
+    },
     /// Tell each time a tenant's memory pressure rises above a threshold, or its
     /// gmem.limit.high falls below what it holds: gmux watch TENANT --pressure-above 20
-    Watch(events::WatchArgs),
+    Watch {
+        #[command(flatten)]
+        args: events::WatchArgs,
+        #[command(flatten)]
+        gpu: daemons::GpuArg,
+    },
     /// Watch the daemon and its tenants live (q quits; one plain line per refresh when
     /// not on a terminal).
-    Top(top::TopArgs),
-    /// Read a tenant's knobs (all, or one by its Ghost name).
+    Top {
+        #[command(flatten)]
+        args: top::TopArgs,
+        #[command(flatten)]
+        gpu: daemons::GpuArg,
+    },
+    /// Read a tenant's knobs (all, or one by its Ghost name); a tenant is per GPU.
     Get {
         tenant: String,
         knob: Option<String>,
-        /// Print a JSON object of knob names and values.
+        /// Print a JSON object of knob names and values (with several GPUs' daemons, one
+        /// such object per GPU, by UUID).
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        gpu: daemons::GpuArg,
     },
-    /// Set a tenant's knob: gmux set TENANT gmem.limit.high 8G
-    Set { tenant: String, knob: String, value: String },
+    /// Set a tenant's knob: gmux set TENANT gmem.limit.high 8G (on each GPU whose
+    /// daemon knows the tenant, unless --gpu names one)
+    Set {
+        tenant: String,
+        knob: String,
+        value: String,
+        #[command(flatten)]
+        gpu: daemons::GpuArg,
+    },
     /// Stop the daemon (every GPU's, unless GMUX_SOCKET names one).
     Stop,
     /// Print the completions of a shell (bash, zsh, fish, elvish, powershell), e.g.
@@ -84,45 +110,9 @@ enum Command {
 /// Why a command failed; decides the exit status (one type for the CLI and the daemon).
 pub use gmuxd::Failure;
 
-/// Sends a control request to the daemon and prints its answer.
+/// Sends a control request to the one daemon and prints its answer.
 pub(crate) fn control(req: gmuxd::ctl::Request) -> Result<(), Failure> {
-    let reply = gmuxd::ctl::request(&gmuxd::socket_path()?, &req)?;
-    if !reply.ok {
-        return Err(Failure::Runtime(reply.text));
-    }
-    if !reply.text.is_empty() {
-        println!("{}", reply.text);
-    }
-    Ok(())
-}
-
-/// Sends `req` to every GPU's daemon and prints the answers (one daemon: as
-/// [`control`]; several: each table after a blank line, or one JSON array of their
-/// objects with `json`). A daemon that fails is told on stderr; it fails only if all do.
-fn control_each(req: gmuxd::ctl::Request, json: bool) -> Result<(), Failure> {
-    let sockets = gmuxd::daemon_sockets();
-    if sockets.len() < 2 {
-        return control(req);
-    }
-    let mut answers = Vec::new();
-    for s in &sockets {
-        match gmuxd::ctl::request(s, &req) {
-            Ok(r) if r.ok => answers.push(r.text),
-            Ok(r) => eprintln!("gmux: {}: {}", s.display(), r.text),
-            Err(e) => eprintln!("gmux: {}", e.message()),
-        }
-    }
-    if answers.is_empty() {
-        return Err(Failure::Runtime(format!("none of the {} daemons in {} answered", sockets.len(), gmuxd::run_dir().display())));
-    }
-    let sep = if json { "," } else { "\n\n" };
-    let text = answers.iter().map(|a| a.trim_end()).filter(|a| !a.is_empty()).collect::<Vec<_>>().join(sep);
-    if json {
-        println!("[{text}]");
-    } else if !text.is_empty() {
-        println!("{text}");
-    }
-    Ok(())
+    daemons::control(req, &daemons::GpuArg { gpu: None })
 }
 
 fn main() -> ExitCode {
@@ -140,13 +130,13 @@ fn main() -> ExitCode {
         Command::Record(args) => record::record(&args),
         Command::Sim(args) => sim::sim(&args),
         Command::Daemon(args) => gmuxd::daemon(&args),
-        Command::Ps { json } => control_each(gmuxd::ctl::Request::Ps { json }, json),
-        Command::Events(args) => gmuxd::socket_path().and_then(|s| events::events(&args, &s)),
-        Command::Watch(args) => gmuxd::socket_path().and_then(|s| events::watch(&args, &s)),
-        Command::Top(args) => gmuxd::socket_path().and_then(|s| top::top(&args, &s)),
-        Command::Get { tenant, knob, json } => control(gmuxd::ctl::Request::Get { tenant, knob, json }),
-        Command::Set { tenant, knob, value } => control(gmuxd::ctl::Request::Set { tenant, knob, value }),
-        Command::Stop => control_each(gmuxd::ctl::Request::Stop, false),
+        Command::Ps { json } => daemons::each(gmuxd::ctl::Request::Ps { json }, json),
+        Command::Events { args, gpu } => daemons::one(&gpu).and_then(|s| events::events(&args, &s)),
+        Command::Watch { args, gpu } => daemons::one(&gpu).and_then(|s| events::watch(&args, &s)),
+        Command::Top { args, gpu } => daemons::one(&gpu).and_then(|s| top::top(&args, &s)),
+        Command::Get { tenant, knob, json, gpu } => daemons::of_tenant(gmuxd::ctl::Request::Get { tenant: tenant.clone(), knob, json }, &tenant, &gpu, json),
+        Command::Set { tenant, knob, value, gpu } => daemons::of_tenant(gmuxd::ctl::Request::Set { tenant: tenant.clone(), knob, value }, &tenant, &gpu, false),
+        Command::Stop => daemons::each(gmuxd::ctl::Request::Stop, false),
         Command::Bench(cmd) => bench::bench(&cmd),
         Command::Policy(cmd) => policy::policy(&cmd),
         Command::Completions { shell } => {

@@ -130,8 +130,23 @@ fn each_gpu_has_its_own_daemon_budget_and_tenants() {
     let json: serde_json::Value = serde_json::from_str(&run(&mut h.cli(&["ps", "--json"])).stdout).unwrap();
     let gpus: Vec<&str> = json.as_array().unwrap().iter().map(|s| s["gpu"].as_str().unwrap()).collect();
     assert_eq!(gpus, [GPU0, GPU1]);
-    let get = run(&mut h.cli(&["get", "a0"]));
-    assert!(get.status.code() == Some(2) && get.stderr.contains("daemons of 2 GPUs") && get.stderr.contains("GMUX_SOCKET="), "{}", get.describe());
+    // A tenant is per GPU: get and set go to the daemons that know it, or to --gpu's.
+    let get = run(&mut h.cli(&["get", "a0", "gmem.limit.high"]));
+    assert!(get.status.success() && get.stdout == format!("{GPU0}: max\n"), "{}", get.describe());
+    let set = run(&mut h.cli(&["set", "b", "gmem.limit.high", "32M"]));
+    assert!(set.status.success() && set.stdout.starts_with(GPU1) && !set.stdout.contains(GPU0), "{}", set.describe());
+    assert_eq!(run(&mut h.cli(&["get", "--gpu", "1", "b", "gmem.limit.high"])).stdout.trim(), (32 * M).to_string(), "--gpu by index");
+    let other = run(&mut h.cli(&["get", "--gpu", GPU0, "b"]));
+    assert!(!other.status.success() && other.stderr.contains("unknown tenant \"b\""), "--gpu by UUID: {}", other.describe());
+    let both = run(&mut h.cli(&["get", "--gpu", &GPU0[..20], "b"]));
+    assert!(both.status.code() == Some(2) && both.stderr.contains("2 of the daemons"), "an ambiguous --gpu: {}", both.describe());
+    let nobody = run(&mut h.cli(&["get", "nobody"]));
+    assert!(!nobody.status.success() && nobody.stderr.contains("daemons of 2 GPUs"), "{}", nobody.describe());
+    let json: serde_json::Value = serde_json::from_str(&run(&mut h.cli(&["get", "a1", "--json"])).stdout).unwrap();
+    let gpus_of_a1: Vec<&String> = json.as_object().unwrap().keys().collect();
+    assert!(gpus_of_a1 == [GPU0] && json[GPU0].get("gmem.limit.high").is_some(), "one object of knobs, by GPU: {json}");
+    let events = run(&mut h.cli(&["events"]));
+    assert!(events.status.code() == Some(2) && events.stderr.contains("daemons of 2 GPUs") && events.stderr.contains("GMUX_SOCKET="), "{}", events.describe());
     let stop = run(&mut h.cli(&["stop"]));
     assert!(stop.status.success(), "{}", stop.describe());
     let parent = h.daemons.pop().unwrap();
