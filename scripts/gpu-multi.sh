@@ -201,7 +201,8 @@ ddp() {
   # the memory it migrates: it is off (NCCL then goes through host shared memory) unless
   # GMUX_DDP_P2P=1.
   local p2p=(NCCL_P2P_DISABLE=1) nccl_env="NCCL_P2P_DISABLE=1"
-  if [[ ${GMUX_DDP_P2P:-0} == 1 ]]; then p2p=(); nccl_env="p2p_on(GMUX_DDP_P2P=1)"; fi
+  # (`gmux run` turns it off itself unless the environment says otherwise.)
+  if [[ ${GMUX_DDP_P2P:-0} == 1 ]]; then p2p=(NCCL_P2P_DISABLE=0); nccl_env="p2p_on(GMUX_DDP_P2P=1)"; fi
   if ! start_daemons ddp; then
     SUMMARY+=("ddp-gmux    FAIL  gmux daemon --gpu all did not start; see ddp.daemon.log")
     return
@@ -239,7 +240,7 @@ ddp() {
   SUMMARY+=("ddp-gmux    $ok  vs native: ${same#* } limit=$limit/GPU (60% of $((footprint >> 20)) MiB = max peak_reserved $((peak >> 20)) MiB + 1 GiB) wall_s=${WALL[gmux]} native_s=${WALL[native]} (x$slow) exit=${RC[gmux]} nccl=$nccl_env transport=$(transport "$LOGS/ddp.gmux.log") evicted_gib=[${evicted% }] peak_reserved_mib=[$(peaks "$LOGS/ddp.gmux.log")]")
 
   # When the losses differ with P2P off: is it the transport or gmux? Native over SHM too.
-  if [[ $ok == FAIL && $same == FAIL* && ${#p2p[@]} -gt 0 && ${DDP_DIAG:-1} == 1 ]]; then
+  if [[ $ok == FAIL && $same == FAIL* && ${GMUX_DDP_P2P:-0} != 1 && ${DDP_DIAG:-1} == 1 ]]; then
     ddp_native native-shm NCCL_P2P_DISABLE=1
     SUMMARY+=("ddp-diag    native with NCCL_P2P_DISABLE=1 vs native: $(ddp_compare "$LOGS/ddp.native.jsonl" "$LOGS/ddp.native-shm.jsonl") exit=${RC[native-shm]} transport=$(transport "$LOGS/ddp.native-shm.log")")
   fi

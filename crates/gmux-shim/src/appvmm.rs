@@ -9,8 +9,8 @@
 //! unmapping the last mapping frees the memory. A handle is not mapped again after that
 //! (gmux does not keep its contents once unmapped), and none is exported to another
 //! process (PyTorch asks for exportable handles but exports one only to share it): both
-//! are refused by name. Allocations gmux does not virtualize (host memory, another
-//! device) go to the driver untouched.
+//! are refused by name. Host memory goes to the driver untouched; another device's
+//! memory is refused by name, as its `cuMemAlloc` is.
 
 use crate::cuda::*;
 use crate::state::{Shim, ShimError};
@@ -70,10 +70,20 @@ impl AppHandles {
     }
 
     /// `cuMemCreate` of `bytes` on device `ordinal`: a new handle, or `None` when the
-    /// allocation is not one gmux virtualizes (the driver makes it).
+    /// allocation is not one gmux virtualizes (the driver makes it: host memory). Another
+    /// device's memory is refused, as `cuMemAlloc`'s is: no limit would count it.
     pub fn create(&mut self, bytes: u64, prop: &CUmemAllocationProp, ordinal: CUdevice) -> Result<Option<u64>, Refusal> {
-        let ours = prop.type_ == CU_MEM_ALLOCATION_TYPE_PINNED && prop.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE && prop.location.id == ordinal;
-        if !ours {
+        let device = prop.type_ == CU_MEM_ALLOCATION_TYPE_PINNED && prop.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE;
+        if device && prop.location.id != ordinal {
+            return Err(Refusal::Unsupported(
+                "cuMemCreate on a second device",
+                format!(
+                    "this process's memory is virtualized on device {ordinal}, and device {}'s is not yet; run one process per GPU (`gmux run --gpus N`, or CUDA_VISIBLE_DEVICES)",
+                    prop.location.id
+                ),
+            ));
+        }
+        if !device {
             return Ok(None);
         }
         if bytes == 0 || !bytes.is_multiple_of(CHUNK_BYTES) {
@@ -258,7 +268,13 @@ mod tests {
         let mut a = AppHandles::default();
         let h = a.create(4 << 20, &device(0), 0).unwrap().unwrap();
         assert!(AppHandles::is_ours(h));
-        assert_eq!(a.create(4 << 20, &device(1), 0), Ok(None), "another device's memory is the driver's");
+        assert!(
+            matches!(a.create(4 << 20, &device(1), 0), Err(Refusal::Unsupported("cuMemCreate on a second device", _))),
+            "another device's memory is refused"
+        );
+        let mut host = device(0);
+        host.location.type_ = CU_MEM_LOCATION_TYPE_HOST;
+        assert_eq!(a.create(4 << 20, &host, 0), Ok(None), "host memory is the driver's");
         let mut exportable = device(0);
         exportable.requested_handle_types = 1;
         assert!(a.create(4 << 20, &exportable, 0).unwrap().is_some(), "exportable handles are virtualized; exporting one is refused");

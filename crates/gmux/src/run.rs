@@ -79,10 +79,14 @@ pub fn parse_limit(text: &str) -> Result<u64, Failure> {
     Ok(bytes)
 }
 
-/// Framework settings `gmux run` gives a program that has not set them itself. JAX by
-/// default preallocates 75% of the device in one allocation, which every kernel's
-/// working set would then hold whole; without preallocation it grows as needed.
-pub const FRAMEWORK_DEFAULTS: &[(&str, &str)] = &[("XLA_PYTHON_CLIENT_PREALLOCATE", "false")];
+/// Framework settings `gmux run` gives a program that has not set them itself.
+/// - JAX by default preallocates 75% of the device in one allocation, which every
+///   kernel's working set would then hold whole; without preallocation it grows as needed.
+/// - NCCL's peer-to-peer transport exports device memory to the other ranks' processes,
+///   which gmux refuses for the memory it migrates, and its NVLink SHARP transport binds
+///   device memory to multicast objects gmux does not know: NCCL then fails to start.
+///   With both off, the GPUs of a host exchange data through host shared memory.
+pub const FRAMEWORK_DEFAULTS: &[(&str, &str)] = &[("XLA_PYTHON_CLIENT_PREALLOCATE", "false"), ("NCCL_P2P_DISABLE", "1"), ("NCCL_NVLS_ENABLE", "0")];
 
 /// The setting of `--tensor-allocs`: PyTorch's stream-ordered allocator, one allocation
 /// per tensor.
@@ -184,9 +188,10 @@ mod tests {
             v
         };
         let xla = ("XLA_PYTHON_CLIENT_PREALLOCATE".to_string(), Some("false".to_string()));
+        let nccl = [("NCCL_NVLS_ENABLE".to_string(), Some("0".to_string())), ("NCCL_P2P_DISABLE".to_string(), Some("1".to_string()))];
         let torch = ("PYTORCH_CUDA_ALLOC_CONF".to_string(), Some("backend:cudaMallocAsync".to_string()));
-        assert_eq!(env(false, false), vec![xla.clone()]);
-        assert_eq!(env(true, false), vec![torch, xla], "--tensor-allocs");
+        assert_eq!(env(false, false), [nccl[0].clone(), nccl[1].clone(), xla.clone()]);
+        assert_eq!(env(true, false), [nccl[0].clone(), nccl[1].clone(), torch, xla], "--tensor-allocs");
         assert!(env(true, true).is_empty(), "a setting of the user's stays");
     }
 

@@ -31,7 +31,7 @@ pub unsafe fn create(real: impl FnOnce() -> CUresult, h: *mut CUmemGenericAlloca
         }
         Ok(None) => {
             drop(g);
-            super::refuse::note_passthrough("cuMemCreate of memory that is not on this device");
+            super::refuse::note_passthrough("cuMemCreate of host memory");
             real()
         }
         Err(r) => refused(r),

@@ -355,9 +355,10 @@ pub fn fault_unmapped(app: &App, o: &Opts) -> bool {
 }
 
 /// `second-device`: memory on device 0 (the current context's), then a `cuMemAlloc`
-/// with device 1's primary context current. Prints what that allocation returned, and
-/// exits 0 either way: natively it succeeds; under gmux, which virtualizes one device per
-/// process, it is refused by name. Needs the stand-in with two devices.
+/// with device 1's primary context current, and a `cuMemCreate` of device 1's memory.
+/// Prints what each returned, and exits 0 either way: natively both succeed; under gmux,
+/// which virtualizes one device per process, both are refused by name. Needs the
+/// stand-in with two devices.
 pub fn second_device(app: &App) -> bool {
     let cu = &app.cu;
     let first = app.alloc(2 << 20);
@@ -372,6 +373,11 @@ pub fn second_device(app: &App) -> bool {
     // SAFETY: the driver writes the new address to `p`, a live local.
     let r = unsafe { (cu.mem_alloc)(&mut p, 2 << 20) };
     println!("second-device: cuMemAlloc on device 1 returned {r}");
+    let mut h = 0;
+    // SAFETY: the driver writes the handle to `h`, a live local; the properties live
+    // through the call.
+    let r = unsafe { (cu.mem_create)(&mut h, 2 << 20, &CUmemAllocationProp::device(1), 0) };
+    println!("second-device: cuMemCreate on device 1 returned {r}");
     // SAFETY: only the context this program retained first, by value.
     check(unsafe { (cu.ctx_set_current)(app.ctx) }, "cuCtxSetCurrent(device 0)");
     app.free(first);
