@@ -86,6 +86,17 @@ fn finish(c: Child) -> Ran {
     }
 }
 
+/// The body of `GET /metrics` at `addr`.
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("no metrics at {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut all = String::new();
+    s.read_to_string(&mut all).unwrap();
+    all.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or(all)
+}
+
 /// The number after `label` in the budget line of `gmux ps` (e.g. "peak ").
 fn ps_size(ps: &str, label: &str) -> u64 {
     let head = ps.lines().next().unwrap_or_default();
@@ -98,7 +109,13 @@ fn ps_size(ps: &str, label: &str) -> u64 {
 fn each_gpu_has_its_own_daemon_budget_and_tenants() {
     let mut h = Host::new("gpus-each");
     let (s0, s1) = (h.socket(GPU0), h.socket(GPU1));
-    h.daemon(&["--gpu", "all", "--hbm", "64M", "--timeslice", "20ms"], &[&s0, &s1]);
+    // Two free ports in a row, for the daemons' metrics (GPU i serves the first + i).
+    let port = (20000..60000u16)
+        .step_by(7)
+        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok() && std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok())
+        .unwrap();
+    let metrics = format!("127.0.0.1:{port}");
+    h.daemon(&["--gpu", "all", "--hbm", "64M", "--timeslice", "20ms", "--metrics", &metrics], &[&s0, &s1]);
     // Two tenants of 48 MiB each on GPU 0 (150% of its budget), one on GPU 1 (75%).
     let oversub = |seed: &'static str| ["oversub", "--total", "48M", "--buffers", "8", "--ops", "300", "--seed", seed];
     let a0 = h.tenant(&["--gpus", "0", "--tenant", "a0"], &oversub("1"));
@@ -115,6 +132,11 @@ fn each_gpu_has_its_own_daemon_budget_and_tenants() {
             assert!(commands(gpu, t).is_some_and(|n| n >= 200), "{t} on {gpu}: {:?}", h.on(gpu, &["get", t, "ggroup.stat"]));
         }
         assert_eq!(commands(gpu, other), None, "{other} never registered with {gpu}'s daemon");
+    }
+    // Each GPU's daemon serves its own metrics, labelled with its GPU.
+    for (i, gpu) in [GPU0, GPU1].into_iter().enumerate() {
+        let body = scrape(&format!("127.0.0.1:{}", port + i as u16));
+        assert!(body.contains(&format!("gmux_budget_bytes{{gpu=\"{gpu}\"}} {}", 64 * M)), "GPU {i}:\n{body}");
     }
     // Budgets are per GPU: GPU 0's two tenants stayed within its 64 MiB together.
     let ps0 = h.on(GPU0, &["ps"]).stdout;

@@ -168,12 +168,7 @@ pub fn daemon(args: &DaemonArgs) -> Result<(), Failure> {
     let (path, gpu) = match serves(args)? {
         Serves::One { socket, gpu } if args.ensure => return ctl::ensure_daemon(&socket, gpu.as_deref()),
         Serves::One { socket, gpu } => (socket, gpu),
-        Serves::Each(_) if args.metrics.is_some() => {
-            return Err(Failure::Usage(
-                "--metrics serves one address, and --gpu all starts a daemon per GPU: start each GPU's daemon with its own port (gmux daemon --gpu 0 --metrics :9400, --gpu 1 --metrics :9401, …)".into(),
-            ))
-        }
-        Serves::Each(gpus) => return each_gpu(&gpus),
+        Serves::Each(gpus) => return each_gpu(&gpus, args.metrics.as_deref().map(metrics::parse_addr).transpose().map_err(Failure::Usage)?),
     };
     let slice = gmux_core::knobs::parse_duration(&args.timeslice)
         .ok_or_else(|| Failure::Usage(format!("--timeslice {}: write a duration between 1us and 10s, e.g. 20ms", args.timeslice)))?;

@@ -48,24 +48,40 @@ pub fn serves(args: &DaemonArgs) -> Result<Serves, Failure> {
     }
 }
 
+/// Drops `flag` from `args`, in each form: `--flag=V`, `--flag V`, and (when
+/// `optional`, as `--metrics` may be) a bare `--flag`.
+fn drop_flag(args: &mut Vec<std::ffi::OsString>, flag: &str, optional: bool) {
+    let eq = format!("{flag}=");
+    args.retain(|a| !a.to_string_lossy().starts_with(&eq));
+    if let Some(i) = args.iter().position(|a| a == flag) {
+        let valued = args.get(i + 1).is_some_and(|v| !optional || !v.to_string_lossy().starts_with('-'));
+        args.drain(i..if valued { i + 2 } else { i + 1 });
+    }
+}
+
 /// `gmux daemon` with `--gpu all` (or no GPU named) on a host of several GPUs: this
 /// command again for each GPU, in a process of its own, so that a daemon that ends
-/// (a panic aborts its process) ends for its GPU alone. Returns when all have ended.
-pub fn each_gpu(gpus: &[gmux_cuda::gpus::Gpu]) -> Result<(), Failure> {
+/// (a panic aborts its process) ends for its GPU alone; with `--metrics ADDR`, GPU i's
+/// daemon serves ADDR's port + i. Returns when all have ended.
+pub fn each_gpu(gpus: &[gmux_cuda::gpus::Gpu], metrics: Option<std::net::SocketAddr>) -> Result<(), Failure> {
     let exe = std::env::current_exe().map_err(|e| Failure::Runtime(format!("cannot locate the gmux executable: {e}")))?;
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    if let Some(i) = args.iter().position(|a| a == "--gpu") {
-        args.drain(i..(i + 2).min(args.len()));
-    }
-    args.retain(|a| !a.to_string_lossy().starts_with("--gpu="));
+    drop_flag(&mut args, "--gpu", false);
+    drop_flag(&mut args, "--metrics", true);
     let mut children = Vec::new();
-    for g in gpus {
-        eprintln!("gmuxd: starting the daemon of GPU {} ({}, {})", g.ordinal, g.uuid, g.name);
-        let child = std::process::Command::new(&exe)
-            .args(&args)
-            .arg(format!("--gpu={}", g.uuid))
-            .spawn()
-            .map_err(|e| Failure::Runtime(format!("cannot start the daemon of GPU {}: {e}", g.uuid)))?;
+    for (i, g) in gpus.iter().enumerate() {
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(&args).arg(format!("--gpu={}", g.uuid));
+        let mut serves = String::new();
+        if let Some(mut at) = metrics {
+            let port = u16::try_from(usize::from(at.port()) + i)
+                .map_err(|_| Failure::Usage(format!("--metrics {at}: GPU {i} would serve past port 65535; pick a lower port")))?;
+            at.set_port(port);
+            cmd.arg(format!("--metrics={at}"));
+            serves = format!(", metrics at http://{at}/metrics");
+        }
+        eprintln!("gmuxd: starting the daemon of GPU {} ({}, {}){serves}", g.ordinal, g.uuid, g.name);
+        let child = cmd.spawn().map_err(|e| Failure::Runtime(format!("cannot start the daemon of GPU {}: {e}", g.uuid)))?;
         children.push((g.uuid.clone(), child));
     }
     let mut failed = Vec::new();
@@ -80,5 +96,29 @@ pub fn each_gpu(gpus: &[gmux_cuda::gpus::Gpu]) -> Result<(), Failure> {
         Ok(())
     } else {
         Err(Failure::Runtime(format!("the daemons of {} ended in failure; their messages are above", failed.join(", "))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Vec<std::ffi::OsString> {
+        v.iter().map(|s| s.into()).collect()
+    }
+
+    #[test]
+    fn the_daemons_of_each_gpu_get_every_flag_but_the_gpu_and_metrics() {
+        let mut a = args(&["daemon", "--gpu", "all", "--hbm", "16G", "--metrics", "--verbose"]);
+        drop_flag(&mut a, "--gpu", false);
+        drop_flag(&mut a, "--metrics", true);
+        assert_eq!(a, args(&["daemon", "--hbm", "16G", "--verbose"]));
+        let mut b = args(&["daemon", "--metrics", "0.0.0.0:9500", "--gpu=all", "--resume"]);
+        drop_flag(&mut b, "--gpu", false);
+        drop_flag(&mut b, "--metrics", true);
+        assert_eq!(b, args(&["daemon", "--resume"]));
+        let mut c = args(&["daemon", "--metrics=127.0.0.1:9400"]);
+        drop_flag(&mut c, "--metrics", true);
+        assert_eq!(c, args(&["daemon"]));
     }
 }
