@@ -18,6 +18,16 @@ pub struct Gpu {
     pub total: u64,
 }
 
+/// Characters of a whole UUID as [`format_uuid`] writes it.
+pub const UUID_LEN: usize = 40;
+
+/// `uuid` as [`format_uuid`] writes it (its hex in lower case), when it is a whole one.
+pub fn canonical(uuid: &str) -> Option<String> {
+    let (prefix, body) = uuid.split_at_checked(4)?;
+    let whole = uuid.len() == UUID_LEN && matches!(prefix, "GPU-" | "MIG-") && body.bytes().all(|c| c.is_ascii_hexdigit() || c == b'-');
+    whole.then(|| format!("{prefix}{}", body.to_ascii_lowercase()))
+}
+
 /// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` of the driver's 16 UUID bytes.
 pub fn format_uuid(b: &[u8; 16]) -> String {
     let hex = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
@@ -152,6 +162,8 @@ mod tests {
         b[..4].copy_from_slice(&[0x67, 0x6d, 0x75, 0x78]);
         b[15] = 0x2a;
         assert_eq!(format_uuid(&b), "GPU-676d7578-0000-0000-0000-00000000002a");
+        assert_eq!(canonical("GPU-676D7578-0000-0000-0000-00000000002A").as_deref(), Some(format_uuid(&b).as_str()), "one GPU, one socket name");
+        assert_eq!(canonical("GPU-676d7578"), None, "the start of one is no UUID");
     }
 
     #[test]

@@ -115,9 +115,9 @@ impl Agent {
         if !l.lost {
             crate::log!(
                 Warn,
-                "lost gmuxd ({why}); running on within the last grant of {} until a daemon serves {} again (`gmux daemon`, or any `gmux run`, starts one)",
+                "lost gmuxd ({why}); running on within the last grant of {} until a daemon serves {} again (`gmux daemon` starts one, as does the next process of this GPU under `gmux run`)",
                 format_size(l.grant.cap),
-                socket()
+                connect::socket()
             );
         }
         l.lost = true;
@@ -142,33 +142,11 @@ fn apply(a: &Agent, g: Grant) {
     a.changed.notify_all();
 }
 
-/// The daemon this process registers with, and the GPU it says its memory is on.
-struct Daemon {
-    socket: std::path::PathBuf,
-    gpu: Option<String>,
-}
-
-static DAEMON: OnceLock<Daemon> = OnceLock::new();
-
-/// The socket of the daemon registered with (for messages).
-fn socket() -> String {
-    DAEMON.get().map_or(String::new(), |d| d.socket.display().to_string())
-}
-
 /// Registers with the daemon that `GMUX_DAEMON` names for the GPU `gpu` (a directory of
 /// per-GPU sockets, or one daemon's socket) and returns its first grant. A process that
 /// cannot register stops with the reason and the fix.
 pub fn attach(gpu: Option<String>) -> Option<Grant> {
-    let named = config().daemon.as_ref()?;
-    let socket = match &gpu {
-        Some(uuid) if named.is_dir() => {
-            let socket = named.join(format!("{uuid}.sock"));
-            connect::ensure_daemon(&socket, uuid);
-            socket
-        }
-        _ => named.clone(),
-    };
-    let d = DAEMON.get_or_init(|| Daemon { socket, gpu });
+    let d = connect::daemon(config().daemon.as_ref()?, gpu);
     let path = &d.socket;
     let (stream, reader, grant) = connect::register(path, d.gpu.clone(), None).unwrap_or_else(|e| {
         let why = match e {

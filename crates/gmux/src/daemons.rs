@@ -78,7 +78,7 @@ pub fn each(req: Request, json: bool) -> Result<(), Failure> {
         }
     }
     if answers.is_empty() {
-        return Err(Failure::Runtime(format!("none of the {} daemons in {} answered", sockets.len(), gmuxd::run_dir().display())));
+        return Err(Failure::Runtime(format!("none of the {} daemons in {} did it; each said why above", sockets.len(), gmuxd::run_dir().display())));
     }
     let sep = if json { "," } else { "\n\n" };
     let text = answers.iter().map(|a| a.trim_end()).filter(|a| !a.is_empty()).collect::<Vec<_>>().join(sep);
@@ -98,15 +98,22 @@ pub fn of_tenant(req: Request, tenant: &str, gpu: &GpuArg, json: bool) -> Result
     if gpu.gpu.is_some() || sockets.len() < 2 {
         return control(req, gpu);
     }
-    let mut answers = Vec::new();
+    let (mut answers, mut refused) = (Vec::new(), None);
     for s in &sockets {
         let name = s.file_stem().map(|x| x.to_string_lossy().into_owned()).unwrap_or_default();
         match request(s, &req) {
             Ok(r) if r.ok => answers.push((name, r.text)),
             Ok(r) if r.text.starts_with("unknown tenant") => {}
-            Ok(r) => return Err(Failure::Runtime(format!("{name}: {}", r.text))),
+            // Told after what the other daemons did, which stands.
+            Ok(r) => refused = refused.or(Some(Failure::Runtime(format!("{name}: {}", r.text)))),
             Err(e) => eprintln!("gmux: {}", e.message()),
         }
+    }
+    if let Some(e) = refused {
+        for (g, t) in &answers {
+            println!("{g}: {}", if t.trim().is_empty() { "done" } else { t.trim_end() });
+        }
+        return Err(e);
     }
     if answers.is_empty() {
         return Err(Failure::Runtime(format!("unknown tenant {tenant:?} on the daemons of {} GPUs: list tenants with `gmux ps`", sockets.len())));

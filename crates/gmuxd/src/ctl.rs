@@ -334,10 +334,15 @@ pub fn ensure_daemon(path: &Path, gpu: Option<&str>) -> Result<(), Failure> {
     }
     cmd.stdin(std::process::Stdio::null()).stdout(log.try_clone().map_err(|e| Failure::Runtime(e.to_string()))?).stderr(log);
     use std::os::unix::process::CommandExt;
-    // SAFETY: setsid is async-signal-safe; the daemon leaves the caller's session.
+    // SAFETY: setsid, close_range and close are async-signal-safe. The daemon leaves the
+    // caller's session, and keeps none of its descriptors beyond the three it is given
+    // (a process that starts its GPU's daemon may hold pipes a reader waits to see close).
     unsafe {
         cmd.pre_exec(|| {
             libc::setsid();
+            if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) != 0 {
+                (3..4096).for_each(|fd| _ = libc::close(fd));
+            }
             Ok(())
         });
     }

@@ -62,6 +62,8 @@ pub fn load(path: &Path, boot: &str) -> Result<Kept, String> {
 pub struct Kept {
     /// Its settings.
     pub settings: Option<Settings>,
+    /// The GPU it bound to at its first process, when no `--gpu` named one.
+    pub gpu: Option<String>,
     /// Its tenants, in order of creation.
     pub tenants: Vec<TenantRecord>,
     /// Processes registered with it in this boot, by pid: start time and tenant.
@@ -95,6 +97,7 @@ pub fn replay(text: &str, boot: &str) -> Kept {
             Ok(Entry::Leave { pid }) => {
                 k.procs.remove(&pid);
             }
+            Ok(Entry::Gpu { gpu }) => k.gpu = Some(gpu),
             Err(e) => k.skipped.push(format!("line {}: {e}", n + 1)),
         }
     }
@@ -205,6 +208,13 @@ mod tests {
 
     fn join(pid: u32, tenant: &str) -> Entry {
         Entry::Join { pid, start: 1000 + u64::from(pid), tenant: tenant.into() }
+    }
+
+    #[test]
+    fn the_gpu_a_daemon_bound_to_is_kept() {
+        let start = Entry::Start { boot: "b1".into(), settings: settings() };
+        let text: String = [start, Entry::Gpu { gpu: "GPU-aa".into() }].iter().map(|e| serde_json::to_string(e).unwrap() + "\n").collect();
+        assert_eq!(replay(&text, "b1").gpu.as_deref(), Some("GPU-aa"));
     }
 
     #[test]

@@ -294,10 +294,13 @@ fn take_over(jpath: &Path, mut settings: Settings, resume: bool) -> Result<(Arbi
     for s in &kept.skipped {
         say(&format!("{}: skipped {s}", jpath.display()));
     }
+    // The GPU is the command line's, else the one the previous daemon served: its
+    // processes register again from it.
+    let gpu = settings.gpu.clone().or_else(|| kept.gpu.clone()).or_else(|| kept.settings.as_ref().and_then(|k| k.gpu.clone()));
     if let (true, Some(k)) = (resume, &kept.settings) {
-        // The GPU is the command line's: a daemon's socket may serve another GPU later.
-        settings = Settings { gpu: settings.gpu.clone().or_else(|| k.gpu.clone()), ..k.clone() };
+        settings = k.clone();
     }
+    settings.gpu = gpu;
     let mut d = Arbiter::with(&settings);
     let orphans: Vec<(u32, u64, String)> =
         kept.procs.into_iter().filter(|(pid, (start, _))| super::procfs::runs(*pid, *start)).map(|(pid, (start, t))| (pid, start, t)).collect();

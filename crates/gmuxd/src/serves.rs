@@ -5,6 +5,8 @@
 use crate::sockets::{gpu_socket, pinned, run_dir};
 use crate::{DaemonArgs, Failure};
 use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
 
 /// What `gmux daemon` serves.
 pub enum Serves {
@@ -27,8 +29,8 @@ pub fn serves(args: &DaemonArgs) -> Result<Serves, Failure> {
     }
     // A whole UUID is taken as given (the daemons of `--gpu all` and `gmux run` start
     // so), without asking the driver.
-    if let Some(uuid) = which.filter(|w| gmux_core::arbiter::is_gpu_uuid(w) && w.len() >= 40) {
-        return Ok(Serves::One { socket: socket.unwrap_or_else(|| gpu_socket(uuid)), gpu: Some(uuid.to_string()) });
+    if let Some(uuid) = which.and_then(gmux_cuda::gpus::canonical) {
+        return Ok(Serves::One { socket: socket.unwrap_or_else(|| gpu_socket(&uuid)), gpu: Some(uuid) });
     }
     if let (None, Some(socket)) = (which, &socket) {
         return Ok(Serves::One { socket: socket.clone(), gpu: None });
@@ -59,18 +61,37 @@ fn drop_flag(args: &mut Vec<std::ffi::OsString>, flag: &str, optional: bool) {
     }
 }
 
+/// A daemon ending in failure this soon after it started is not started again.
+const FAILS_AT_START: Duration = Duration::from_secs(5);
+
+/// One GPU's daemon under `gmux daemon --gpu all`.
+struct GpuDaemon {
+    uuid: String,
+    cmd: Command,
+    child: Option<(Child, Instant)>,
+}
+
+impl GpuDaemon {
+    fn start(&mut self) -> Result<(), Failure> {
+        let child = self.cmd.spawn().map_err(|e| Failure::Runtime(format!("cannot start the daemon of GPU {}: {e}", self.uuid)))?;
+        self.child = Some((child, Instant::now()));
+        Ok(())
+    }
+}
+
 /// `gmux daemon` with `--gpu all` (or no GPU named) on a host of several GPUs: this
 /// command again for each GPU, in a process of its own, so that a daemon that ends
-/// (a panic aborts its process) ends for its GPU alone; with `--metrics ADDR`, GPU i's
-/// daemon serves ADDR's port + i. Returns when all have ended.
+/// (a panic aborts its process) ends for its GPU alone, and is started again (its
+/// tenants register with the new one); with `--metrics ADDR`, GPU i's daemon serves
+/// ADDR's port + i. Returns when all have ended of themselves (`gmux stop`, idle exit).
 pub fn each_gpu(gpus: &[gmux_cuda::gpus::Gpu], metrics: Option<std::net::SocketAddr>) -> Result<(), Failure> {
     let exe = std::env::current_exe().map_err(|e| Failure::Runtime(format!("cannot locate the gmux executable: {e}")))?;
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     drop_flag(&mut args, "--gpu", false);
     drop_flag(&mut args, "--metrics", true);
-    let mut children = Vec::new();
+    let mut daemons = Vec::new();
     for (i, g) in gpus.iter().enumerate() {
-        let mut cmd = std::process::Command::new(&exe);
+        let mut cmd = Command::new(&exe);
         cmd.args(&args).arg(format!("--gpu={}", g.uuid));
         let mut serves = String::new();
         if let Some(mut at) = metrics {
@@ -81,15 +102,43 @@ pub fn each_gpu(gpus: &[gmux_cuda::gpus::Gpu], metrics: Option<std::net::SocketA
             serves = format!(", metrics at http://{at}/metrics");
         }
         eprintln!("gmuxd: starting the daemon of GPU {} ({}, {}){serves}", g.ordinal, g.uuid, g.name);
-        let child = cmd.spawn().map_err(|e| Failure::Runtime(format!("cannot start the daemon of GPU {}: {e}", g.uuid)))?;
-        children.push((g.uuid.clone(), child));
+        daemons.push(GpuDaemon { uuid: g.uuid.clone(), cmd, child: None });
     }
     let mut failed = Vec::new();
-    for (uuid, mut child) in children {
-        match child.wait() {
-            Ok(s) if s.success() => {}
-            Ok(s) => failed.push(format!("{uuid} ({s})")),
-            Err(e) => failed.push(format!("{uuid} ({e})")),
+    for d in &mut daemons {
+        if let Err(e) = d.start() {
+            eprintln!("gmuxd: {}", e.message());
+            failed.push(d.uuid.clone());
+        }
+    }
+    while daemons.iter().any(|d| d.child.is_some()) {
+        std::thread::sleep(Duration::from_millis(200));
+        for d in &mut daemons {
+            let Some((child, since)) = &mut d.child else { continue };
+            let ended = match child.try_wait() {
+                Ok(None) => continue,
+                Ok(Some(s)) => s,
+                Err(e) => {
+                    eprintln!("gmuxd: cannot tell whether the daemon of GPU {} runs ({e}); no longer watching it", d.uuid);
+                    d.child = None;
+                    continue;
+                }
+            };
+            let young = since.elapsed() < FAILS_AT_START;
+            d.child = None;
+            if ended.success() {
+                continue;
+            }
+            if young {
+                eprintln!("gmuxd: the daemon of GPU {} ended ({ended}) within {} s of its start; not starting it again", d.uuid, FAILS_AT_START.as_secs());
+                failed.push(d.uuid.clone());
+            } else {
+                eprintln!("gmuxd: the daemon of GPU {} ended ({ended}); starting it again (its tenants register with the new one)", d.uuid);
+                if let Err(e) = d.start() {
+                    eprintln!("gmuxd: {}", e.message());
+                    failed.push(d.uuid.clone());
+                }
+            }
         }
     }
     if failed.is_empty() {

@@ -41,7 +41,7 @@ pub fn pinned() -> Option<PathBuf> {
 }
 
 /// The daemons' sockets: `GMUX_SOCKET` alone when set, else every socket in the run
-/// directory, by name.
+/// directory that a daemon answers on (one that ended may leave its socket), by name.
 pub fn daemon_sockets() -> Vec<PathBuf> {
     if let Some(p) = pinned() {
         return vec![p];
@@ -52,6 +52,7 @@ pub fn daemon_sockets() -> Vec<PathBuf> {
         .filter_map(Result::ok)
         .filter(|e| e.file_type().is_ok_and(|t| t.is_socket()) && e.path().extension().is_some_and(|x| x == "sock"))
         .map(|e| e.path())
+        .filter(|p| std::os::unix::net::UnixStream::connect(p).is_ok())
         .collect();
     v.sort();
     v
@@ -68,7 +69,7 @@ pub fn socket_path() -> Result<PathBuf, Failure> {
             run_dir().display()
         ))),
         many => Err(Failure::Usage(format!(
-            "daemons of {} GPUs run in {} ({}); pick one with GMUX_SOCKET={}",
+            "daemons of {} GPUs run in {} ({}); pick one with --gpu UUID (or GMUX_SOCKET={})",
             many.len(),
             run_dir().display(),
             many.iter().filter_map(|p| p.file_stem()).map(|s| s.to_string_lossy()).collect::<Vec<_>>().join(", "),
@@ -89,6 +90,8 @@ mod tests {
         std::env::remove_var("GMUX_SOCKET");
         std::env::set_var("GMUX_RUN_DIR", &dir);
         assert!(socket_path().unwrap_err().message().contains("not running"));
+        drop(std::os::unix::net::UnixListener::bind(dir.join("GPU-gone.sock")).unwrap());
+        assert!(socket_path().unwrap_err().message().contains("not running"), "the socket of a daemon that ended is no daemon");
         let a = std::os::unix::net::UnixListener::bind(dir.join("GPU-aa.sock")).unwrap();
         std::fs::write(dir.join("GPU-aa.sock.journal"), "").unwrap();
         assert_eq!(socket_path().unwrap(), dir.join("GPU-aa.sock"), "journals and logs are not daemons");

@@ -107,6 +107,12 @@ pub enum Entry {
         /// Its pid.
         pid: u32,
     },
+    /// The GPU the daemon serves (its UUID): the one its first process named, when no
+    /// `--gpu` did.
+    Gpu {
+        /// Its UUID.
+        gpu: String,
+    },
 }
 
 #[cfg(test)]

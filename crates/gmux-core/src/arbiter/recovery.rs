@@ -105,11 +105,14 @@ impl Arbiter {
     pub fn snapshot(&self) -> Vec<Entry> {
         let fresh = crate::knobs::Limits { timeslice: self.settings.timeslice, ..Default::default() };
         let kept = |t: &crate::tenant::Tenant| t.limits != fresh || t.high_set_by_admin || self.awaited.values().any(|(_, name)| *name == t.name);
-        let mut out: Vec<Entry> = self
-            .tenants
-            .ids()
-            .filter(|t| self.members.contains_key(t) || kept(self.tenants.get(*t)))
-            .map(|t| Entry::Tenant(TenantRecord::of(self.tenants.get(t))))
+        let bound = self.settings.gpu.iter().map(|gpu| Entry::Gpu { gpu: gpu.clone() });
+        let mut out: Vec<Entry> = bound
+            .chain(
+                self.tenants
+                    .ids()
+                    .filter(|t| self.members.contains_key(t) || kept(self.tenants.get(*t)))
+                    .map(|t| Entry::Tenant(TenantRecord::of(self.tenants.get(t)))),
+            )
             .collect();
         let mut seen = std::collections::BTreeSet::new();
         for p in self.procs.values() {

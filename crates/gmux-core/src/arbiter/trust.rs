@@ -70,10 +70,8 @@ impl Arbiter {
         }
         if let Some(gpu) = h.gpu {
             if !is_gpu_uuid(gpu) {
-                return Err(format!(
-                    "{:?} is not a GPU's UUID (GPU-… as the driver gives it); a shim of this build sends its device's own",
-                    gpu.escape_debug().to_string()
-                ));
+                let shown: String = gpu.chars().take(MAX_GPU).collect();
+                return Err(format!("{shown:?} is not a GPU's UUID (GPU-… as the driver gives it); a shim of this build sends its device's own"));
             }
             if let Some(served) = self.settings.gpu.as_deref().filter(|s| *s != gpu) {
                 return Err(format!(
@@ -139,8 +137,9 @@ impl Arbiter {
         }
         let priority = answer.priority.map_or(priority, |p| p.clamp(-MAX_PRIORITY_MAGNITUDE, MAX_PRIORITY_MAGNITUDE));
         let before = existing.map(|t| TenantRecord::of(self.tenants.get(t)));
-        if self.settings.gpu.is_none() {
-            self.settings.gpu = h.gpu.map(str::to_string);
+        if let (None, Some(gpu)) = (&self.settings.gpu, h.gpu) {
+            self.settings.gpu = Some(gpu.to_string());
+            self.journal.push(Entry::Gpu { gpu: gpu.to_string() });
         }
         let t = self.join(conn, who.pid, h.tenant, priority);
         let tenant = self.tenants.get_mut(t);
@@ -329,13 +328,17 @@ mod tests {
         assert_eq!(d.settings.gpu, None, "a refused Hello binds nothing");
         d.admit(2, ALICE, &Hello { gpu: Some(A), ..hello("a") }).unwrap();
         assert_eq!(d.settings.gpu.as_deref(), Some(A));
+        assert!(
+            d.journal.contains(&Entry::Gpu { gpu: A.into() }) && d.snapshot().contains(&Entry::Gpu { gpu: A.into() }),
+            "the binding is kept for the next daemon"
+        );
         let e = d.admit(3, ALICE, &Hello { gpu: Some(B), ..hello("b") }).unwrap_err();
         assert!(e.contains(&format!("serves GPU {A}")) && e.contains(&format!("--gpu {B}")), "{e}");
         assert!(d.tenants.find("b").is_err(), "the process of the other GPU made no tenant");
         assert!(d.admit(4, ALICE, &hello("c")).is_ok(), "a shim that names no GPU is taken as before");
         for bad in ["", "GPU-", "gpu0", "GPU-12/../x", "GPU-zz", &format!("GPU-{}", "0".repeat(MAX_GPU))] {
             let e = d.admit(5, ALICE, &Hello { gpu: Some(bad), ..hello("d") }).unwrap_err();
-            assert!(e.contains("not a GPU's UUID"), "{bad:?}: {e}");
+            assert!(e.contains("not a GPU's UUID") && e.len() < 2 * MAX_GPU + 100, "{bad:?}: {e}");
         }
         assert!(is_gpu_uuid(A) && is_gpu_uuid("MIG-9a1b2c3d-0000-1111-2222-333344445555"));
         let mut told = daemon();

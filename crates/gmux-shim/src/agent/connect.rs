@@ -9,7 +9,8 @@ use gmux_core::protocol::{FromShim, Grant, Policies, Refused, Resume, PROTOCOL};
 use gmux_core::size::format_size;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// Longest wait for the daemon's answer to a `Hello`.
@@ -50,10 +51,43 @@ fn refusal(line: &str) -> String {
     }
 }
 
+/// The daemon this process registers with, and the GPU it says its memory is on.
+pub(super) struct Daemon {
+    pub socket: PathBuf,
+    pub gpu: Option<String>,
+}
+
+static DAEMON: OnceLock<Daemon> = OnceLock::new();
+
+/// The socket of the daemon registered with (for messages).
+pub(super) fn socket() -> String {
+    DAEMON.get().map_or(String::new(), |d| d.socket.display().to_string())
+}
+
+/// The daemon of GPU `gpu` that `named` (`GMUX_DAEMON`) names: in a directory of
+/// per-GPU sockets, the GPU's own, started if none runs; else the socket named.
+pub(super) fn daemon(named: &Path, gpu: Option<String>) -> &'static Daemon {
+    DAEMON.get_or_init(|| {
+        let socket = match (&gpu, named.is_dir()) {
+            (Some(uuid), true) => {
+                let socket = named.join(format!("{uuid}.sock"));
+                ensure_daemon(&socket, uuid);
+                socket
+            }
+            (None, true) => crate::log::fatal(&format!(
+                "cannot tell which GPU's daemon in {} to register with: the driver gave no UUID for this process's device; set GMUX_SOCKET to that GPU's socket",
+                named.display()
+            )),
+            (_, false) => named.to_path_buf(),
+        };
+        Daemon { socket, gpu }
+    })
+}
+
 /// Starts the daemon of GPU `gpu` at `socket` unless one answers there, through
 /// `gmux daemon --ensure` (which leaves it running in a session of its own, and returns
 /// once it answers). Without `GMUX_EXE` the registration that follows says what is wrong.
-pub(super) fn ensure_daemon(socket: &Path, gpu: &str) {
+fn ensure_daemon(socket: &Path, gpu: &str) {
     let Some(exe) = config().exe.as_ref().filter(|_| UnixStream::connect(socket).is_err()) else { return };
     let started = std::process::Command::new(exe)
         .args(["daemon", "--ensure", "--socket"])
@@ -68,6 +102,9 @@ pub(super) fn ensure_daemon(socket: &Path, gpu: &str) {
         Ok(s) => {
             crate::log!(Warn, "starting the daemon of GPU {gpu} at {} failed ({s}); its log is {}", socket.display(), socket.with_extension("log").display())
         }
+        // A program that ignores SIGCHLD has its children reaped for it: the start went
+        // on, and the registration that follows tells whether it worked.
+        Err(e) if e.raw_os_error() == Some(libc::ECHILD) => {}
         Err(e) => crate::log!(Warn, "cannot run {} to start the daemon of GPU {gpu}: {e}", exe.display()),
     }
 }
@@ -134,7 +171,7 @@ pub(super) fn read_grants(mut reader: BufReader<UnixStream>) {
 /// Tries every second (every 5 s after a refusal) to register with a daemon at the
 /// socket, telling it what this process holds; returns the new connection's reader.
 fn register_again(a: &Agent) -> BufReader<UnixStream> {
-    let d = super::DAEMON.get().expect("registered once");
+    let d = DAEMON.get().expect("registered once");
     let path = &d.socket;
     let mut wait = Duration::from_millis(100);
     let mut refused: Option<String> = None;

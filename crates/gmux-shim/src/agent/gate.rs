@@ -62,7 +62,7 @@ pub fn wait_grant(need: u64) {
                     told.as_secs_f64(),
                     format_size(need),
                     format_size(l.grant.cap),
-                    super::socket()
+                    super::connect::socket()
                 );
                 continue;
             }
