@@ -8,7 +8,8 @@ LayerNorm -> Linear(width -> 4 width) -> GELU -> Linear(4 width -> width) added 
 LayerNorm, Linear(width -> classes). The defaults (width 2048, depth 6, 1024 features
 and classes) give 206 M float32 parameters. Per GPU that is about 0.82 GB each of
 parameters, gradients and DDP's gradient buckets, 1.65 GB of Adam state, and about
-2 GB of activations at --batch 4096: measured on two H200s (torch 2.11, NCCL 2.28),
+2 GB of activations at --batch 4096: measured on two lent H200s on 2026-11-27 (torch 2.11,
+NCCL 2.28, `bash scripts/gpu-multi.sh ddp`),
 5.70 GB allocated at the peak and 7.3 GiB reserved by PyTorch's caching allocator per
 rank (6.6 GiB under gmux, NCCL_P2P_DISABLE=1), 116 ms a step (plain FP32, TF32 off; ~5 TFLOP
 per GPU), 30 steps in ~5 s after ~15 s of start-up.

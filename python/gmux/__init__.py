@@ -57,7 +57,8 @@ def run_dir() -> str:
 
 def daemon_sockets() -> List[str]:
     """Every daemon's socket, as ``gmux ps`` finds them: ``$GMUX_SOCKET`` alone when
-    set, else each socket in :func:`run_dir`, by name."""
+    set, else each socket in :func:`run_dir` a daemon answers on (one that ended may
+    leave its socket), by name."""
     if os.environ.get("GMUX_SOCKET"):
         return [os.environ["GMUX_SOCKET"]]
     d = run_dir()
@@ -65,7 +66,18 @@ def daemon_sockets() -> List[str]:
         names = sorted(os.listdir(d))
     except OSError:
         return []
-    return [os.path.join(d, n) for n in names if n.endswith(".sock") and stat.S_ISSOCK(os.lstat(os.path.join(d, n)).st_mode)]
+    return [p for p in (os.path.join(d, n) for n in names if n.endswith(".sock")) if stat.S_ISSOCK(os.lstat(p).st_mode) and _answers(p)]
+
+
+def _answers(path: str) -> bool:
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
 
 
 def socket_path() -> str:

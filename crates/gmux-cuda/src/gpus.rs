@@ -23,9 +23,8 @@ pub const UUID_LEN: usize = 40;
 
 /// `uuid` as [`format_uuid`] writes it (its hex in lower case), when it is a whole one.
 pub fn canonical(uuid: &str) -> Option<String> {
-    let (prefix, body) = uuid.split_at_checked(4)?;
-    let whole = uuid.len() == UUID_LEN && matches!(prefix, "GPU-" | "MIG-") && body.bytes().all(|c| c.is_ascii_hexdigit() || c == b'-');
-    whole.then(|| format!("{prefix}{}", body.to_ascii_lowercase()))
+    let whole = uuid.len() == UUID_LEN && gmux_core::arbiter::is_gpu_uuid(uuid);
+    whole.then(|| format!("{}{}", &uuid[..4], uuid[4..].to_ascii_lowercase()))
 }
 
 /// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` of the driver's 16 UUID bytes.
@@ -82,7 +81,7 @@ pub fn list() -> Result<Vec<Gpu>, String> {
     let init: InitFn = entry(h, c"cuInit")?;
     let count: CountFn = entry(h, c"cuDeviceGetCount")?;
     let get: GetFn = entry(h, c"cuDeviceGet")?;
-    let uuid: UuidFn = entry(h, c"cuDeviceGetUuid_v2").or_else(|_| entry(h, c"cuDeviceGetUuid"))?;
+    let uuid = uuid_entry(h)?;
     let name: NameFn = entry(h, c"cuDeviceGetName")?;
     let total: TotalFn = entry(h, c"cuDeviceTotalMem_v2")?;
     // SAFETY: each call gets pointers to live locals of the types the driver writes.
@@ -126,10 +125,15 @@ pub fn find<'a>(gpus: &'a [Gpu], which: &str) -> Result<&'a Gpu, String> {
     }
 }
 
+/// `cuDeviceGetUuid_v2` of the library `h`, else the older `cuDeviceGetUuid`.
+fn uuid_entry(h: *mut c_void) -> Result<UuidFn, String> {
+    entry(h, c"cuDeviceGetUuid_v2").or_else(|_| entry(h, c"cuDeviceGetUuid"))
+}
+
 /// The UUID of device `ordinal` of the driver the shim uses.
 pub fn uuid_of(ordinal: CUdevice) -> Result<String, CUresult> {
     let h = crate::driver::driver().handle;
-    let f: UuidFn = entry(h, c"cuDeviceGetUuid_v2").or_else(|_| entry(h, c"cuDeviceGetUuid")).map_err(|_| CUDA_ERROR_NOT_SUPPORTED)?;
+    let f = uuid_entry(h).map_err(|_| CUDA_ERROR_NOT_SUPPORTED)?;
     let mut dev = 0;
     let get: GetFn = entry(h, c"cuDeviceGet").map_err(|_| CUDA_ERROR_NOT_SUPPORTED)?;
     let mut bytes = [0u8; 16];

@@ -172,12 +172,13 @@ fn union(all: impl Iterator<Item = Touches>) -> Touches {
 /// an application passes them to a set-params call).
 pub unsafe fn kernel_params(p: &CUDA_KERNEL_NODE_PARAMS_v2, layouts: &mut Layouts) -> Touches {
     let f = if p.kern.is_null() { p.func } else { p.kern };
-    if layouts.opaque(f) {
+    let kernel = layouts.of(f);
+    if kernel.opaque {
         return Touches::Anything(format!("kernel {}, which finds its memory outside its parameters", kernel_name(f)));
     }
     let mut found = Vec::new();
     // SAFETY: per this function's contract.
-    let ok = unsafe { scan(layouts.of(f), p.kernel_params, p.extra, |w| found.push(w)) };
+    let ok = unsafe { scan(kernel.layout.as_ref(), p.kernel_params, p.extra, |w| found.push(w)) };
     if ok {
         Touches::Addresses(found)
     } else {

@@ -14,30 +14,31 @@ use std::ffi::{c_void, CStr};
 /// `CUkernel` handles, which the CUDA 13 runtime launches) `cuKernelGetParamInfo`.
 pub type Layout = Vec<(usize, usize)>;
 
-/// Layouts by kernel handle; `None` where the driver could not tell.
+/// What a launch's working set is read from, found once per kernel.
+#[derive(Debug)]
+pub struct Kernel {
+    /// Its parameters' layout; `None` where the driver could not tell.
+    pub layout: Option<Layout>,
+    /// It reaches memory its parameters do not point to ([`is_opaque`]).
+    pub opaque: bool,
+}
+
+/// Kernels by handle.
 #[derive(Debug, Default)]
 pub struct Layouts {
-    cache: IdMap<usize, Option<Layout>>,
-    /// Whether each kernel is [`is_opaque`], by handle.
-    opaque: IdMap<usize, bool>,
+    cache: IdMap<usize, Kernel>,
 }
 
 impl Layouts {
-    /// The layout of `f`, queried once.
-    pub fn of(&mut self, f: CUfunction) -> Option<&Layout> {
-        self.cache.entry(f as usize).or_insert_with(|| query(f)).as_ref()
-    }
-
-    /// Whether `f` reaches memory its parameters do not point to ([`is_opaque`]), told
-    /// once per kernel.
-    pub fn opaque(&mut self, f: CUfunction) -> bool {
-        *self.opaque.entry(f as usize).or_insert_with(|| {
+    /// What gmux knows of `f`, queried once.
+    pub fn of(&mut self, f: CUfunction) -> &Kernel {
+        self.cache.entry(f as usize).or_insert_with(|| {
             let name = kernel_name(f);
             let opaque = is_opaque(&name);
             if opaque {
                 crate::log!(Debug, "kernel {name} reaches memory through pointers outside its parameters: its working set is all of this process's memory");
             }
-            opaque
+            Kernel { layout: if opaque { None } else { query(f) }, opaque }
         })
     }
 }

@@ -142,12 +142,16 @@ pub unsafe fn kernel(
         f as u64,
         || format!("kernel {}", kernel_name(f)),
         |st| {
-            if config().whole_tenant || st.layouts.opaque(f) {
+            if config().whole_tenant {
                 return WorkingSet::Tenant;
             }
             // Parameter words, inline up to a large kernel's count (no heap memory per launch).
             let mut ptrs = smallvec::SmallVec::<[u64; 32]>::new();
-            let layout = st.layouts.of(f);
+            let kernel = st.layouts.of(f);
+            if kernel.opaque {
+                return WorkingSet::Tenant;
+            }
+            let layout = kernel.layout.as_ref();
             // SAFETY: the launch arguments are valid per the caller's contract.
             match unsafe { scan(layout, params, extra, |w| ptrs.push(w)) } {
                 true => {
