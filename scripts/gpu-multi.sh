@@ -2,7 +2,7 @@
 # gmux on a host of several GPUs (one daemon per GPU), run through the device tool on a
 # machine of 2 GPUs after scripts/gpu-pack.sh (carry .gpu-bin):
 #
-#   bash scripts/gpu-multi.sh [ddp] [integrity] [micro]      (all three when none given)
+#   bash scripts/gpu-multi.sh [ddp] [integrity] [micro] [mp]   (the first three when none given)
 #
 #   ddp        gpu/ddp_train.py (PyTorch DDP over NCCL, 2 ranks, bitwise deterministic)
 #              natively twice (the losses must match: native is reproducible), then as
@@ -13,6 +13,11 @@
 #              with a 16 GiB budget, 300% of it (4 x 12 GB): every tenant must report 0
 #              mismatches, each tenant must be served by its GPU's daemon alone, and what
 #              the tenants of a GPU hold must never exceed its budget        ~3-4 min
+#   peer       gpu/peer_probe.cu: copies and kernels across two GPUs' VMM mappings    ~10 s
+#   mp         gpu/model_parallel.py (one process, half of a transformer on each GPU,
+#              activations and gradients copied between them) natively twice, then as a
+#              tenant of both GPUs' daemons under 60% of its footprint per GPU: every
+#              step's loss must be bitwise the native one's                      ~2 min
 #   micro      `gmux bench msched-micro` at 100% (gmux alone) on GPU 0 alone, then on
 #              GPUs 0 and 1 at once (two benches): each one's units/s within 5% of the
 #              solo run's                                                       ~3 min
@@ -246,6 +251,121 @@ ddp() {
   fi
 }
 
+# ---------------------------------------------------------------------------- mp
+
+# gpu/model_parallel.py (one process, half of a transformer on each GPU) natively, with
+# the extra environment VAR=VALUE...; losses to mp.NAME.jsonl, output to mp.NAME.log.
+mp_native() { # NAME [VAR=VALUE...]
+  local name=$1; shift
+  local t0
+  t0=$(date +%s.%N)
+  env CUDA_VISIBLE_DEVICES=0,1 "$@" timeout -k 10 "${MP_NATIVE_TIMEOUT:-150}" \
+    python3 gpu/model_parallel.py --steps "$MP_STEPS" --out "$LOGS/mp.$name.jsonl" >"$LOGS/mp.$name.log" 2>&1
+  RC[mp-$name]=$?
+  WALL[mp-$name]=$(elapsed "$t0")
+}
+
+# PASS when every step's loss and each device's final parameter sum have the same bits.
+mp_compare() { # A.jsonl B.jsonl
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+
+def load(path):
+    try:
+        rows = [json.loads(l) for l in open(path) if l.strip()]
+    except (OSError, ValueError):
+        rows = []
+    return [r for r in rows if "step" in r], next((r for r in rows if r.get("final")), None)
+
+(a, fa), (b, fb) = load(sys.argv[1]), load(sys.argv[2])
+if not a or len(a) != len(b):
+    sys.exit(print(f"FAIL steps={len(a)}/{len(b)}"))
+for x, y in zip(a, b):
+    if x["loss_hex"] != y["loss_hex"]:
+        sys.exit(print(f"FAIL first_diff_step={x['step']} loss={x['loss']!r}/{y['loss']!r}"))
+params = "params=same" if fa and fb and fa["param_sum_hex"] == fb["param_sum_hex"] else "params=DIFFER"
+print(f"{'PASS' if params == 'params=same' else 'FAIL'} steps={len(a)} identical_losses loss[{a[-1]['step']}]={a[-1]['loss']:.6f} {params}")
+PY
+}
+
+MP_STEPS=${MP_STEPS:-20}
+
+mp() {
+  if ((NGPU < 2)); then
+    SUMMARY+=("mp-native   SKIP  needs 2 GPUs, nvidia-smi shows $NGPU" "mp-gmux     SKIP  needs 2 GPUs")
+    return
+  fi
+  mp_native native
+  mp_native native2
+  local repro ok=FAIL
+  repro=$(mp_compare "$LOGS/mp.native.jsonl" "$LOGS/mp.native2.jsonl")
+  [[ ${RC[mp-native]} == 0 && ${RC[mp-native2]} == 0 && $repro == PASS* ]] && ok=PASS
+  SUMMARY+=("mp-native   $ok  reproducible: ${repro#* } wall_s=[${WALL[mp-native]} ${WALL[mp-native2]}] exit=[${RC[mp-native]} ${RC[mp-native2]}] peak_reserved_mib=[$(peaks_mp "$LOGS/mp.native.log")]")
+  local peak
+  peak=$(grep -ho 'peak_reserved_bytes=[0-9]*' "$LOGS/mp.native.log" | cut -d= -f2 | sort -n | tail -n 1)
+  if [[ -z $peak ]]; then
+    SUMMARY+=("mp-gmux     FAIL  the native run reported no peak_reserved_bytes (exit ${RC[mp-native]}); see mp.native.log")
+    return
+  fi
+  # The footprint per GPU: the larger device's peak_reserved_bytes plus 1 GiB for the CUDA
+  # context and cuBLAS's workspace; the limit per GPU: 60% of it, in whole 2 MiB chunks.
+  local footprint=$((peak + (1 << 30)))
+  local limit=$((((footprint * 60 / 100) >> 21) << 1))M
+  if ! start_daemons mp; then
+    SUMMARY+=("mp-gmux     FAIL  gmux daemon --gpu all did not start; see mp.daemon.log")
+    return
+  fi
+  local t0
+  t0=$(date +%s.%N)
+  env GMUX_LOG=info timeout -k 10 "${MP_GMUX_TIMEOUT:-300}" "$GMUX" run --gpus 0,1 --tenant mp --mem-limit "$limit" -- \
+    python3 gpu/model_parallel.py --steps "$MP_STEPS" --out "$LOGS/mp.gmux.jsonl" >"$LOGS/mp.gmux.log" 2>&1
+  RC[mp-gmux]=$?
+  WALL[mp-gmux]=$(elapsed "$t0")
+  local g evicted="" stat
+  for g in 0 1; do
+    stat=$LOGS/mp.gmux.gpu$g.stat
+    GMUX_SOCKET=$(sock_of "$g") "$GMUX" get mp ggroup.stat >"$stat" 2>&1
+    evicted+="$(awk '/^bytes_d2h/ { printf "%.1f", $2 / 2^30; f = 1 } END { if (!f) printf "?" }' "$stat") "
+  done
+  stop_daemons
+  local same joined summaries
+  same=$(mp_compare "$LOGS/mp.native.jsonl" "$LOGS/mp.gmux.jsonl")
+  joined=$(grep -c 'device 1 joins' "$LOGS/mp.gmux.log")
+  summaries=$(grep -c 'gmux: device [01]: limit' "$LOGS/mp.gmux.log")
+  ok=FAIL
+  [[ ${RC[mp-gmux]} == 0 && $same == PASS* && $summaries == 2 ]] && ok=PASS
+  local slow
+  slow=$(awk -v g="${WALL[mp-gmux]}" -v n="${WALL[mp-native]}" 'BEGIN { printf "%.2f", (n > 0 ? g / n : 0) }')
+  SUMMARY+=("mp-gmux     $ok  vs native: ${same#* } limit=$limit/GPU (60% of $((footprint >> 20)) MiB) wall_s=${WALL[mp-gmux]} native_s=${WALL[mp-native]} (x$slow) exit=${RC[mp-gmux]} evicted_gib=[${evicted% }] device_summaries=$summaries peers_joined=$joined")
+}
+
+# gpu/peer_probe.cu: what the driver does with copies and kernels across two GPUs' VMM
+# mappings granted to their own device alone, and granted to both (gmux grants both once
+# a process uses two devices).
+peer() {
+  if ((NGPU < 2)); then
+    SUMMARY+=("peer        SKIP  needs 2 GPUs")
+    return
+  fi
+  nvcc -O2 -arch=sm_90 -o "$WORK/peer_probe" gpu/peer_probe.cu -lcuda >"$LOGS/peer.build.log" 2>&1 || {
+    SUMMARY+=("peer        FAIL  peer_probe build failed; see peer.build.log")
+    return
+  }
+  { "$WORK/peer_probe"; "$WORK/peer_probe" fault; } >"$LOGS/peer.log" 2>&1
+  local own both cost
+  own=$(grep -c '^own .* ok$' "$LOGS/peer.log")
+  both=$(grep -c '^both .* ok$' "$LOGS/peer.log")
+  cost=$(grep -o 'map+access per 2 MiB: .*' "$LOGS/peer.log")
+  SUMMARY+=("peer        INFO  own-device access: $own of 8 cases work; access for both: $both of 8 work; $cost")
+}
+
+# Each device's peak_reserved_bytes of a model_parallel.py log, in MiB.
+peaks_mp() { # LOG
+  local p
+  p=$(grep -ho 'device [0-9]* peak_reserved_bytes=[0-9]*' "$1" 2>/dev/null | awk -F= '{ printf "%s%d", (NR > 1 ? " " : ""), $2 / 2^20 }')
+  echo "${p:-none}"
+}
+
 # ---------------------------------------------------------------------------- integrity
 
 # Checks the `gmux ps --json` samples in DIR (each a JSON array of the daemons' objects,
@@ -417,7 +537,7 @@ parts=("$@")
 ((${#parts[@]})) || parts=(ddp integrity micro)
 for p in "${parts[@]}"; do
   case $p in
-    ddp | integrity | micro) "$p" ;;
+    ddp | integrity | micro | mp | peer) "$p" ;;
     *) echo "gpu-multi: unknown part $p (ddp, integrity, micro)"; exit 2 ;;
   esac
 done

@@ -40,3 +40,28 @@ pub fn current() -> Result<Current, CUresult> {
 pub fn set_current(ctx: CUcontext) -> CUresult {
     crate::real!(cuCtxSetCurrent(ctx))
 }
+
+/// A context made current on the calling thread for a while: the one before is current
+/// again when this is dropped.
+#[must_use]
+pub struct Scope {
+    pushed: bool,
+}
+
+impl Scope {
+    /// Makes `ctx` current (no driver call where it already is).
+    pub fn enter(ctx: CUcontext) -> Scope {
+        let mut cur = std::ptr::null_mut();
+        let already = crate::real!(cuCtxGetCurrent(&mut cur)) == CUDA_SUCCESS && cur == ctx;
+        Scope { pushed: !already && crate::real!(cuCtxPushCurrent_v2(ctx)) == CUDA_SUCCESS }
+    }
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        if self.pushed {
+            let mut popped = std::ptr::null_mut();
+            crate::real!(cuCtxPopCurrent_v2(&mut popped));
+        }
+    }
+}

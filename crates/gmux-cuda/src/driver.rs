@@ -2,7 +2,7 @@
 //! `GMUX_CUDA_LIB`), called for gmux's own work and to forward the application's calls.
 
 use crate::cuda::*;
-use std::ffi::{c_char, c_uint, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::sync::OnceLock;
 
 extern "C" {
@@ -50,6 +50,11 @@ driver_table! {
     cuCtxGetCurrent(*mut CUcontext);
     cuCtxSetCurrent(CUcontext);
     cuCtxGetDevice(*mut CUdevice);
+    cuCtxPushCurrent_v2(CUcontext);
+    cuCtxPopCurrent_v2(*mut CUcontext);
+    cuDeviceCanAccessPeer(*mut c_int, CUdevice, CUdevice);
+    cuMemcpyPeerAsync(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, usize, CUstream);
+    cuStreamSynchronize_ptsz(CUstream);
     cuMemGetInfo_v2(*mut usize, *mut usize);
     cuMemAddressReserve(*mut CUdeviceptr, usize, usize, CUdeviceptr, u64);
     cuMemAddressFree(CUdeviceptr, usize);

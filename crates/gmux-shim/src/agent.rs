@@ -12,6 +12,7 @@ mod connect;
 mod gate;
 
 use crate::config::config;
+use crate::devices::MAX_DEVICES;
 use crate::driver::{CudaError, OwnedEvent};
 use crate::log::stamp;
 use crate::state::ShimError;
@@ -22,17 +23,13 @@ use std::cell::Cell;
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 pub use gate::{gate, wait_grant};
 
 /// How often the worker reports when nothing else wakes it.
 const REPORT_EVERY: Duration = Duration::from_millis(20);
-
-/// Nanoseconds the worker has held the state lock, which the application's launches wait
-/// for (reported as `launches_held_ns`).
-static LAUNCHES_HELD_NS: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     /// The worker's time without the state lock inside its current round (mapping a fill
@@ -57,7 +54,10 @@ struct Link {
     waiting: u32,
 }
 
+/// One device's link to its GPU's daemon.
 struct Agent {
+    /// The device ([`crate::devices`]).
+    dev: usize,
     link: Mutex<Link>,
     /// `Link::open` and the grant's in-flight bound, readable on every launch without
     /// the lock.
@@ -66,17 +66,20 @@ struct Agent {
     changed: Condvar,
     /// The connection's writing end (`None` while the daemon is lost).
     out: Mutex<Option<UnixStream>>,
+    /// Nanoseconds the worker has held the state lock, which the application's launches
+    /// wait for (reported as `launches_held_ns`).
+    held_ns: AtomicU64,
 }
 
-static AGENT: OnceLock<Agent> = OnceLock::new();
+static AGENTS: [OnceLock<Agent>; MAX_DEVICES] = [const { OnceLock::new() }; MAX_DEVICES];
 
-fn agent() -> Option<&'static Agent> {
-    AGENT.get()
+fn agent(dev: usize) -> Option<&'static Agent> {
+    AGENTS.get(dev)?.get()
 }
 
-/// Whether this process is a tenant of gmuxd (one atomic load).
-pub fn attached() -> bool {
-    agent().is_some()
+/// Whether device `dev`'s memory is a tenant's of its GPU's gmuxd (one atomic load).
+pub fn attached(dev: usize) -> bool {
+    agent(dev).is_some()
 }
 
 impl Agent {
@@ -117,7 +120,7 @@ impl Agent {
                 Warn,
                 "lost gmuxd ({why}); running on within the last grant of {} until a daemon serves {} again (`gmux daemon` starts one, as does the next process of this GPU under `gmux run`)",
                 format_size(l.grant.cap),
-                connect::socket()
+                connect::socket(self.dev)
             );
         }
         l.lost = true;
@@ -142,11 +145,11 @@ fn apply(a: &Agent, g: Grant) {
     a.changed.notify_all();
 }
 
-/// Registers with the daemon that `GMUX_DAEMON` names for the GPU `gpu` (a directory of
-/// per-GPU sockets, or one daemon's socket) and returns its first grant. A process that
-/// cannot register stops with the reason and the fix.
-pub fn attach(gpu: Option<String>) -> Option<Grant> {
-    let d = connect::daemon(config().daemon.as_ref()?, gpu);
+/// Registers device `dev`, of GPU `gpu`, with the daemon that `GMUX_DAEMON` names (a
+/// directory of per-GPU sockets, or one daemon's socket) and returns its first grant. A
+/// process that cannot register stops with the reason and the fix.
+pub fn attach(dev: usize, gpu: Option<String>) -> Option<Grant> {
+    let d = connect::daemon(dev, config().daemon.as_ref()?, gpu);
     let path = &d.socket;
     let (stream, reader, grant) = connect::register(path, d.gpu.clone(), None).unwrap_or_else(|e| {
         let why = match e {
@@ -155,39 +158,41 @@ pub fn attach(gpu: Option<String>) -> Option<Grant> {
         crate::log::fatal(&format!("cannot register with gmuxd at {}: {why}; start it with `gmux daemon`, or run with `gmux run --standalone`", path.display()))
     });
     let a = Agent {
+        dev,
         link: Mutex::new(Link { grant, generation: 0, open: grant.run && grant.fill != Fill::Whole, blocked: 0, poke: true, lost: false, waiting: 0 }),
         open: AtomicBool::new(grant.run && grant.fill != Fill::Whole),
         inflight: AtomicU32::new(grant.inflight),
         changed: Condvar::new(),
         out: Mutex::new(Some(stream)),
+        held_ns: AtomicU64::new(0),
     };
-    if AGENT.set(a).is_err() {
+    if AGENTS[dev].set(a).is_err() {
         return Some(grant);
     }
     std::thread::Builder::new()
         .name("gmux-agent-rx".into())
         .spawn(move || {
             crate::capture::relax_this_thread();
-            connect::read_grants(reader)
+            connect::read_grants(dev, reader)
         })
         .expect("thread");
     std::thread::Builder::new()
         .name("gmux-agent".into())
-        .spawn(|| {
+        .spawn(move || {
             crate::capture::relax_this_thread();
-            work()
+            work(dev)
         })
         .expect("thread");
-    crate::log!(Debug, "registered with gmuxd as tenant {:?}: grant {}", config().tenant, format_size(grant.cap));
+    crate::log!(Debug, "registered device {dev} with gmuxd as tenant {:?}: grant {}", config().tenant, format_size(grant.cap));
     note(&grant);
     Some(grant)
 }
 
-type StateGuard = MutexGuard<'static, Option<crate::state::Shim>>;
+type StateGuard = crate::devices::Guard;
 
-/// The worker: shrink to the grant, fill after a switch-in, report.
-fn work() {
-    let a = agent().expect("attached");
+/// The worker of device `dev`: shrink to the grant, fill after a switch-in, report.
+fn work(dev: usize) {
+    let a = agent(dev).expect("attached");
     let mut seen = u64::MAX;
     let mut switch: Switch<OwnedEvent> = Switch::default();
     let mut ctx_set = false;
@@ -202,11 +207,11 @@ fn work() {
             (l.grant, l.generation, (l.blocked, l.waiting > 0))
         };
         seen = generation;
-        let mut guard = crate::state::existing();
+        let mut guard = crate::devices::on(dev);
         let locked = Instant::now();
         UNLOCKED.set(Duration::ZERO);
         let Some(st) = guard.as_mut() else { continue };
-        let traces = crate::policy::attach(&mut st.memory);
+        let traces = crate::policy::attach(&mut st.memory, dev);
         if !ctx_set {
             gmux_cuda::context::set_current(st.ctx());
             ctx_set = true;
@@ -230,7 +235,7 @@ fn work() {
         report.waiting = blocked.1;
         report.grant = g.seq;
         let held = u64::try_from(locked.elapsed().saturating_sub(UNLOCKED.get()).as_nanos()).unwrap_or(u64::MAX);
-        report.launches_held_ns = LAUNCHES_HELD_NS.fetch_add(held, Ordering::Relaxed).saturating_add(held);
+        report.launches_held_ns = a.held_ns.fetch_add(held, Ordering::Relaxed).saturating_add(held);
         // With nothing else to do, pin host memory ahead of need, so that no eviction
         // waits for the pinning (0.2 s per GiB).
         let prepin = if matches!(step, Ok(false)) && prepin_ok { st.host_short() } else { None };
@@ -238,7 +243,7 @@ fn work() {
         if let Some(bytes) = prepin {
             match crate::hostpool::pin_block(bytes) {
                 Ok(base) => {
-                    if let Some(st) = crate::state::existing().as_mut() {
+                    if let Some(st) = crate::devices::on(dev).as_mut() {
                         st.memory.dev.add_host_block(base);
                     }
                     a.lock().poke = true;
@@ -336,6 +341,7 @@ fn act(a: &Agent, guard: StateGuard, switch: &mut Switch<OwnedEvent>, action: Ac
 /// Maps a fill step's new memory without the state lock (the application keeps
 /// launching meanwhile), then takes the lock back.
 fn map_unlocked(guard: StateGuard, batch: gmux_cuda::device::MapBatch) -> StateGuard {
+    let dev = guard.as_ref().expect("created").device();
     drop(guard);
     let (t0, unlocked, bytes) = (stamp(), Instant::now(), batch.bytes());
     match batch.run() {
@@ -344,7 +350,7 @@ fn map_unlocked(guard: StateGuard, batch: gmux_cuda::device::MapBatch) -> StateG
         Err(e) if e.code == crate::cuda::CUDA_ERROR_DEINITIALIZED => {}
         Err(e) => crate::log!(Warn, "mapping a fill step failed ({e})"),
     }
-    let guard = crate::state::existing();
+    let guard = crate::devices::on(dev);
     UNLOCKED.set(UNLOCKED.get() + unlocked.elapsed());
     guard
 }
@@ -352,22 +358,23 @@ fn map_unlocked(guard: StateGuard, batch: gmux_cuda::device::MapBatch) -> StateG
 /// Waits for `ev` without the state lock (the application keeps launching meanwhile),
 /// then takes the lock back; `what` names the copies for the debug log.
 fn wait_unlocked(guard: StateGuard, ev: OwnedEvent, what: &str) -> StateGuard {
+    let dev = guard.as_ref().expect("created").device();
     drop(guard);
     let (t0, unlocked) = (stamp(), Instant::now());
     if let Err(e) = ev.synchronize() {
         crate::log!(Warn, "waiting for {what} failed ({e})");
     }
     crate::log!(Debug, "agent {t0:.3}: waited {:.2} ms for {what}", (stamp() - t0) * 1e3);
-    let guard = crate::state::existing();
+    let guard = crate::devices::on(dev);
     UNLOCKED.set(UNLOCKED.get() + unlocked.elapsed());
     guard
 }
 
-/// The error for a working set of `need` bytes over the limit `limit`: wait for the
-/// grant when a daemon may still grant it (this one, or the next after it is lost), else
-/// too big.
-pub fn over_grant(need: u64, limit: u64) -> ShimError {
-    let Some(a) = agent() else { return ShimError::TooBig { need, limit } };
+/// The error for a working set of `need` bytes of device `dev` over the limit `limit`:
+/// wait for the grant when a daemon may still grant it (this one, or the next after it
+/// is lost), else too big.
+pub fn over_grant(dev: usize, need: u64, limit: u64) -> ShimError {
+    let Some(a) = agent(dev) else { return ShimError::TooBig { need, limit } };
     let most = a.lock().grant.most;
     if need <= most {
         ShimError::Wait { need }
@@ -376,35 +383,39 @@ pub fn over_grant(need: u64, limit: u64) -> ShimError {
     }
 }
 
-/// The current grant in bytes, when registered with a daemon (the last one's while it is
-/// lost).
-pub fn granted() -> Option<u64> {
-    Some(agent()?.lock().grant.cap)
+/// Device `dev`'s current grant in bytes, when registered with a daemon (the last one's
+/// while it is lost).
+pub fn granted(dev: usize) -> Option<u64> {
+    Some(agent(dev)?.lock().grant.cap)
 }
 
-/// Most unfinished commands per stream: the daemon's setting, else `GMUX_INFLIGHT`.
-pub fn inflight_bound() -> usize {
-    match agent().map(|a| a.inflight.load(Ordering::Relaxed)) {
+/// Most unfinished commands per stream of device `dev`: the daemon's setting, else
+/// `GMUX_INFLIGHT`.
+pub fn inflight_bound(dev: usize) -> usize {
+    match agent(dev).map(|a| a.inflight.load(Ordering::Relaxed)) {
         Some(n) if n > 0 => n as usize,
         _ => config().inflight,
     }
 }
 
-/// At exit: a last report, so that the daemon's counters include every command.
+/// At exit: a last report of each device, so that the daemons' counters include every
+/// command.
 pub fn farewell() {
-    let Some(a) = agent() else { return };
-    crate::log!(Debug, "agent {:.6}: exit", stamp());
-    let Some(mut g) = crate::state::try_existing() else { return };
-    let Some(st) = g.as_mut() else { return };
-    let mut report = st.report(0);
-    report.launches_held_ns = LAUNCHES_HELD_NS.load(Ordering::Relaxed);
-    drop(g);
-    a.send(&FromShim::Report(report));
+    for dev in crate::devices::in_use() {
+        let Some(a) = agent(dev) else { continue };
+        crate::log!(Debug, "agent {:.6}: exit", stamp());
+        let Some(mut g) = crate::devices::try_on(dev) else { continue };
+        let Some(st) = g.as_mut() else { continue };
+        let mut report = st.report(0);
+        report.launches_held_ns = a.held_ns.load(Ordering::Relaxed);
+        drop(g);
+        a.send(&FromShim::Report(report));
+    }
 }
 
-/// Asks the worker to report now (the process went busy or idle).
-pub fn poke() {
-    if let Some(a) = agent() {
+/// Asks device `dev`'s worker to report now (the process went busy or idle).
+pub fn poke(dev: usize) {
+    if let Some(a) = agent(dev) {
         a.lock().poke = true;
         a.changed.notify_all();
     }

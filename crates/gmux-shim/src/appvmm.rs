@@ -20,8 +20,9 @@ use gmux_core::CHUNK_BYTES;
 use gmux_cuda::device::Span;
 use std::collections::HashMap;
 
-/// Tag of gmux's handles, so they never collide with the driver's.
-const TAG: u64 = 0x676d_7578 << 32;
+/// Tag of gmux's handles (their top 24 bits), so they never collide with the driver's;
+/// the next 8 bits name the device, the low 32 count.
+const TAG: u64 = 0x67_6d75 << 40;
 
 /// One physical allocation of the application's, virtualized.
 #[derive(Debug)]
@@ -66,7 +67,12 @@ pub enum Refusal {
 impl AppHandles {
     /// Whether `h` is one of gmux's handles.
     pub fn is_ours(h: CUmemGenericAllocationHandle) -> bool {
-        h & !0xffff_ffff == TAG
+        h >> 40 == TAG >> 40
+    }
+
+    /// The device of one of gmux's handles.
+    pub fn device_of(h: CUmemGenericAllocationHandle) -> usize {
+        (h >> 32 & 0xff) as usize
     }
 
     /// `cuMemCreate` of `bytes` on device `ordinal`: a new handle, or `None` when the
@@ -76,10 +82,10 @@ impl AppHandles {
         let device = prop.type_ == CU_MEM_ALLOCATION_TYPE_PINNED && prop.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE;
         if device && prop.location.id != ordinal {
             return Err(Refusal::Unsupported(
-                "cuMemCreate on a second device",
+                "cuMemCreate for another device",
                 format!(
-                    "this process's memory is virtualized on device {ordinal}, and device {}'s is not yet; run one process per GPU (`gmux run --gpus N`, or CUDA_VISIBLE_DEVICES)",
-                    prop.location.id
+                    "device {}'s memory is asked for while device {ordinal}'s context is current, before gmux serves device {}; make that device current first (cudaSetDevice)",
+                    prop.location.id, prop.location.id
                 ),
             ));
         }
@@ -89,8 +95,11 @@ impl AppHandles {
         if bytes == 0 || !bytes.is_multiple_of(CHUNK_BYTES) {
             return Err(Refusal::Invalid(CUDA_ERROR_INVALID_VALUE));
         }
+        if self.next >= u32::MAX as u64 {
+            return Err(Refusal::Unsupported("cuMemCreate", "this process has created 2^32 physical allocations on this device, all gmux can name".into()));
+        }
         self.next += 1;
-        let h = TAG | self.next;
+        let h = TAG | (ordinal as u64 & 0xff) << 32 | self.next;
         self.handles.insert(h, Handle { bytes, prop: *prop, refs: 1, mapped_at: Vec::new(), was_mapped: false });
         Ok(Some(h))
     }
@@ -268,9 +277,14 @@ mod tests {
         let mut a = AppHandles::default();
         let h = a.create(4 << 20, &device(0), 0).unwrap().unwrap();
         assert!(AppHandles::is_ours(h));
+        assert_eq!(AppHandles::device_of(h), 0);
+        let mut b = AppHandles::default();
+        let h3 = b.create(4 << 20, &device(3), 3).unwrap().unwrap();
+        assert!(AppHandles::is_ours(h3) && AppHandles::device_of(h3) == 3 && h3 != h, "each device's handles name it");
+        assert!(!AppHandles::is_ours(h & 0xffff_ffff), "a driver's small handle is not gmux's");
         assert!(
-            matches!(a.create(4 << 20, &device(1), 0), Err(Refusal::Unsupported("cuMemCreate on a second device", _))),
-            "another device's memory is refused"
+            matches!(a.create(4 << 20, &device(1), 0), Err(Refusal::Unsupported("cuMemCreate for another device", _))),
+            "another device's memory is its own state's to make"
         );
         let mut host = device(0);
         host.location.type_ = CU_MEM_LOCATION_TYPE_HOST;

@@ -266,9 +266,9 @@ exports! {
     cuCtxSynchronize() => cmd::synced_all;
     cuCtxSynchronize_v2(c: CUcontext) => cmd::synced_all;
 
-    // Refused by name, with the reason (see docs/compatibility.md).
-    cuMemcpyPeer(d: Dp, dc: CUcontext, s: Dp, sc: CUcontext, n: usize) => |_| refuse::call("cuMemcpyPeer", "gmux serves one device per process");
-    cuMemcpyPeer_ptds(d: Dp, dc: CUcontext, s: Dp, sc: CUcontext, n: usize) => |_| refuse::call("cuMemcpyPeer", "gmux serves one device per process");
-    cuMemcpyPeerAsync(d: Dp, dc: CUcontext, s: Dp, sc: CUcontext, n: usize, st: CUstream) => |_| refuse::call("cuMemcpyPeerAsync", "gmux serves one device per process");
-    cuMemcpyPeerAsync_ptsz(d: Dp, dc: CUcontext, s: Dp, sc: CUcontext, n: usize, st: CUstream) => |_| refuse::call("cuMemcpyPeerAsync", "gmux serves one device per process");
+    // Copies between devices, contexts named.
+    cuMemcpyPeer(d: Dp, dc: CUcontext, s: Dp, sc: CUcontext, n: usize) => |real| lin::peer_copy(real, d, dc, s, sc, n, std::ptr::null_mut(), false, true);
+    cuMemcpyPeer_ptds(d: Dp, dc: CUcontext, s: Dp, sc: CUcontext, n: usize) => |real| lin::peer_copy(real, d, dc, s, sc, n, std::ptr::null_mut(), true, true);
+    cuMemcpyPeerAsync(d: Dp, dc: CUcontext, s: Dp, sc: CUcontext, n: usize, st: CUstream) => |real| lin::peer_copy(real, d, dc, s, sc, n, st, false, false);
+    cuMemcpyPeerAsync_ptsz(d: Dp, dc: CUcontext, s: Dp, sc: CUcontext, n: usize, st: CUstream) => |real| lin::peer_copy(real, d, dc, s, sc, n, st, true, false);
 }

@@ -19,6 +19,7 @@ pub mod api;
 pub mod appvmm;
 pub mod capture;
 pub mod config;
+pub mod devices;
 pub mod exports;
 pub mod graph;
 pub mod graph_split;
@@ -46,9 +47,10 @@ fn summary() {
     if log::level() < log::Level::Info {
         return;
     }
-    if let Some(g) = state::try_existing() {
-        if let Some(st) = g.as_ref() {
-            log::emit(log::Level::Info, &st.summary());
+    for dev in devices::in_use() {
+        if let Some(st) = devices::try_on(dev).as_ref().and_then(|g| g.as_ref()) {
+            let device = if devices::several() { format!("device {dev}: ") } else { String::new() };
+            log::emit(log::Level::Info, &format!("{device}{}", st.summary()));
         }
     }
 }

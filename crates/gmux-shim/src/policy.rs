@@ -3,7 +3,8 @@
 //! one from the daemon, verified and compiled, outside every lock; the agent's worker
 //! attaches the new set to the planner between two plans, with the state locked, so that
 //! no plan sees half of a change. `GMUX_POLICY`'s is attached when the process's memory is
-//! first set up, and stays.
+//! first set up, and stays. In a process of several devices, the policies run the memory
+//! of the first device it used: a policy's state knows one device's chunks.
 
 use gmux_bpf::hooks::PolicyHooks;
 use gmux_bpf::{AttachedMemory, AttachedPolicy, Policy};
@@ -12,7 +13,7 @@ use gmux_core::protocol::{unhex, Policies, PolicyObject};
 use gmux_core::{ChunkId, TenantId};
 use gmux_cuda::device::CudaDevice;
 use gmux_runtime::TenantMemory;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// The set the planner runs; locked only by holders of the state lock (plans and the
 /// worker), so never contended.
@@ -26,6 +27,22 @@ const MAX_ATTACHED: usize = 16;
 
 /// The key of `GMUX_POLICY`'s policy (the daemon's are at least 2^32).
 const OWN: u64 = 0;
+
+/// The device whose memory the policies run (the first with state).
+static DEVICE: OnceLock<usize> = OnceLock::new();
+
+/// Whether the policies run device `dev`'s memory; logs once when they do not.
+fn serves(dev: usize) -> bool {
+    let first = *DEVICE.get_or_init(|| dev);
+    if first != dev && (crate::config::config().policy.is_some() || lock(&ATTACHED).as_ref().is_some_and(|s| !s.is_empty())) {
+        crate::api::refuse::once(
+            &format!("policy device {dev}"),
+            &format!("memory policies run device {first}'s memory in this process, not device {dev}'s, which gmux's built-in policy runs"),
+            crate::log::Level::Warn,
+        );
+    }
+    first == dev
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -53,7 +70,7 @@ struct Listed {
 /// log says why.
 pub fn receive(p: Policies) {
     lock(&LISTED).receive(p);
-    crate::agent::poke();
+    crate::agent::poke(DEVICE.get().copied().unwrap_or(0));
 }
 
 impl Listed {
@@ -110,8 +127,8 @@ fn load(o: &PolicyObject) -> Result<PolicyHooks, String> {
 
 /// Attaches `GMUX_POLICY`'s memory programs to a process's new memory. A policy that
 /// cannot be loaded ends the process with the reason: it was asked for.
-pub fn attach_own(memory: &mut TenantMemory<CudaDevice>) {
-    let Some(path) = crate::config::config().policy.as_ref() else { return };
+pub fn attach_own(memory: &mut TenantMemory<CudaDevice>, dev: usize) {
+    let Some(path) = crate::config::config().policy.as_ref().filter(|_| serves(dev)) else { return };
     let name = path.display().to_string();
     let loaded = std::fs::read(path).map_err(|e| format!("cannot read it ({e})")).and_then(|b| Policy::load(&b)).map(Policy::into_hooks);
     let hooks = loaded.unwrap_or_else(|e| crate::log::fatal(&format!("GMUX_POLICY={name}: {e}; check it with `gmux policy check {name}`")));
@@ -126,7 +143,10 @@ pub fn attach_own(memory: &mut TenantMemory<CudaDevice>) {
 /// Between two plans (the caller holds the state lock): attaches the set the reader
 /// prepared, if any, and writes the policies' trace lines to the log (`GMUX_LOG=info`).
 /// Returns those of the daemon's policies, by the daemon's number, for the daemon.
-pub fn attach(memory: &mut TenantMemory<CudaDevice>) -> Vec<(u32, String)> {
+pub fn attach(memory: &mut TenantMemory<CudaDevice>, dev: usize) -> Vec<(u32, String)> {
+    if !serves(dev) {
+        return Vec::new();
+    }
     let pending = lock(&PENDING).take();
     let mut set = lock(&ATTACHED);
     if let Some(p) = pending {

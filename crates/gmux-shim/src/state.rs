@@ -18,7 +18,6 @@ use gmux_core::{AllocId, CHUNK_BYTES};
 use gmux_cuda::device::CudaDevice;
 use gmux_runtime::{Settings, TenantMemory};
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
 
 pub use gmux_runtime::{Span, WorkingSet};
 
@@ -52,7 +51,8 @@ impl From<gmux_runtime::Error<CudaError>> for ShimError {
     fn from(e: gmux_runtime::Error<CudaError>) -> Self {
         match e {
             gmux_runtime::Error::Device(e) => ShimError::Cuda(e),
-            gmux_runtime::Error::NoRoom { need, room } => crate::agent::over_grant(need, room),
+            // The device of the work that ran out of room is the current context's.
+            gmux_runtime::Error::NoRoom { need, room } => crate::agent::over_grant(crate::devices::current().unwrap_or(0), need, room),
             gmux_runtime::Error::Unknown(_) | gmux_runtime::Error::ZeroBytes => ShimError::Invalid(CUDA_ERROR_INVALID_VALUE),
         }
     }
@@ -99,44 +99,20 @@ pub struct Shim {
 // SAFETY: the context handle is process-global; all access goes through the lock.
 unsafe impl Send for Shim {}
 
-static SHIM: Mutex<Option<Shim>> = Mutex::new(None);
-
-/// The state, created on first use in the calling thread's current context.
-pub fn shim() -> Result<MutexGuard<'static, Option<Shim>>, CUresult> {
-    let mut g = SHIM.lock().unwrap_or_else(|p| p.into_inner());
-    if g.is_none() {
-        *g = Some(Shim::new()?);
-    }
-    Ok(g)
-}
-
-/// The state if it exists (no CUDA work happens otherwise).
-pub fn existing() -> MutexGuard<'static, Option<Shim>> {
-    SHIM.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The state without blocking for long (for the exit summary): another thread may hold
-/// it briefly (the daemon agent), or forever (a thread killed inside a call).
-pub fn try_existing() -> Option<MutexGuard<'static, Option<Shim>>> {
-    for _ in 0..200 {
-        if let Ok(g) = SHIM.try_lock() {
-            return Some(g);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-    None
-}
+pub use crate::devices::{existing, shim};
 
 impl Shim {
-    fn new() -> Result<Shim, CUresult> {
+    /// The state of device `dev`, whose context is the calling thread's current one.
+    pub(crate) fn new(dev: usize) -> Result<Shim, CUresult> {
         let gmux_cuda::context::Current { ctx, ordinal, free, total } = gmux_cuda::context::current()?;
+        debug_assert_eq!(ordinal as usize, dev);
         let cfg = config();
         let headroom = (512u64 << 20).min(free / 8);
         let usable = free.saturating_sub(headroom) / CHUNK_BYTES * CHUNK_BYTES;
         let gpu = gmux_cuda::gpus::uuid_of(ordinal)
             .map_err(|r| crate::log!(Warn, "cannot read the UUID of device {ordinal} (CUDA error {r}); the daemon takes this process for its GPU's"))
             .ok();
-        let grant = crate::agent::attach(gpu);
+        let grant = crate::agent::attach(dev, gpu);
         let limit = match cfg.mem_limit {
             _ if grant.is_some() => grant.map_or(0, |g| g.cap.min(usable) / CHUNK_BYTES * CHUNK_BYTES),
             Some(l) if l > usable => {
@@ -156,13 +132,13 @@ impl Shim {
         if limit < CHUNK_BYTES && grant.is_none() {
             crate::log::fatal(&format!("memory limit {} is below one 2 MiB chunk; give --mem-limit at least 2M", format_size(limit)));
         }
-        let mut dev = CudaDevice::new(ordinal, cfg.mover, cfg.host_block).map_err(|e| {
+        let mut device = CudaDevice::new(ordinal, cfg.mover, cfg.host_block).map_err(|e| {
             crate::log!(Error, "{e}");
             e.code
         })?;
-        dev.strict_unmap = cfg.strict_unmap;
-        dev.sync_before_evict = cfg.debug.sync_before;
-        dev.run_chunks = cfg.debug.run.unwrap_or(gmux_cuda::device::RUN_CHUNKS);
+        device.strict_unmap = cfg.strict_unmap;
+        device.sync_before_evict = cfg.debug.sync_before;
+        device.run_chunks = cfg.debug.run.unwrap_or(gmux_cuda::device::RUN_CHUNKS);
         let by = if grant.is_some() { format!(" (gmuxd's grant to tenant {:?})", cfg.tenant) } else { String::new() };
         crate::log!(Info, "virtualizing device memory: limit {}{by}, device {} of {} free", format_size(limit), ordinal, format_size(free));
         let settings = Settings {
@@ -172,11 +148,11 @@ impl Shim {
             all_events: cfg.debug.all_events,
             sync_after: cfg.debug.sync_after,
         };
-        let mut memory = TenantMemory::new(dev, limit, settings);
-        crate::policy::attach_own(&mut memory);
+        let mut memory = TenantMemory::new(device, limit, settings);
+        crate::policy::attach_own(&mut memory, dev);
         Ok(Shim {
             memory,
-            vmem: Vmem::default(),
+            vmem: Vmem::owned_by(dev),
             packs: packs::Packs::default(),
             inflight: Inflight::default(),
             layouts: Layouts::default(),
@@ -240,11 +216,9 @@ impl Shim {
         self.ordinal
     }
 
-    /// The device of the calling thread's current context, when it is not the one gmux
-    /// serves in this process: that device's memory is not virtualized.
-    pub fn other_device(&self) -> Option<CUdevice> {
-        let mut dev = 0;
-        (crate::real!(cuCtxGetDevice(&mut dev)) == CUDA_SUCCESS && dev != self.ordinal).then_some(dev)
+    /// The device, as [`crate::devices`] numbers it (its ordinal).
+    pub fn device(&self) -> usize {
+        self.ordinal as usize
     }
 
     /// An address for `bytes`, no memory taken until first use: a slot of a pack for a
@@ -343,11 +317,12 @@ impl Shim {
         } else {
             ws
         };
+        let dev = self.device();
         let Shim { memory, inflight, .. } = self;
-        let events = match memory.prepare(ws, on, sig, crate::agent::granted, || inflight.newest()) {
+        let events = match memory.prepare(ws, on, sig, || crate::agent::granted(dev), || inflight.newest()) {
             Err(gmux_runtime::Error::NoRoom { need, room }) if spill && crate::config::config().oversize == crate::config::Oversize::Host => {
-                let ShimError::TooBig { need, limit } = crate::agent::over_grant(need, room) else {
-                    return Err(crate::agent::over_grant(need, room));
+                let ShimError::TooBig { need, limit } = crate::agent::over_grant(dev, need, room) else {
+                    return Err(crate::agent::over_grant(dev, need, room));
                 };
                 let events = memory.prepare_spilled(ws, on, sig, || inflight.newest())?;
                 note_spill(need, limit, memory.stats.spilled);
@@ -384,10 +359,11 @@ impl Shim {
     /// more commands in flight than allowed.
     pub fn released(&mut self, stream: CUstream, ptsz: bool, ws: &WorkingSet, sig: u64) -> Result<Option<CUevent>, ShimError> {
         let allocs = self.memory.released(ws, sig);
-        if crate::agent::attached() && self.inflight.idle() {
-            crate::agent::poke();
+        let dev = self.device();
+        if crate::agent::attached(dev) && self.inflight.idle() {
+            crate::agent::poke(dev);
         }
-        let wait = self.inflight.released(stream, ptsz, &allocs, crate::agent::inflight_bound())?;
+        let wait = self.inflight.released(stream, ptsz, &allocs, crate::agent::inflight_bound(dev))?;
         self.memory.dev.reap(false)?;
         Ok(wait)
     }

@@ -29,13 +29,24 @@ pub struct Region {
 pub struct Vmem {
     by_base: BTreeMap<CUdeviceptr, Region>,
     by_alloc: HashMap<AllocId, CUdeviceptr>,
+    /// The device whose memory this is, noted in the process's map of owners
+    /// ([`crate::devices::owner`]).
+    device: Option<usize>,
 }
 
 impl Vmem {
+    /// The address ranges of device `dev`'s memory.
+    pub fn owned_by(dev: usize) -> Self {
+        Vmem { device: Some(dev), ..Default::default() }
+    }
+
     /// Adds a region; an alias leaves its allocation's own region as it is.
     pub fn insert(&mut self, r: Region) {
         if !r.alias {
             self.by_alloc.insert(r.alloc, r.base);
+        }
+        if let Some(dev) = self.device {
+            crate::devices::own(r.base, r.reserved, dev);
         }
         self.by_base.insert(r.base, r);
     }
@@ -43,6 +54,9 @@ impl Vmem {
     /// Removes the region that starts at `base`.
     pub fn remove(&mut self, base: CUdeviceptr) -> Option<Region> {
         let r = self.by_base.remove(&base)?;
+        if self.device.is_some() {
+            crate::devices::disown(base);
+        }
         if !r.alias {
             self.by_alloc.remove(&r.alloc);
         }

@@ -1,7 +1,7 @@
 //! A host of several GPUs, on the stand-in with `GMUX_STANDIN_DEVICES` devices: one
 //! daemon per GPU on a socket named by the GPU's UUID, `gmux run --gpus`, per-GPU
-//! budgets, a daemon that serves one GPU only, and memory on a second device of one
-//! process refused by name.
+//! budgets, a daemon that serves one GPU only, and one process on two devices, each
+//! within its own limit, with copies and a kernel across them.
 
 mod common;
 
@@ -220,15 +220,56 @@ fn gmux_run_starts_the_daemon_of_each_gpu_it_is_given() {
     let _ = h.on(GPU1, &["stop"]);
 }
 
+/// The stand-in's report of `devices`: mismatches, and each device's peak of physical
+/// memory.
+fn devices_report(r: &Ran) -> (Option<u64>, Vec<u64>) {
+    let bad = r.stdout.lines().find_map(|l| l.split("mismatches: ").nth(1)).and_then(|v| v.trim().parse().ok());
+    let peaks = r.stdout.lines().filter_map(|l| l.strip_prefix("device ")).filter_map(|l| l.split(" peak ").nth(1)?.trim().parse().ok()).collect();
+    (bad, peaks)
+}
+
 #[test]
-fn memory_on_a_second_device_of_one_process_is_refused_by_name() {
-    let h = Host::new("gpus-second");
-    let native = run(Command::new(app_bin()).arg("second-device").env("LD_LIBRARY_PATH", h.sb.dir.path()).env("GMUX_STANDIN_DEVICES", "2"));
-    assert_eq!(native.stdout.matches("returned 0").count(), 2, "natively both allocations succeed: {}", native.describe());
-    let r = run(&mut h.cli(&["run", "--standalone", "--mem-limit", "64M", "--", app_bin().to_str().unwrap(), "second-device"]));
-    assert!(r.status.success() && r.stdout.matches("returned 801").count() == 2, "{}", r.describe());
-    for call in ["cuMemAlloc", "cuMemCreate"] {
-        assert!(r.stderr.contains(&format!("{call} on a second device is not supported under gmux")), "{call}: {}", r.describe());
+fn one_process_uses_two_gpus_each_within_its_limit() {
+    // 4 buffers of 4 MiB on each device, 8 MiB of memory each: every round evicts.
+    let app = ["devices", "--devices", "2", "--buffers", "4", "--bytes", "4M", "--rounds", "3"];
+    let h = Host::new("gpus-process");
+    let second = run(Command::new(app_bin()).arg("second-device").env("LD_LIBRARY_PATH", h.sb.dir.path()).env("GMUX_STANDIN_DEVICES", "2"));
+    assert_eq!(second.stdout.matches("returned 0").count(), 2, "natively both allocations succeed: {}", second.describe());
+    let mut c = h.cli(&["run", "--standalone", "--mem-limit", "64M", "--", app_bin().to_str().unwrap(), "second-device"]);
+    let under = run(&mut c);
+    assert_eq!(under.stdout.matches("returned 0").count(), 2, "and under gmux: {}", under.describe());
+
+    let mut c = h.cli(&["run", "--standalone", "--mem-limit", "8M", "--"]);
+    let r = run(c.arg(app_bin()).args(app).env("GMUX_LOG", "info"));
+    let (bad, peaks) = devices_report(&r);
+    assert!(r.status.success() && bad == Some(0), "{}", r.describe());
+    assert_eq!(peaks.len(), 2, "{}", r.describe());
+    for (d, p) in peaks.iter().enumerate() {
+        assert!(*p > 4 * M && *p <= 8 * M, "device {d} held {p} bytes at most, its limit is 8 MiB: {}", r.describe());
     }
-    assert!(r.stderr.contains("one process per GPU"), "{}", r.describe());
+    assert!(r.stderr.contains("device 1 joins"), "{}", r.describe());
+    for d in 0..2 {
+        let line = r
+            .stderr
+            .lines()
+            .find(|l| l.contains(&format!("device {d}: limit 8.0 MiB")))
+            .unwrap_or_else(|| panic!("no summary of device {d}: {}", r.describe()));
+        assert!(line.contains("peak allocated 16.0 MiB") && line.contains("peak resident 8.0 MiB") && !line.contains("evicted 0 "), "device {d}: {line}");
+    }
+
+    // Under the daemons of both GPUs: the process is a tenant of each, within each budget.
+    let mut h = h;
+    let (s0, s1) = (h.socket(GPU0), h.socket(GPU1));
+    h.daemon(&["--gpu", "all", "--hbm", "8M"], &[&s0, &s1]);
+    let r = finish(h.tenant(&["--gpus", "0,1", "--tenant", "both"], &app));
+    let (bad, peaks) = devices_report(&r);
+    assert!(r.status.success() && bad == Some(0), "{}\ndaemons:\n{}", r.describe(), h.log());
+    assert!(peaks.iter().all(|p| *p > 4 * M && *p <= 8 * M), "{peaks:?}: {}", r.describe());
+    for gpu in [GPU0, GPU1] {
+        let stat = h.on(gpu, &["get", "both", "ggroup.stat"]).stdout;
+        let commands = stat.lines().find_map(|l| l.strip_prefix("commands ").map(|v| v.parse::<u64>().unwrap()));
+        assert!(commands.is_some_and(|n| n >= 16), "{gpu}: {stat}");
+        let peak = ps_size(&h.on(gpu, &["ps"]).stdout, "peak ");
+        assert!(peak <= 8 * M && peak > 4 * M, "{gpu}: peak {peak}");
+    }
 }

@@ -56,6 +56,9 @@ impl Outcome {
 /// addresses, handles and events, run on any thread without the device.
 pub struct MapBatch {
     ordinal: i32,
+    /// The peers granted access ([`super::peers`]), as they were when the batch was made:
+    /// [`CudaDevice::complete_deferred`] grants the maps again if more joined since.
+    mask: u32,
     /// Earlier mappings at these addresses: the eviction copy each waits for, its address
     /// and bytes.
     unmaps: Vec<(usize, CUdeviceptr, usize)>,
@@ -88,7 +91,7 @@ impl MapBatch {
         for &(va, bytes, phys) in &self.maps {
             check(times.time(Call::Map, || crate::real!(cuMemMap(va, bytes, 0, phys, 0))), "cuMemMap")?;
         }
-        grant_access(self.ordinal, self.maps.iter().map(|m| (m.0, m.1)).collect(), &mut times)?;
+        grant_access(self.ordinal, self.mask, self.maps.iter().map(|m| (m.0, m.1)).collect(), &mut times)?;
         Ok(times.take())
     }
 }
@@ -115,7 +118,17 @@ pub(super) struct Deferred {
     unmaps: Vec<PendingUnmap>,
     /// The batch, until the agent takes it.
     batch: Option<MapBatch>,
+    /// The batch's peer mask and ranges (kept after it is taken).
+    mask: u32,
+    maps: Vec<(CUdeviceptr, usize)>,
     outcome: Arc<Outcome>,
+}
+
+impl Deferred {
+    /// The addresses the batch maps.
+    pub(super) fn mapped_at(&self) -> HashSet<CUdeviceptr> {
+        self.maps.iter().map(|m| m.0).collect()
+    }
 }
 
 impl CudaDevice {
@@ -173,6 +186,10 @@ impl CudaDevice {
         for u in d.unmaps {
             self.unmapped(u);
         }
+        // A device that joined while the batch ran was not granted its maps.
+        if super::peers::peers() != d.mask {
+            self.grant(d.maps)?;
+        }
         self.keep = d.keep;
         self.populate_after_evictions(&d.ops)?;
         crate::log!(Debug, "deferred flush of {} ops: mapped ({calls}), completed after {:.2} ms", d.ops.len(), t0.elapsed().as_secs_f64() * 1e3);
@@ -213,12 +230,14 @@ impl CudaDevice {
         let outcome = Arc::new(Outcome::default());
         let batch = MapBatch {
             ordinal: self.ordinal,
+            mask: super::peers::peers(),
             unmaps: unmaps.iter().map(|u: &PendingUnmap| (u.done as usize, u.va, u.bytes)).collect(),
             maps,
             outcome: outcome.clone(),
         };
         let keep = self.keep.take();
-        self.deferred = Some(Deferred { ops, keep, events, unmaps, batch: Some(batch), outcome });
+        let (mask, ranges) = (batch.mask, batch.maps.iter().map(|m| (m.0, m.1)).collect());
+        self.deferred = Some(Deferred { ops, keep, events, unmaps, batch: Some(batch), outcome, mask, maps: ranges });
         Ok(())
     }
 }

@@ -50,12 +50,13 @@ fn wait_all(stream: CUstream, waits: &mut Vec<CUevent>) -> Result<(), CudaError>
     Ok(())
 }
 
-/// Grants device `ordinal` access to the mapped ranges `runs`, one call per contiguous run.
-pub(super) fn grant_access(ordinal: i32, mut runs: Vec<(CUdeviceptr, usize)>, times: &mut CallTimes) -> Result<(), CudaError> {
+/// Grants device `ordinal` and the peers of `mask` ([`super::peers`]) access to the
+/// mapped ranges `runs`, one call per contiguous run.
+pub(super) fn grant_access(ordinal: i32, mask: u32, mut runs: Vec<(CUdeviceptr, usize)>, times: &mut CallTimes) -> Result<(), CudaError> {
     runs.sort_unstable();
-    let desc = CUmemAccessDesc { location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: ordinal }, flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+    let descs = super::peers::access(ordinal, mask);
     for (va, len) in merge(runs) {
-        check(times.time(Call::Access, || crate::real!(cuMemSetAccess(va, len, &desc, 1))), "cuMemSetAccess")?;
+        check(times.time(Call::Access, || crate::real!(cuMemSetAccess(va, len, descs.as_ptr(), descs.len()))), "cuMemSetAccess")?;
     }
     Ok(())
 }
@@ -180,9 +181,10 @@ impl CudaDevice {
         self.grant(runs)
     }
 
-    /// Grants this device access to the mapped ranges `runs`, one call per contiguous run.
+    /// Grants this device and its peers access to the mapped ranges `runs`, one call per
+    /// contiguous run.
     pub(super) fn grant(&mut self, runs: Vec<(CUdeviceptr, usize)>) -> Result<(), CudaError> {
-        grant_access(self.ordinal, runs, &mut self.times)
+        grant_access(self.ordinal, super::peers::peers(), runs, &mut self.times)
     }
 
     /// Finishes the pending unmaps of `bytes` from `va`, so that the range can be mapped.

@@ -33,6 +33,8 @@ use std::collections::{HashMap, HashSet};
 mod alias;
 mod defer;
 mod flush;
+mod peers;
+pub use peers::{add_peer, peers, MAX_PEERS};
 
 /// How the mover orders its two directions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,6 +230,19 @@ impl CudaDevice {
         check(crate::real!(cuEventCreate(&mut ev, CU_EVENT_DISABLE_TIMING)), "cuEventCreate")?;
         check(crate::real!(cuEventRecord(ev, self.streams[stream as usize])), "cuEventRecord")?;
         Ok(ev)
+    }
+
+    /// Grants the peers ([`peers`]) access to every mapping made before the newest of
+    /// them joined (the mappings of a deferred flush get theirs when it completes).
+    pub fn grant_peers(&mut self) -> Result<(), CudaError> {
+        let deferred: HashSet<CUdeviceptr> = self.deferred.as_ref().map(|d| d.mapped_at()).unwrap_or_default();
+        let runs = self
+            .mapped
+            .iter()
+            .flat_map(|(c, (_, n))| self.addresses(*c).into_iter().map(move |va| (va, *n as usize * CHUNK)))
+            .filter(|(va, _)| !deferred.contains(va))
+            .collect();
+        self.grant(runs)
     }
 
     fn addresses(&self, c: ChunkId) -> Vec<CUdeviceptr> {

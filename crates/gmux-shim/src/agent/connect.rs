@@ -5,6 +5,7 @@
 
 use super::{agent, apply, Agent};
 use crate::config::config;
+use crate::devices::MAX_DEVICES;
 use gmux_core::protocol::{FromShim, Grant, Policies, Refused, Resume, PROTOCOL};
 use gmux_core::size::format_size;
 use std::io::{BufRead, BufReader, Write};
@@ -57,17 +58,18 @@ pub(super) struct Daemon {
     pub gpu: Option<String>,
 }
 
-static DAEMON: OnceLock<Daemon> = OnceLock::new();
+static DAEMONS: [OnceLock<Daemon>; MAX_DEVICES] = [const { OnceLock::new() }; MAX_DEVICES];
 
-/// The socket of the daemon registered with (for messages).
-pub(super) fn socket() -> String {
-    DAEMON.get().map_or(String::new(), |d| d.socket.display().to_string())
+/// The socket of the daemon device `dev` registered with (for messages).
+pub(super) fn socket(dev: usize) -> String {
+    DAEMONS.get(dev).and_then(OnceLock::get).map_or(String::new(), |d| d.socket.display().to_string())
 }
 
-/// The daemon of GPU `gpu` that `named` (`GMUX_DAEMON`) names: in a directory of
-/// per-GPU sockets, the GPU's own, started if none runs; else the socket named.
-pub(super) fn daemon(named: &Path, gpu: Option<String>) -> &'static Daemon {
-    DAEMON.get_or_init(|| {
+/// The daemon of device `dev`, of GPU `gpu`, that `named` (`GMUX_DAEMON`) names: in a
+/// directory of per-GPU sockets, the GPU's own, started if none runs; else the socket
+/// named.
+pub(super) fn daemon(dev: usize, named: &Path, gpu: Option<String>) -> &'static Daemon {
+    DAEMONS[dev].get_or_init(|| {
         let socket = match (&gpu, named.is_dir()) {
             (Some(uuid), true) => {
                 let socket = named.join(format!("{uuid}.sock"));
@@ -145,8 +147,8 @@ pub(super) fn register(path: &Path, gpu: Option<String>, resume: Option<Resume>)
 /// Reads grants and policies from the daemon for the life of the process: when the
 /// connection ends, runs on within the last grant and registers with the next daemon on
 /// the same socket.
-pub(super) fn read_grants(mut reader: BufReader<UnixStream>) {
-    let a = agent().expect("attached");
+pub(super) fn read_grants(dev: usize, mut reader: BufReader<UnixStream>) {
+    let a = agent(dev).expect("attached");
     let mut line = String::new();
     loop {
         line.clear();
@@ -171,13 +173,13 @@ pub(super) fn read_grants(mut reader: BufReader<UnixStream>) {
 /// Tries every second (every 5 s after a refusal) to register with a daemon at the
 /// socket, telling it what this process holds; returns the new connection's reader.
 fn register_again(a: &Agent) -> BufReader<UnixStream> {
-    let d = DAEMON.get().expect("registered once");
+    let d = DAEMONS[a.dev].get().expect("registered once");
     let path = &d.socket;
     let mut wait = Duration::from_millis(100);
     let mut refused: Option<String> = None;
     loop {
         std::thread::sleep(wait);
-        let held = crate::state::existing().as_ref().map_or(0, |st| st.held());
+        let held = crate::devices::on(a.dev).as_ref().map_or(0, |st| st.held());
         let g = a.lock().grant;
         match register(path, d.gpu.clone(), Some(Resume { held, cap: g.cap, seq: g.seq })) {
             Ok((stream, reader, grant)) => {

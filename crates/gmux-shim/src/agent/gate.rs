@@ -7,9 +7,10 @@ use crate::log::stamp;
 use gmux_core::size::format_size;
 use std::time::Duration;
 
-/// Waits while the daemon has paused this process (no-op when not registered).
-pub fn gate() {
-    let Some(a) = agent() else { return };
+/// Waits while the daemon has paused device `dev`'s work in this process (no-op when not
+/// registered).
+pub fn gate(dev: usize) {
+    let Some(a) = agent(dev) else { return };
     if a.open.load(Ordering::Acquire) {
         return;
     }
@@ -40,10 +41,10 @@ pub fn gate() {
 /// again after each as long).
 const SAY_WAIT: Duration = Duration::from_secs(5);
 
-/// Blocks until the grant covers `need` bytes, telling the daemon what is waiting (a lost
-/// daemon's next one: growing without one could oversubscribe the budget).
-pub fn wait_grant(need: u64) {
-    let Some(a) = agent() else { return };
+/// Blocks until device `dev`'s grant covers `need` bytes, telling the daemon what is
+/// waiting (a lost daemon's next one: growing without one could oversubscribe the budget).
+pub fn wait_grant(dev: usize, need: u64) {
+    let Some(a) = agent(dev) else { return };
     let t0 = stamp();
     let mut l = a.lock();
     l.blocked = need;
@@ -62,7 +63,7 @@ pub fn wait_grant(need: u64) {
                     told.as_secs_f64(),
                     format_size(need),
                     format_size(l.grant.cap),
-                    super::connect::socket()
+                    super::connect::socket(dev)
                 );
                 continue;
             }

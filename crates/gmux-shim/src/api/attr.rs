@@ -3,7 +3,7 @@
 
 use super::report;
 use crate::cuda::*;
-use crate::state::{shim, Shim, WorkingSet};
+use crate::state::{Shim, WorkingSet};
 use crate::vmem::Region;
 use std::ffi::c_void;
 
@@ -37,20 +37,16 @@ fn resident(st: &mut Shim, r: &Region) -> CUresult {
     }
 }
 
-/// Runs `f` on the region holding `ptr`, or the driver's own call if `ptr` is not gmux memory.
+/// Runs `f` on the region holding `ptr` (in its device's context), or the driver's own
+/// call if `ptr` is not gmux memory.
 fn on_region<R: FnOnce() -> CUresult>(real: R, ptr: CUdeviceptr, f: impl FnOnce(&mut Shim, &Region, R) -> CUresult) -> CUresult {
-    let mut g = match shim() {
-        Ok(g) => g,
-        Err(_) => return real(),
+    let mut g = crate::devices::of(ptr);
+    let Some((st, r)) = g.as_mut().and_then(|st| st.region_of(ptr).map(|r| (st, r))) else {
+        drop(g);
+        return real();
     };
-    let st = g.as_mut().expect("created");
-    match st.region_of(ptr) {
-        Some(r) => f(st, &r, real),
-        None => {
-            drop(g);
-            real()
-        }
-    }
+    let _scope = gmux_cuda::context::Scope::enter(st.ctx());
+    f(st, &r, real)
 }
 
 /// `cuPointerGetAttribute`.

@@ -66,12 +66,19 @@ fn run_now(
     what: impl Fn() -> String,
     ws: impl FnOnce(&mut Shim) -> WorkingSet,
 ) -> CUresult {
-    crate::agent::gate();
-    let mut g = match shim() {
+    let Ok(dev) = crate::devices::current() else { return real() };
+    crate::agent::gate(dev);
+    let mut g = match crate::devices::shim_of(dev) {
         Ok(g) => g,
         Err(_) => return real(),
     };
+    crate::devices::take_reached();
     let mut ws = ws(g.as_mut().expect("created"));
+    let reached = crate::devices::take_reached();
+    if !reached.is_empty() {
+        drop(g);
+        return super::across::run(real, stream, ptsz, dev, ws, &reached, &what());
+    }
     let (waits, sig) = loop {
         let st = g.as_mut().expect("created");
         let sig = st.signature(kind, &ws);
@@ -84,9 +91,9 @@ fn run_now(
                 // Over this process's grant: wait for the daemon outside the lock (the
                 // agent may have to evict), then check the working set is still live.
                 drop(g);
-                crate::agent::wait_grant(need);
-                crate::agent::gate();
-                g = crate::state::existing();
+                crate::agent::wait_grant(dev, need);
+                crate::agent::gate(dev);
+                g = crate::devices::on(dev);
                 let st = g.as_mut().expect("created");
                 match &mut ws {
                     WorkingSet::Allocs(a) => a.retain(|id| st.is_live(*id)),
@@ -283,8 +290,8 @@ pub fn synced(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool) -> 
     if r == CUDA_SUCCESS {
         if let Some(st) = crate::state::existing().as_mut() {
             let _ = crate::capture::relaxed(|| st.inflight.synced(stream, ptsz).map_err(Into::into).and_then(|()| st.reap()));
+            crate::agent::poke(st.device());
         }
-        crate::agent::poke();
         crate::record::synced();
     }
     r
@@ -313,8 +320,8 @@ pub fn synced_all(real: impl FnOnce() -> CUresult) -> CUresult {
     if r == CUDA_SUCCESS {
         if let Some(st) = crate::state::existing().as_mut() {
             let _ = crate::capture::relaxed(|| st.inflight.synced_all().map_err(Into::into).and_then(|()| st.reap()));
+            crate::agent::poke(st.device());
         }
-        crate::agent::poke();
         crate::record::synced();
     }
     r

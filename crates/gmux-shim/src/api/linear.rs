@@ -155,6 +155,24 @@ pub fn device_copy(real: impl FnOnce() -> CUresult, dst: CUdeviceptr, src: CUdev
     linear(real, &Linear { what: "cuMemcpyDtoD", device: &[dst, src], bytes: n as u64, issue: &issue }, stream, ptsz, sync)
 }
 
+/// A copy between devices with their contexts named (`cuMemcpyPeer*`); one larger than the
+/// limit is streamed through it.
+#[allow(clippy::too_many_arguments)]
+pub fn peer_copy(
+    real: impl FnOnce() -> CUresult,
+    dst: CUdeviceptr,
+    dst_ctx: CUcontext,
+    src: CUdeviceptr,
+    src_ctx: CUcontext,
+    n: usize,
+    stream: CUstream,
+    ptsz: bool,
+    sync: bool,
+) -> CUresult {
+    let issue = |off: u64, len: u64, s: CUstream| crate::real!(cuMemcpyPeerAsync(dst + off, dst_ctx, src + off, src_ctx, len as usize, s));
+    linear(real, &Linear { what: "cuMemcpyPeer", device: &[dst, src], bytes: n as u64, issue: &issue }, stream, ptsz, sync)
+}
+
 /// A memset of `n` elements of `width` bytes (1, 2 or 4) to `value`; one larger than the
 /// limit is streamed through it.
 #[allow(clippy::too_many_arguments)]

@@ -2,6 +2,7 @@
 
 use super::report;
 use crate::cuda::*;
+use crate::devices::of;
 use crate::state::{existing, shim};
 
 /// `cuMemAlloc`: a reserved range, backed on first use.
@@ -25,13 +26,6 @@ unsafe fn alloc_on(d: *mut CUdeviceptr, bytes: u64, on: Option<crate::inflight::
         Ok(g) => g,
         Err(code) => return code,
     };
-    if let Some(dev) = g.as_ref().and_then(|st| st.other_device()) {
-        let serves = g.as_ref().map_or(0, |st| st.ordinal());
-        return super::refuse::call(
-            "cuMemAlloc on a second device",
-            &format!("this process's memory is virtualized on device {serves}, and device {dev}'s is not yet; run one process per GPU (`gmux run --gpus N`, or CUDA_VISIBLE_DEVICES)"),
-        );
-    }
     match crate::capture::relaxed(|| g.as_mut().expect("created").alloc(bytes, on)) {
         Ok(p) => {
             // SAFETY: `d` is non-null and, per this function's contract, writable.
@@ -67,7 +61,7 @@ pub unsafe fn alloc_pitch(d: *mut CUdeviceptr, pitch: *mut usize, width: usize, 
 /// `cuMemFree`, or with `on` the stream of a `cuMemFreeAsync`, as
 /// [`Shim::free`](crate::state::Shim::free) says.
 pub fn free(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr, on: Option<crate::inflight::StreamKey>) -> CUresult {
-    let mut g = existing();
+    let mut g = of(ptr);
     match g.as_mut() {
         // The program's own mappings go with cuMemUnmap, as with the driver.
         Some(st) if st.vmem.find(ptr).is_some_and(|r| r.app) => CUDA_ERROR_INVALID_VALUE,
@@ -140,7 +134,7 @@ pub unsafe fn info(real: impl FnOnce() -> CUresult, free: *mut usize, total: *mu
 /// # Safety
 /// `base` and `size` are writable or null.
 pub unsafe fn range(real: impl FnOnce() -> CUresult, base: *mut CUdeviceptr, size: *mut usize, ptr: CUdeviceptr) -> CUresult {
-    let g = existing();
+    let g = of(ptr);
     let Some(r) = g.as_ref().and_then(|st| st.region_of(ptr)) else {
         drop(g);
         return real();
@@ -209,7 +203,7 @@ pub unsafe fn alloc_async(d: *mut CUdeviceptr, bytes: u64, stream: CUstream, pts
 /// capture stays too, as the graph may use it at every launch.
 pub fn free_async(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr, stream: CUstream, ptsz: bool) -> CUresult {
     if crate::capture::captured(stream, ptsz) {
-        if let Some(st) = existing().as_mut().filter(|st| st.vmem.find(ptr).is_some()) {
+        if let Some(st) = of(ptr).as_mut().filter(|st| st.vmem.find(ptr).is_some()) {
             st.keep_for_graphs(ptr);
             return CUDA_SUCCESS;
         }

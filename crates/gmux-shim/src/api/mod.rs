@@ -1,5 +1,6 @@
 //! Handlers of the entry points listed in [`crate::exports`].
 
+mod across;
 pub mod attr;
 pub mod boxcopy;
 pub mod command;

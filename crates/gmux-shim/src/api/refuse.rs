@@ -36,7 +36,7 @@ pub fn note_passthrough(name: &str) {
 
 /// Refuses `name` on gmux memory; forwards it otherwise.
 pub fn if_virtual(real: impl FnOnce() -> CUresult, name: &str, ptr: CUdeviceptr, why: &str) -> CUresult {
-    let virtual_ = crate::state::existing().as_ref().is_some_and(|st| st.vmem.find(ptr).is_some());
+    let virtual_ = crate::devices::owner(ptr).is_some();
     if virtual_ {
         call(name, why)
     } else {

@@ -2,7 +2,8 @@
 
 use crate::appvmm::{AppHandles, Refusal};
 use crate::cuda::*;
-use crate::state::{existing, shim};
+use crate::devices::{of, on};
+use crate::state::shim;
 
 fn refused(r: Refusal) -> CUresult {
     match r {
@@ -19,7 +20,20 @@ pub unsafe fn create(real: impl FnOnce() -> CUresult, h: *mut CUmemGenericAlloca
     if h.is_null() || prop.is_null() {
         return real();
     }
-    let Ok(mut g) = shim() else { return real() };
+    // SAFETY: `prop` is readable per the caller's contract.
+    let location = unsafe { (*prop).location };
+    // Device memory for a device other than the current context's: that device's state.
+    let other = match crate::devices::current() {
+        Ok(cur) if location.type_ == CU_MEM_LOCATION_TYPE_DEVICE && location.id as usize != cur => Some(location.id as usize),
+        _ => None,
+    };
+    let mut g = match other {
+        Some(dev) if dev < crate::devices::MAX_DEVICES && on(dev).is_some() => on(dev),
+        _ => match shim() {
+            Ok(g) => g,
+            Err(_) => return real(),
+        },
+    };
     let st = g.as_mut().expect("created");
     let ordinal = st.ordinal();
     // SAFETY: `prop` is readable per the caller's contract.
@@ -43,7 +57,7 @@ pub fn release(real: impl FnOnce() -> CUresult, h: CUmemGenericAllocationHandle)
     if !AppHandles::is_ours(h) {
         return real();
     }
-    match existing().as_mut().map(|st| st.app_vmm.release(h)) {
+    match on(AppHandles::device_of(h)).as_mut().map(|st| st.app_vmm.release(h)) {
         Some(Ok(())) => CUDA_SUCCESS,
         Some(Err(r)) => refused(r),
         None => CUDA_ERROR_INVALID_VALUE,
@@ -55,7 +69,7 @@ pub fn map(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr, size: usize, offse
     if !AppHandles::is_ours(h) {
         return real();
     }
-    let mut g = existing();
+    let mut g = on(AppHandles::device_of(h));
     let Some(st) = g.as_mut() else { return CUDA_ERROR_INVALID_HANDLE };
     match st.map_app(ptr, size as u64, offset as u64, h) {
         Ok(new) => {
@@ -71,7 +85,7 @@ pub fn map(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr, size: usize, offse
 /// `cuMemUnmap`: frees gmux memory mapped in the range (after the commands that use it);
 /// other ranges go to the driver.
 pub fn unmap(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr, size: usize) -> CUresult {
-    let mut g = existing();
+    let mut g = of(ptr);
     let Some(st) = g.as_mut() else {
         drop(g);
         return real();
@@ -97,7 +111,7 @@ pub fn unmap(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr, size: usize) -> 
 /// `cuMemSetAccess`: gmux grants access to its own memory when it backs it.
 pub fn set_access(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr, size: usize) -> CUresult {
     let Some(last) = ptr.checked_add((size as u64).max(1) - 1) else { return CUDA_ERROR_INVALID_VALUE };
-    let ours = existing().as_ref().is_some_and(|st| st.vmem.find(ptr).is_some_and(|r| r.app) && st.vmem.find(last).is_some_and(|r| r.app));
+    let ours = of(ptr).as_ref().is_some_and(|st| st.vmem.find(ptr).is_some_and(|r| r.app) && st.vmem.find(last).is_some_and(|r| r.app));
     if ours {
         CUDA_SUCCESS
     } else {
@@ -113,7 +127,7 @@ pub unsafe fn properties(real: impl FnOnce() -> CUresult, prop: *mut CUmemAlloca
     if !AppHandles::is_ours(h) {
         return real();
     }
-    match existing().as_ref().and_then(|st| st.app_vmm.prop(h)) {
+    match on(AppHandles::device_of(h)).as_ref().and_then(|st| st.app_vmm.prop(h)) {
         Some(p) if !prop.is_null() => {
             // SAFETY: `prop` is writable per the caller's contract.
             unsafe { *prop = p };
@@ -128,7 +142,7 @@ pub unsafe fn properties(real: impl FnOnce() -> CUresult, prop: *mut CUmemAlloca
 /// # Safety
 /// `h` is writable or null.
 pub unsafe fn retain(real: impl FnOnce() -> CUresult, h: *mut CUmemGenericAllocationHandle, addr: CUdeviceptr) -> CUresult {
-    let mut g = existing();
+    let mut g = of(addr);
     let found = g.as_mut().and_then(|st| {
         let base = st.vmem.find(addr).filter(|r| r.app)?.base;
         st.app_vmm.retain(base)

@@ -8,12 +8,16 @@ use gmux_runtime::{Allocs, Span};
 
 impl Shim {
     /// The allocations that any of `ptrs` points into, with the allocations they refer to
-    /// (see [`Shim::add_refs`]). A pointer into the application's own mappings brings the
+    /// (see [`Shim::add_refs`]); pointers into other devices' gmux memory are noted
+    /// ([`crate::devices::note_reach`]), as by the two below for byte ranges. A pointer into the application's own mappings brings the
     /// mappings back to back with it that a buffer there may reach ([`crate::vmem::Vmem::extent_of`]).
     pub fn allocs_of(&self, ptrs: &[CUdeviceptr]) -> Allocs {
         let mut v = Allocs::new();
         for &p in ptrs {
-            let Some(r) = self.vmem.find(p) else { continue };
+            let Some(r) = self.vmem.find(p) else {
+                crate::devices::note_reach(self.device(), p, 1);
+                continue;
+            };
             if r.app {
                 v.extend(self.vmem.extent_of(r.base).into_iter().map(|x| x.alloc));
             } else {
@@ -32,6 +36,9 @@ impl Shim {
     /// The allocations that byte ranges `(start, len)` cross, with the allocations they
     /// refer to (see [`Shim::add_refs`]).
     pub fn allocs_over(&self, ranges: &[(CUdeviceptr, u64)]) -> Allocs {
+        for &(p, n) in ranges {
+            crate::devices::note_reach(self.device(), p, n);
+        }
         let mut v: Allocs = ranges.iter().flat_map(|&(p, n)| self.vmem.overlapping(p, n)).map(|r| r.alloc).collect();
         for &(p, n) in ranges.iter().filter(|_| !self.slot_refs.is_empty()) {
             for s in self.packs.overlapping(p, n) {
@@ -47,6 +54,7 @@ impl Shim {
     pub fn spans_over(&self, ranges: &[(CUdeviceptr, u64)]) -> Vec<Span> {
         let mut spans = Vec::new();
         for &(start, len) in ranges {
+            crate::devices::note_reach(self.device(), start, len);
             let end = start.saturating_add(len);
             for r in self.vmem.overlapping(start, len) {
                 let (from, to) = (start.max(r.base), end.min(r.base + r.reserved));

@@ -110,6 +110,7 @@ cuda_api! {
     mem_address_free = "cuMemAddressFree" / "cuMemAddressFree": fn(CUdeviceptr, usize);
     memcpy_3d = "cuMemcpy3D" / "cuMemcpy3D_v2": fn(*const CUDA_MEMCPY3D);
     memcpy_dtod = "cuMemcpyDtoD" / "cuMemcpyDtoD_v2": fn(CUdeviceptr, CUdeviceptr, usize);
+    memcpy_peer = "cuMemcpyPeer" / "cuMemcpyPeer": fn(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, usize);
     stream_begin_capture = "cuStreamBeginCapture" / "cuStreamBeginCapture_v2": fn(CUstream, c_uint);
     stream_end_capture = "cuStreamEndCapture" / "cuStreamEndCapture": fn(CUstream, *mut CUgraph);
     thread_exchange_stream_capture_mode = "cuThreadExchangeStreamCaptureMode" / "cuThreadExchangeStreamCaptureMode": fn(*mut c_uint);
@@ -132,6 +133,7 @@ pub type RegisterFn = unsafe extern "C" fn(*const c_char, StandinKernel, u32, *c
 pub type ReadFn = unsafe extern "C" fn(u64, *mut u8, usize);
 pub type WriteFn = unsafe extern "C" fn(u64, *const u8, usize);
 pub type CountersFn = unsafe extern "C" fn(*mut u64, usize);
+pub type DeviceMemoryFn = unsafe extern "C" fn(u32, *mut u64);
 
 /// The stand-in's own functions, for the kernels.
 pub struct Standin {
@@ -139,6 +141,7 @@ pub struct Standin {
     pub read: ReadFn,
     pub write: WriteFn,
     pub counters: CountersFn,
+    pub device_memory: DeviceMemoryFn,
 }
 
 pub static STANDIN: OnceLock<Standin> = OnceLock::new();
@@ -211,6 +214,7 @@ impl App {
                 read: std::mem::transmute::<*mut c_void, ReadFn>(sym(handle, "gmuxStandinRead")),
                 write: std::mem::transmute::<*mut c_void, WriteFn>(sym(handle, "gmuxStandinWrite")),
                 counters: std::mem::transmute::<*mut c_void, CountersFn>(sym(handle, "gmuxStandinCounters")),
+                device_memory: std::mem::transmute::<*mut c_void, DeviceMemoryFn>(sym(handle, "gmuxStandinDeviceMemory")),
             }
         };
         let _ = STANDIN.set(standin);
@@ -311,6 +315,14 @@ impl App {
         // parameters, of the size it was registered with; the launch copies them. No `extra`.
         let r = unsafe { (self.cu.launch_kernel)(f, 1, 1, 1, 128, 1, 1, 0, s, params.as_mut_ptr(), null_mut()) };
         check(r, "cuLaunchKernel");
+    }
+
+    /// Physical memory `cuMemCreate` made on device `dev`: live now, and the most at once.
+    pub fn device_memory(&self, dev: u32) -> [u64; 2] {
+        let mut m = [0u64; 2];
+        // SAFETY: the stand-in writes two numbers into `m`, which holds two.
+        unsafe { (STANDIN.get().unwrap().device_memory)(dev, m.as_mut_ptr()) };
+        m
     }
 
     pub fn counters(&self) -> [u64; 9] {

@@ -18,6 +18,8 @@
 //! after a pattern was copied in and every word came back right),
 //! `fault-unmapped [--mode launch|noaccess|copy|stale]` (expected to be aborted),
 //! `second-device` (an allocation with device 1's context current; see `probes.rs`),
+//! `devices --devices N --buffers B --bytes S --rounds R` (one process on several devices,
+//! with copies and a kernel across them; see `devices.rs`),
 //! `loop --buffers N --bytes B --rounds R [--reverse-every K] [--free]` (a training-like loop:
 //! every round adds 1 to each buffer in the same order, reversed every K rounds if K is
 //! given, so that a forecast from history is sometimes wrong; then every buffer is
@@ -40,6 +42,7 @@ use cuda_abi::*;
 
 mod app;
 mod churn;
+mod devices;
 mod graphs;
 mod kernels;
 mod memory;
@@ -103,6 +106,7 @@ fn main() {
         "sync" => sync::checks(&app),
         "info" => probes::info(&app, &opts),
         "second-device" => probes::second_device(&app),
+        "devices" => devices::devices(&app, &opts),
         "dlsym-direct" => probes::dlsym_direct(&app),
         "procaddr-ptsz" => probes::procaddr_ptsz(&app),
         "extra-params" => probes::extra_params(&app, &opts),

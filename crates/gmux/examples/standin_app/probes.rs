@@ -356,9 +356,8 @@ pub fn fault_unmapped(app: &App, o: &Opts) -> bool {
 
 /// `second-device`: memory on device 0 (the current context's), then a `cuMemAlloc`
 /// with device 1's primary context current, and a `cuMemCreate` of device 1's memory.
-/// Prints what each returned, and exits 0 either way: natively both succeed; under gmux,
-/// which virtualizes one device per process, both are refused by name. Needs the
-/// stand-in with two devices.
+/// Prints what each returned, and exits 0 either way (both succeed, natively and under
+/// gmux). Needs the stand-in with two devices.
 pub fn second_device(app: &App) -> bool {
     let cu = &app.cu;
     let first = app.alloc(2 << 20);

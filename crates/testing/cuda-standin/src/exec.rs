@@ -203,7 +203,11 @@ pub fn stream_info(id: StreamId) -> Option<(Kind, u32, i32)> {
 }
 
 /// Enqueues `work` on stream `id` after `deps` and CUDA's implicit ordering; returns its seq.
+/// It runs as an operation of the device current now: the device bytes it touches must
+/// be mapped with access for that device.
 pub fn submit(id: StreamId, deps: Vec<u64>, work: Work) -> Result<u64, CUresult> {
+    let dev = crate::ctx::current_device().ok();
+    let work: Work = Box::new(move || crate::memory::as_device(dev, work));
     enqueue(&mut lock(), id, deps, work)
 }
 

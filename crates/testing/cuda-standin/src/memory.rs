@@ -12,6 +12,7 @@ use std::fmt;
 use cuda_abi::CUresult;
 
 mod access;
+pub use access::as_device;
 mod global;
 mod host;
 mod vmm;
@@ -19,7 +20,7 @@ mod vmm;
 #[cfg(test)]
 mod tests;
 
-pub use global::{count, counter, dev_read, dev_write, fault, mem, mem_mut, COUNTERS, PEAK_LIVE};
+pub use global::{count, counter, dev_read, dev_write, fault, mem, mem_mut, COUNTERS, PEAK_LIVE, PEAK_LIVE_ON};
 
 /// Mapping granularity (minimum and recommended), as on current NVIDIA GPUs.
 pub const GRANULARITY: u64 = 2 << 20;
@@ -36,6 +37,8 @@ pub enum Why {
     NotReserved,
     NotMapped,
     NoAccess,
+    /// Access granted to other devices, not to the one the access ran on.
+    OtherDevice,
     ReadOnly,
 }
 
@@ -45,6 +48,7 @@ impl fmt::Display for Why {
             Why::NotReserved => "not reserved",
             Why::NotMapped => "reserved but not mapped",
             Why::NoAccess => "mapped without access",
+            Why::OtherDevice => "mapped without access for the device that touched it",
             Why::ReadOnly => "mapped read-only",
         })
     }
@@ -68,6 +72,8 @@ struct Page {
     offset: u64,
     map: u64,
     access: u32,
+    /// The devices granted `access`, one bit each.
+    devices: u32,
 }
 
 struct MapRec {
@@ -83,6 +89,8 @@ struct Phys {
     released: bool,
     /// Host memory (`cuMemCreate` at location `HOST`): not the device's.
     host: bool,
+    /// The device it was made on (`cuMemAlloc`: none named).
+    device: Option<usize>,
 }
 
 struct Pinned {
@@ -94,6 +102,8 @@ struct Pinned {
 pub struct Memory {
     limit: u64,
     live: u64,
+    /// Live physical bytes made on each device (by `cuMemCreate`'s location).
+    live_on: [u64; crate::ctx::MAX_DEVICES],
     next_va: u64,
     next_handle: u64,
     next_map: u64,
@@ -129,6 +139,7 @@ impl Memory {
         Memory {
             limit,
             live: 0,
+            live_on: [0; crate::ctx::MAX_DEVICES],
             next_va: VA_BASE,
             next_handle: 0x1000,
             next_map: 1,
@@ -148,6 +159,11 @@ impl Memory {
     /// Physical bytes allocated and not yet freed.
     pub fn live(&self) -> u64 {
         self.live
+    }
+
+    /// Physical bytes `cuMemCreate` made on device `dev` and not yet freed.
+    pub fn live_on(&self, dev: usize) -> u64 {
+        self.live_on.get(dev).copied().unwrap_or(0)
     }
 
     /// Whether `addr` lies in the device address space handed out so far.

@@ -256,3 +256,50 @@ memsets! {
     cuMemsetD16Async_ptsz(u16) (async PerThread);
     cuMemsetD32Async_ptsz(u32) (async PerThread);
 }
+
+/// A copy between devices (`cuMemcpyPeer*`): it needs no access for any one device, as
+/// the driver's does not; captured, it is refused (the stand-in's graphs have no peer
+/// copy node).
+unsafe fn peer(dst: CUdeviceptr, dst_ctx: CUcontext, src: CUdeviceptr, src_ctx: CUcontext, n: usize, mode: Mode) -> CUresult {
+    tri!(crate::ctx::require_valid(dst_ctx));
+    tri!(crate::ctx::require_valid(src_ctx));
+    let stream = match tri!(target(mode)) {
+        (s, Route::Capture) => return capture::unsupported(s),
+        (s, Route::Run) => s,
+    };
+    let work: exec::Work = Box::new(move || {
+        crate::memory::as_device(None, || {
+            if let Err(f) = mem().copy(dst, src, n) {
+                crate::memory::fault("cuMemcpyPeer", f)
+            }
+        })
+    });
+    enqueue(stream, mode, false, work)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyPeer(dst: CUdeviceptr, dst_ctx: CUcontext, src: CUdeviceptr, src_ctx: CUcontext, n: usize) -> CUresult {
+    peer(dst, dst_ctx, src, src_ctx, n, Sync(Legacy))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyPeer_ptds(dst: CUdeviceptr, dst_ctx: CUcontext, src: CUdeviceptr, src_ctx: CUcontext, n: usize) -> CUresult {
+    peer(dst, dst_ctx, src, src_ctx, n, Sync(PerThread))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyPeerAsync(dst: CUdeviceptr, dst_ctx: CUcontext, src: CUdeviceptr, src_ctx: CUcontext, n: usize, stream: CUstream) -> CUresult {
+    peer(dst, dst_ctx, src, src_ctx, n, Async(stream, Legacy))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyPeerAsync_ptsz(
+    dst: CUdeviceptr,
+    dst_ctx: CUcontext,
+    src: CUdeviceptr,
+    src_ctx: CUcontext,
+    n: usize,
+    stream: CUstream,
+) -> CUresult {
+    peer(dst, dst_ctx, src, src_ctx, n, Async(stream, PerThread))
+}

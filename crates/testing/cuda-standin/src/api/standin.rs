@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use cuda_abi::StandinKernel;
 
 use crate::kernel;
-use crate::memory::{fault, mem, COUNTERS, PEAK_LIVE};
+use crate::memory::{fault, mem, COUNTERS, PEAK_LIVE, PEAK_LIVE_ON};
 
 /// Registers host function `f` as a kernel named `name` with `nparams` parameters of the
 /// given byte sizes. Returns a `CUkernel` if `as_cukernel != 0`, else a `CUfunction`;
@@ -61,4 +61,16 @@ pub unsafe extern "C" fn gmuxStandinCounters(out: *mut u64, n: usize) {
     for (i, v) in all.into_iter().take(n).enumerate() {
         *out.add(i) = v;
     }
+}
+
+/// Fills `out[0..2]` with the physical bytes `cuMemCreate` made on device `dev` that are
+/// live now, and the most that were live at once; 0 for a device out of range.
+#[no_mangle]
+pub unsafe extern "C" fn gmuxStandinDeviceMemory(dev: u32, out: *mut u64) {
+    if out.is_null() {
+        return;
+    }
+    let d = dev as usize;
+    *out = mem().live_on(d);
+    *out.add(1) = PEAK_LIVE_ON.get(d).map_or(0, |p| p.load(Ordering::SeqCst));
 }

@@ -2,6 +2,22 @@
 
 use super::{page_of, Fault, Memory, Why, GRANULARITY};
 use cuda_abi::*;
+use std::cell::Cell;
+
+thread_local! {
+    /// The device whose operation the thread runs (`None`: a peer copy, which the
+    /// driver makes from any device granted access).
+    static ACCESSOR: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// Runs `f` as an operation of device `dev`: its device bytes must be mapped with access
+/// for that device.
+pub fn as_device<R>(dev: Option<usize>, f: impl FnOnce() -> R) -> R {
+    let before = ACCESSOR.replace(dev);
+    let r = f();
+    ACCESSOR.set(before);
+    r
+}
 
 impl Memory {
     /// Checks that `[addr, addr + len)` is mapped with read (and, if `write`, write) access.
@@ -13,9 +29,11 @@ impl Memory {
             return Err(Fault { addr, why: Why::NotReserved });
         };
         let mut page = page_of(addr);
+        let device = ACCESSOR.get().map_or(u32::MAX, |d| 1 << d);
         while page < end {
             let at = page.max(addr);
             let why = match self.pages.get(&page) {
+                Some(p) if p.access != CU_MEM_ACCESS_FLAGS_PROT_NONE && p.devices & device == 0 => Some(Why::OtherDevice),
                 Some(p) if p.access == CU_MEM_ACCESS_FLAGS_PROT_READWRITE => None,
                 Some(p) if p.access == CU_MEM_ACCESS_FLAGS_PROT_READ => write.then_some(Why::ReadOnly),
                 Some(_) => Some(Why::NoAccess),

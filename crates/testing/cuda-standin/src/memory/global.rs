@@ -23,6 +23,9 @@ pub static COUNTERS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
 /// The most physical memory alive at once (created, not yet freed), in bytes.
 pub static PEAK_LIVE: AtomicU64 = AtomicU64::new(0);
 
+/// The same for the memory `cuMemCreate` made on each device.
+pub static PEAK_LIVE_ON: [AtomicU64; crate::ctx::MAX_DEVICES] = [const { AtomicU64::new(0) }; crate::ctx::MAX_DEVICES];
+
 /// Adds `n` to counter `which`.
 pub fn count(which: usize, n: u64) {
     COUNTERS[which].fetch_add(n, Ordering::Relaxed);

@@ -152,3 +152,26 @@ fn pinned_ranges() {
     m.free_host(p).unwrap();
     assert!(!m.is_pinned(p, 1));
 }
+
+#[test]
+fn a_mapping_is_reached_only_from_the_devices_granted_and_counted_on_its_own() {
+    let mut m = Memory::new(64 << 20);
+    let on = |dev| CUmemAccessDesc { location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: dev }, flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+    let h = m.create(2 * G, &CUmemAllocationProp::device(1)).unwrap();
+    assert_eq!((m.live_on(0), m.live_on(1)), (0, 2 * G), "memory counts on the device it was made on");
+    let va = m.reserve(2 * G, 0).unwrap();
+    m.map(va, 2 * G, 0, h).unwrap();
+    m.set_access(va, 2 * G, &[on(1)]).unwrap();
+    assert!(as_device(Some(1), || m.check(va, 8, true)).is_ok());
+    assert_eq!(as_device(Some(0), || m.check(va, 8, false)).unwrap_err().why, Why::OtherDevice, "device 0 was not granted");
+    assert!(as_device(None, || m.check(va, 8, true)).is_ok(), "a peer copy needs a device granted, any");
+    m.set_access(va, 2 * G, &[on(0), on(1)]).unwrap();
+    assert!(as_device(Some(0), || m.check(va + G, 8, true)).is_ok(), "granted to both");
+    let none = CUmemAccessDesc { flags: CU_MEM_ACCESS_FLAGS_PROT_NONE, ..on(1) };
+    m.set_access(va, 2 * G, &[none]).unwrap();
+    assert_eq!(as_device(Some(1), || m.check(va, 8, false)).unwrap_err().why, Why::OtherDevice, "access taken back from 1");
+    assert!(as_device(Some(0), || m.check(va, 8, true)).is_ok(), "and kept for 0");
+    m.unmap(va, 2 * G).unwrap();
+    m.release(h).unwrap();
+    assert_eq!(m.live_on(1), 0);
+}

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{aligned, map_anon, round_up, MapRec, Memory, Page, Phys, Range, Res, GRANULARITY, HOST_PAGE, PEAK_LIVE, VA_BASE, VA_WINDOW};
+use super::{aligned, map_anon, round_up, MapRec, Memory, Page, Phys, Range, Res, GRANULARITY, HOST_PAGE, PEAK_LIVE, PEAK_LIVE_ON, VA_BASE, VA_WINDOW};
 use cuda_abi::*;
 
 impl Memory {
@@ -35,7 +35,7 @@ impl Memory {
         Ok(())
     }
 
-    fn new_phys(&mut self, size: u64, host: bool) -> Res<u64> {
+    fn new_phys(&mut self, size: u64, host: bool, device: Option<usize>) -> Res<u64> {
         if !host && self.live + size > self.limit {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
@@ -47,8 +47,12 @@ impl Memory {
         if !host {
             self.live += size;
             PEAK_LIVE.fetch_max(self.live, Ordering::Relaxed);
+            if let Some(d) = device {
+                self.live_on[d] += size;
+                PEAK_LIVE_ON[d].fetch_max(self.live_on[d], Ordering::Relaxed);
+            }
         }
-        self.phys.insert(handle, Phys { base: base as usize, size, mappings: 0, released: false, host });
+        self.phys.insert(handle, Phys { base: base as usize, size, mappings: 0, released: false, host, device });
         Ok(handle)
     }
 
@@ -62,6 +66,9 @@ impl Memory {
             unsafe { libc::munmap(p.base as *mut libc::c_void, p.size as usize) };
             if !p.host {
                 self.live -= p.size;
+                if let Some(d) = p.device {
+                    self.live_on[d] -= p.size;
+                }
             }
         }
     }
@@ -74,8 +81,8 @@ impl Memory {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         match prop.location.type_ {
-            CU_MEM_LOCATION_TYPE_HOST if prop.requested_handle_types == 0 => self.new_phys(size, true),
-            CU_MEM_LOCATION_TYPE_DEVICE => self.new_phys(size, false),
+            CU_MEM_LOCATION_TYPE_HOST if prop.requested_handle_types == 0 => self.new_phys(size, true, None),
+            CU_MEM_LOCATION_TYPE_DEVICE => self.new_phys(size, false, usize::try_from(prop.location.id).ok().filter(|d| *d < crate::ctx::MAX_DEVICES)),
             _ => Err(CUDA_ERROR_INVALID_DEVICE),
         }
     }
@@ -106,15 +113,15 @@ impl Memory {
         if (0..size / GRANULARITY).any(|i| self.pages.contains_key(&(ptr + i * GRANULARITY))) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        self.insert_map(ptr, size, offset, handle, CU_MEM_ACCESS_FLAGS_PROT_NONE);
+        self.insert_map(ptr, size, offset, handle, CU_MEM_ACCESS_FLAGS_PROT_NONE, 0);
         Ok(())
     }
 
-    fn insert_map(&mut self, ptr: u64, size: u64, offset: u64, handle: u64, access: u32) {
+    fn insert_map(&mut self, ptr: u64, size: u64, offset: u64, handle: u64, access: u32, devices: u32) {
         let map = self.next_map;
         self.next_map += 1;
         for i in 0..size / GRANULARITY {
-            let page = Page { handle, offset: offset + i * GRANULARITY, map, access };
+            let page = Page { handle, offset: offset + i * GRANULARITY, map, access, devices };
             self.pages.insert(ptr + i * GRANULARITY, page);
         }
         self.maps.insert(map, MapRec { base: ptr, size, handle });
@@ -153,10 +160,11 @@ impl Memory {
         Ok(())
     }
 
-    /// `cuMemSetAccess`: whole mappings only, possibly many consecutive ones. Access is
-    /// the same from every device; the caller checks the descriptors' device ordinals.
+    /// `cuMemSetAccess`: whole mappings only, possibly many consecutive ones. Each
+    /// descriptor grants (or, `PROT_NONE`, takes away) its device's access; the flags are
+    /// the same for every device granted. The caller checks the devices' ordinals.
     pub fn set_access(&mut self, ptr: u64, size: u64, descs: &[CUmemAccessDesc]) -> Res<()> {
-        let mut flags = None;
+        let (mut flags, mut grant, mut revoke) = (None, 0u32, 0u32);
         for d in descs {
             if d.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
                 return Err(CUDA_ERROR_INVALID_DEVICE);
@@ -164,12 +172,22 @@ impl Memory {
             if ![CU_MEM_ACCESS_FLAGS_PROT_NONE, CU_MEM_ACCESS_FLAGS_PROT_READ, CU_MEM_ACCESS_FLAGS_PROT_READWRITE].contains(&d.flags) {
                 return Err(CUDA_ERROR_INVALID_VALUE);
             }
-            flags = Some(d.flags);
+            let bit = 1u32.checked_shl(d.location.id as u32).unwrap_or(0);
+            if d.flags == CU_MEM_ACCESS_FLAGS_PROT_NONE {
+                revoke |= bit;
+            } else {
+                grant |= bit;
+                flags = Some(flags.map_or(d.flags, |f: u32| f.max(d.flags)));
+            }
         }
-        let flags = flags.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        if descs.is_empty() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
         self.whole_maps(ptr, size)?;
         for i in 0..size / GRANULARITY {
-            self.pages.get_mut(&(ptr + i * GRANULARITY)).unwrap().access = flags;
+            let page = self.pages.get_mut(&(ptr + i * GRANULARITY)).unwrap();
+            page.devices = (page.devices | grant) & !revoke;
+            page.access = if page.devices == 0 { CU_MEM_ACCESS_FLAGS_PROT_NONE } else { flags.unwrap_or(page.access) };
         }
         Ok(())
     }
@@ -180,9 +198,9 @@ impl Memory {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let rounded = round_up(size, GRANULARITY);
-        let handle = self.new_phys(rounded, false)?;
+        let handle = self.new_phys(rounded, false, None)?;
         let base = self.reserve(rounded, 0)?;
-        self.insert_map(base, rounded, 0, handle, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+        self.insert_map(base, rounded, 0, handle, CU_MEM_ACCESS_FLAGS_PROT_READWRITE, u32::MAX);
         self.ranges.get_mut(&base).unwrap().alloc = Some((size, handle));
         self.phys.get_mut(&handle).unwrap().released = true;
         Ok(base)
