@@ -18,13 +18,14 @@ use std::sync::{Mutex, MutexGuard, RwLock};
 /// Most devices of a process (ordinals 0 to 31 of those it sees).
 pub const MAX_DEVICES: usize = gmux_cuda::device::MAX_PEERS;
 
-static SLOTS: [Mutex<Option<Shim>>; MAX_DEVICES] = [const { Mutex::new(None) }; MAX_DEVICES];
+/// Each device's state, boxed so that the empty slots take no space in the library.
+static SLOTS: [Mutex<Option<Box<Shim>>>; MAX_DEVICES] = [const { Mutex::new(None) }; MAX_DEVICES];
 
 /// Devices with state, one bit per ordinal.
 static IN_USE: AtomicU32 = AtomicU32::new(0);
 
 /// The gmux state of one device, locked.
-pub type Guard = MutexGuard<'static, Option<Shim>>;
+pub type Guard = MutexGuard<'static, Option<Box<Shim>>>;
 
 /// The device of the calling thread's current context.
 pub fn current() -> Result<usize, CUresult> {
@@ -47,11 +48,19 @@ pub fn shim() -> Result<Guard, CUresult> {
 /// [`shim`] where the caller knows the current context's device, `dev`.
 pub fn shim_of(dev: usize) -> Result<Guard, CUresult> {
     if IN_USE.load(Ordering::Acquire) & (1 << dev) == 0 {
-        join(dev);
+        return create(dev);
     }
+    Ok(lock(dev))
+}
+
+/// Device `dev`'s state, made now unless another thread made it first.
+#[cold]
+#[inline(never)]
+fn create(dev: usize) -> Result<Guard, CUresult> {
+    join(dev);
     let mut g = lock(dev);
     if g.is_none() {
-        *g = Some(Shim::new(dev)?);
+        *g = Some(Box::new(Shim::new(dev)?));
         IN_USE.fetch_or(1 << dev, Ordering::AcqRel);
     }
     Ok(g)

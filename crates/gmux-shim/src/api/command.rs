@@ -77,7 +77,7 @@ fn run_now(
     let reached = crate::devices::take_reached();
     if !reached.is_empty() {
         drop(g);
-        return super::across::run(real, stream, ptsz, dev, ws, &reached, &what());
+        return super::across::run(Box::new(real), stream, ptsz, dev, ws, &reached, &what());
     }
     let (waits, sig) = loop {
         let st = g.as_mut().expect("created");

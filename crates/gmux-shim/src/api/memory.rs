@@ -30,7 +30,7 @@ unsafe fn alloc_on(d: *mut CUdeviceptr, bytes: u64, on: Option<crate::inflight::
         Ok(p) => {
             // SAFETY: `d` is non-null and, per this function's contract, writable.
             unsafe { *d = p };
-            crate::record::alloc(g.as_ref(), p);
+            crate::record::alloc(g.as_deref(), p);
             CUDA_SUCCESS
         }
         Err(e) => report(e, "cuMemAlloc"),

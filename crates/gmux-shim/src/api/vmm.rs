@@ -74,7 +74,7 @@ pub fn map(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr, size: usize, offse
     match st.map_app(ptr, size as u64, offset as u64, h) {
         Ok(new) => {
             if new {
-                crate::record::alloc(g.as_ref(), ptr);
+                crate::record::alloc(g.as_deref(), ptr);
             }
             CUDA_SUCCESS
         }
