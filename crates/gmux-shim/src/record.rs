@@ -125,9 +125,30 @@ fn record_on(ev: CUevent, stream: CUstream, ptsz: bool) -> CUresult {
     }
 }
 
-/// Records a released command: `kind` is a kernel's handle for kernels, `ws` its working set.
-pub fn command(t: Option<Timing>, kind: u64, ws: &WorkingSet) {
+/// The device whose memory the trace records: the first to allocate. A trace is one
+/// tenant's memory on one device; a process's other devices are left out, as the log
+/// says once.
+static DEVICE: OnceLock<usize> = OnceLock::new();
+
+fn records(dev: usize) -> bool {
+    let first = *DEVICE.get_or_init(|| dev);
+    if first != dev {
+        crate::api::refuse::once(
+            &format!("record device {dev}"),
+            &format!("the trace records device {first}'s memory and commands alone: device {dev}'s are left out (a trace holds one device)"),
+            crate::log::Level::Warn,
+        );
+    }
+    first == dev
+}
+
+/// Records a released command of device `dev`: `kind` is a kernel's handle for kernels,
+/// `ws` its working set.
+pub fn command(t: Option<Timing>, kind: u64, ws: &WorkingSet, dev: usize) {
     let Some(t) = t else { return };
+    if !records(dev) {
+        return;
+    }
     if let Some(rec) = recorder() {
         lock(rec).command(t, kind, ws);
     }
@@ -156,7 +177,7 @@ pub fn profiler_start(real: impl FnOnce() -> CUresult) -> CUresult {
 /// one's pack is recorded once, when the first slot is taken).
 pub fn alloc(st: Option<&Shim>, base: CUdeviceptr) {
     let Some(rec) = recorder() else { return };
-    if let Some(r) = st.and_then(|s| s.vmem.find(base)) {
+    if let Some(r) = st.filter(|s| records(s.device())).and_then(|s| s.vmem.find(base)) {
         lock(rec).alloc(r.alloc, r.bytes, r.base);
     }
 }

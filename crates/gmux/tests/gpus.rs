@@ -257,6 +257,13 @@ fn one_process_uses_two_gpus_each_within_its_limit() {
         assert!(line.contains("peak allocated 16.0 MiB") && line.contains("peak resident 8.0 MiB") && !line.contains("evicted 0 "), "device {d}: {line}");
     }
 
+    // Three devices, each within its own limit.
+    let mut c = h.cli(&["run", "--standalone", "--mem-limit", "8M", "--"]);
+    let r = run(c.arg(app_bin()).args(app).args(["--devices", "3"]).env("GMUX_STANDIN_DEVICES", "3"));
+    let (bad, peaks) = devices_report(&r);
+    assert!(r.status.success() && bad == Some(0) && peaks.len() == 3, "{}", r.describe());
+    assert!(peaks.iter().all(|p| *p > 4 * M && *p <= 8 * M), "{peaks:?}: {}", r.describe());
+
     // Under the daemons of both GPUs: the process is a tenant of each, within each budget.
     let mut h = h;
     let (s0, s1) = (h.socket(GPU0), h.socket(GPU1));

@@ -15,7 +15,15 @@ use crate::state::{ShimError, WorkingSet};
 
 /// Runs `real` on `stream` of device `own`, whose working set there is `ws` and which
 /// reaches `reached` on other devices. (Not generic: one copy serves every entry point.)
-pub(super) fn run(real: Box<dyn FnOnce() -> CUresult + '_>, stream: CUstream, ptsz: bool, own: usize, ws: WorkingSet, reached: &[Reach], what: &str) -> CUresult {
+pub(super) fn run(
+    real: Box<dyn FnOnce() -> CUresult + '_>,
+    stream: CUstream,
+    ptsz: bool,
+    own: usize,
+    ws: WorkingSet,
+    reached: &[Reach],
+    what: &str,
+) -> CUresult {
     let mut devs: Vec<usize> = reached.iter().map(|r| r.dev).chain([own]).collect();
     devs.sort_unstable();
     devs.dedup();

@@ -119,7 +119,7 @@ fn run_now(
             Ok(w) => w,
             Err(e) => return report(e, &what()),
         };
-        crate::record::command(timing, kind, &ws);
+        crate::record::command(timing, kind, &ws, dev);
         if let Some(ev) = wait {
             // Too many commands of this stream in flight: wait for the oldest over the
             // bound outside the lock.
