@@ -146,17 +146,23 @@ fn apply(a: &Agent, g: Grant) {
 }
 
 /// Registers device `dev`, of GPU `gpu`, with the daemon that `GMUX_DAEMON` names (a
-/// directory of per-GPU sockets, or one daemon's socket) and returns its first grant. A
-/// process that cannot register stops with the reason and the fix.
-pub fn attach(dev: usize, gpu: Option<String>) -> Option<Grant> {
-    let d = connect::daemon(dev, config().daemon.as_ref()?, gpu);
+/// directory of per-GPU sockets, or one daemon's socket) and returns its first grant
+/// (`None`: no daemon is asked for). A process that cannot register its first device
+/// stops with the reason and the fix; for a later device, `Err` says why.
+pub fn attach(dev: usize, gpu: Option<String>) -> Result<Option<Grant>, String> {
+    let Some(named) = config().daemon.as_ref() else { return Ok(None) };
+    let d = connect::daemon(dev, named, gpu);
     let path = &d.socket;
-    let (stream, reader, grant) = connect::register(path, d.gpu.clone(), None).unwrap_or_else(|e| {
-        let why = match e {
-            connect::Failed::Unreachable(why) | connect::Failed::Refused(why) => why,
-        };
-        crate::log::fatal(&format!("cannot register with gmuxd at {}: {why}; start it with `gmux daemon`, or run with `gmux run --standalone`", path.display()))
-    });
+    let (stream, reader, grant) = match connect::register(path, d.gpu.clone(), None) {
+        Ok(registered) => registered,
+        Err(connect::Failed::Unreachable(why) | connect::Failed::Refused(why)) => {
+            let why = format!("cannot register with gmuxd at {}: {why}", path.display());
+            if crate::devices::in_use().next().is_some() {
+                return Err(why);
+            }
+            crate::log::fatal(&format!("{why}; start it with `gmux daemon`, or run with `gmux run --standalone`"))
+        }
+    };
     let a = Agent {
         dev,
         link: Mutex::new(Link { grant, generation: 0, open: grant.run && grant.fill != Fill::Whole, blocked: 0, poke: true, lost: false, waiting: 0 }),
@@ -167,7 +173,7 @@ pub fn attach(dev: usize, gpu: Option<String>) -> Option<Grant> {
         held_ns: AtomicU64::new(0),
     };
     if AGENTS[dev].set(a).is_err() {
-        return Some(grant);
+        return Ok(Some(grant));
     }
     std::thread::Builder::new()
         .name("gmux-agent-rx".into())
@@ -185,7 +191,7 @@ pub fn attach(dev: usize, gpu: Option<String>) -> Option<Grant> {
         .expect("thread");
     crate::log!(Debug, "registered device {dev} with gmuxd as tenant {:?}: grant {}", config().tenant, format_size(grant.cap));
     note(&grant);
-    Some(grant)
+    Ok(Some(grant))
 }
 
 type StateGuard = crate::devices::Guard;

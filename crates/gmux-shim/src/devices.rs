@@ -24,6 +24,9 @@ static SLOTS: [Mutex<Option<Box<Shim>>>; MAX_DEVICES] = [const { Mutex::new(None
 /// Devices with state, one bit per ordinal.
 static IN_USE: AtomicU32 = AtomicU32::new(0);
 
+/// Devices whose daemon would not serve them ([`unserved`]), one bit per ordinal.
+static UNSERVED: AtomicU32 = AtomicU32::new(0);
+
 /// The gmux state of one device, locked.
 pub type Guard = MutexGuard<'static, Option<Box<Shim>>>;
 
@@ -53,17 +56,23 @@ pub fn shim_of(dev: usize) -> Result<Guard, CUresult> {
     Ok(lock(dev))
 }
 
-/// Device `dev`'s state, made now unless another thread made it first.
+/// Device `dev`'s state, made now unless another thread made it first, then joined to
+/// the process's other devices ([`join`], with no state locked).
 #[cold]
 #[inline(never)]
 fn create(dev: usize) -> Result<Guard, CUresult> {
-    join(dev);
-    let mut g = lock(dev);
-    if g.is_none() {
-        *g = Some(Box::new(Shim::new(dev)?));
-        IN_USE.fetch_or(1 << dev, Ordering::AcqRel);
+    if UNSERVED.load(Ordering::Acquire) & (1 << dev) != 0 {
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
     }
-    Ok(g)
+    {
+        let mut g = lock(dev);
+        if g.is_none() {
+            *g = Some(Box::new(Shim::new(dev)?));
+        }
+    }
+    join(dev);
+    IN_USE.fetch_or(1 << dev, Ordering::AcqRel);
+    Ok(lock(dev))
 }
 
 /// The state of the current context's device if it exists (the lowest device's when no
@@ -112,9 +121,9 @@ pub fn several() -> bool {
     IN_USE.load(Ordering::Relaxed).count_ones() > 1
 }
 
-/// Before device `dev` gets its state: where the process already uses other devices, the
-/// devices become peers (every mapping grants all of them access), and the mappings made
-/// so far are granted to the newcomer. No state lock is held here.
+/// Once device `dev` has its state, before it has memory: where the process already uses
+/// other devices, the devices become peers (every mapping grants all of them access),
+/// and the mappings made so far are granted to the newcomer. No state lock is held here.
 fn join(dev: usize) {
     let others: Vec<usize> = in_use().filter(|d| *d != dev).collect();
     if others.is_empty() {
@@ -141,6 +150,17 @@ fn join(dev: usize) {
         }
     }
     crate::log!(Info, "device {dev} joins this process's devices: their gmux memory is mapped for all of them (peer access)");
+}
+
+/// A device after the first whose daemon could not register it (`why`): gmux leaves its
+/// memory to the driver, unvirtualized, and refuses its allocations by name from now on.
+pub fn unserved(dev: usize, why: &str) -> CUresult {
+    UNSERVED.fetch_or(1 << dev, Ordering::AcqRel);
+    crate::log!(
+        Error,
+        "device {dev}: {why}; its memory is not virtualized, and its allocations return CUDA_ERROR_NOT_SUPPORTED: under `gmux run` without GMUX_SOCKET each GPU's daemon serves its own, or make one GPU visible (`gmux run --gpus N`)"
+    );
+    CUDA_ERROR_NOT_SUPPORTED
 }
 
 /// Whether device `from` can access device `to`'s memory.

@@ -112,7 +112,7 @@ impl Shim {
         let gpu = gmux_cuda::gpus::uuid_of(ordinal)
             .map_err(|r| crate::log!(Warn, "cannot read the UUID of device {ordinal} (CUDA error {r}); the daemon takes this process for its GPU's"))
             .ok();
-        let grant = crate::agent::attach(dev, gpu);
+        let grant = crate::agent::attach(dev, gpu).map_err(|why| crate::devices::unserved(dev, &why))?;
         let limit = match cfg.mem_limit {
             _ if grant.is_some() => grant.map_or(0, |g| g.cap.min(usable) / CHUNK_BYTES * CHUNK_BYTES),
             Some(l) if l > usable => {

@@ -202,6 +202,12 @@ fn a_daemon_serves_the_gpu_of_its_first_process_alone() {
     );
     let ps = run(h.cli(&["ps"]).env("GMUX_SOCKET", &socket));
     assert!(ps.stdout.starts_with(&format!("{GPU1}: budget")), "{}", ps.describe());
+    // A process of GPU 1 that also uses GPU 0: the daemon serves its GPU 1 memory, and
+    // GPU 0's is refused by name, the process running on.
+    let mut c = h.cli(&["run", "--gpus", "1,0", "--tenant", "two", "--"]);
+    let both = run(c.arg(app_bin()).arg("second-device").env("GMUX_SOCKET", &socket));
+    assert!(both.status.success() && both.stdout.matches("returned 801").count() == 2, "{}", both.describe());
+    assert!(both.stderr.contains("device 1: cannot register with gmuxd") && both.stderr.contains("its memory is not virtualized"), "{}", both.describe());
 }
 
 #[test]

@@ -31,6 +31,8 @@ pub unsafe fn create(real: impl FnOnce() -> CUresult, h: *mut CUmemGenericAlloca
         Some(dev) if dev < crate::devices::MAX_DEVICES && on(dev).is_some() => on(dev),
         _ => match shim() {
             Ok(g) => g,
+            // A device whose daemon would not serve it (`devices::unserved`).
+            Err(CUDA_ERROR_NOT_SUPPORTED) => return CUDA_ERROR_NOT_SUPPORTED,
             Err(_) => return real(),
         },
     };
