@@ -60,6 +60,8 @@ pub struct Inflight {
     tracks: IdMap<StreamKey, Track>,
     last_use: IdMap<AllocId, (StreamKey, u64)>,
     pool: Vec<CUevent>,
+    /// Commands of other devices over this device's memory.
+    pub held: crate::held::Held,
 }
 
 // SAFETY: CUDA events may be used from any thread; the shim serializes access.
@@ -168,6 +170,9 @@ impl Inflight {
     /// The event after which no released command uses `a`, if one may still be running
     /// (recorded now if those commands have no fence yet).
     pub fn busy(&mut self, a: AllocId) -> Result<Option<CUevent>, CudaError> {
+        if let Some(ev) = self.held.busy(a) {
+            return Ok(Some(ev));
+        }
         let Some(&(key, seq)) = self.last_use.get(&a) else { return Ok(None) };
         let Some(t) = self.tracks.get(&key) else { return Ok(None) };
         if seq < t.done {
@@ -228,13 +233,16 @@ impl Inflight {
         self.retire(t.key, usize::MAX)
     }
 
-    /// The newest fence of every stream with unfinished commands, fencing what has none:
-    /// waiting for all of them waits for everything released so far.
+    /// The newest fence of every stream with unfinished commands, fencing what has none,
+    /// and the events of other devices' commands over this device's memory: waiting for
+    /// all of them waits for everything released so far.
     pub fn newest(&mut self) -> Vec<CUevent> {
         if let Err(e) = self.fence_all() {
             crate::log!(Error, "cannot fence the commands released so far ({e}): the context is broken");
         }
-        self.tracks.values().filter(|t| t.done < t.next).filter_map(|t| t.fences.back().map(|f| f.1)).collect()
+        let mut v: Vec<CUevent> = self.tracks.values().filter(|t| t.done < t.next).filter_map(|t| t.fences.back().map(|f| f.1)).collect();
+        v.extend(self.held.running());
+        v
     }
 
     /// Commands seen finished so far, all streams (fences what has none, and polls
@@ -250,7 +258,12 @@ impl Inflight {
 
     /// Whether no released command is known to be unfinished.
     pub fn idle(&self) -> bool {
-        self.tracks.values().all(|t| t.done == t.next)
+        self.tracks.values().all(|t| t.done == t.next) && self.held.is_empty()
+    }
+
+    /// Whether commands were released on `stream`.
+    pub fn tracks(&self, stream: CUstream, ptsz: bool) -> bool {
+        self.tracks.contains_key(&StreamKey::of(stream, ptsz))
     }
 
     /// Streams that have had commands.

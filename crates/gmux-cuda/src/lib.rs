@@ -23,6 +23,7 @@ pub mod cuda;
 pub mod device;
 pub mod driver;
 pub mod gpus;
+pub mod held;
 pub mod hostpool;
 pub mod inflight;
 pub mod log;

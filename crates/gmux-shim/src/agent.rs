@@ -153,7 +153,7 @@ pub fn attach(dev: usize, gpu: Option<String>) -> Result<Option<Grant>, String> 
     let Some(named) = config().daemon.as_ref() else { return Ok(None) };
     let d = connect::daemon(dev, named, gpu);
     let path = &d.socket;
-    let (stream, reader, grant) = match connect::register(path, d.gpu.clone(), None) {
+    let (stream, reader, grant) = match connect::register(dev, path, d.gpu.clone(), None) {
         Ok(registered) => registered,
         Err(connect::Failed::Unreachable(why) | connect::Failed::Refused(why)) => {
             let why = format!("cannot register with gmuxd at {}: {why}", path.display());

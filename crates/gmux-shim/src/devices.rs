@@ -24,6 +24,9 @@ static SLOTS: [Mutex<Option<Box<Shim>>>; MAX_DEVICES] = [const { Mutex::new(None
 /// Devices with state, one bit per ordinal.
 static IN_USE: AtomicU32 = AtomicU32::new(0);
 
+/// Held while a device gets its state and joins the others.
+static JOINING: Mutex<()> = Mutex::new(());
+
 /// Devices whose daemon would not serve them ([`unserved`]), one bit per ordinal.
 static UNSERVED: AtomicU32 = AtomicU32::new(0);
 
@@ -63,6 +66,11 @@ pub fn shim_of(dev: usize) -> Result<Guard, CUresult> {
 fn create(dev: usize) -> Result<Guard, CUresult> {
     if UNSERVED.load(Ordering::Acquire) & (1 << dev) != 0 {
         return Err(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    // One device joins at a time, so that each sees every device before it.
+    let _one = JOINING.lock().unwrap_or_else(|p| p.into_inner());
+    if IN_USE.load(Ordering::Acquire) & (1 << dev) != 0 {
+        return Ok(lock(dev));
     }
     {
         let mut g = lock(dev);
@@ -167,6 +175,11 @@ pub fn unserved(dev: usize, why: &str) -> CUresult {
 pub fn can_reach(from: usize, to: usize) -> bool {
     let mut can = 0;
     crate::real!(cuDeviceCanAccessPeer(&mut can, from as CUdevice, to as CUdevice)) == CUDA_SUCCESS && can == 1
+}
+
+/// The device whose state serves context `ctx`.
+pub fn of_ctx(ctx: CUcontext) -> Option<usize> {
+    in_use().find(|d| lock(*d).as_ref().is_some_and(|st| st.ctx() == ctx))
 }
 
 /// Whether every mapping grants device `dev` access (it is a peer of the others).

@@ -264,7 +264,7 @@ exports! {
     cuStreamSynchronize_ptsz(s: CUstream) => |real| cmd::synced(real, s, true);
     cuProfilerStart() => crate::record::profiler_start;
     cuCtxSynchronize() => cmd::synced_all;
-    cuCtxSynchronize_v2(c: CUcontext) => cmd::synced_all;
+    cuCtxSynchronize_v2(c: CUcontext) => |real| cmd::synced_context(real, c);
 
     // Copies between devices, contexts named.
     cuMemcpyPeer(d: Dp, dc: CUcontext, s: Dp, sc: CUcontext, n: usize) => |real| lin::peer_copy(real, d, dc, s, sc, n, std::ptr::null_mut(), false, true);

@@ -65,10 +65,14 @@ struct Listed {
     next: u64,
 }
 
-/// Takes the daemon's list (on the thread that reads from the daemon): loads the policies
+/// Takes the list of device `dev`'s daemon (on the thread that reads from it): loads the policies
 /// new to it and hands the set to the worker. One that fails to load is left out, and the
 /// log says why.
-pub fn receive(p: Policies) {
+pub fn receive(dev: usize, p: Policies) {
+    // The policies of the daemons of other devices run nothing here.
+    if !serves(dev) {
+        return;
+    }
     lock(&LISTED).receive(p);
     crate::agent::poke(DEVICE.get().copied().unwrap_or(0));
 }

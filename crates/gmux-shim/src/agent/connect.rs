@@ -111,9 +111,9 @@ fn ensure_daemon(socket: &Path, gpu: &str) {
     }
 }
 
-/// Connects to the daemon at `path`, says `Hello` (with what it holds, when it registers
-/// again) and returns the connection and the first grant.
-pub(super) fn register(path: &Path, gpu: Option<String>, resume: Option<Resume>) -> Result<(UnixStream, BufReader<UnixStream>, Grant), Failed> {
+/// Connects to the daemon at `path` for device `dev`, says `Hello` (with what it holds,
+/// when it registers again) and returns the connection and the first grant.
+pub(super) fn register(dev: usize, path: &Path, gpu: Option<String>, resume: Option<Resume>) -> Result<(UnixStream, BufReader<UnixStream>, Grant), Failed> {
     let unreachable = |e: std::io::Error| Failed::Unreachable(e.to_string());
     let stream = UnixStream::connect(path).map_err(unreachable)?;
     match peer_uid(&stream) {
@@ -133,9 +133,9 @@ pub(super) fn register(path: &Path, gpu: Option<String>, resume: Option<Resume>)
     reader.read_line(&mut first).map_err(unreachable)?;
     // A daemon sends the tenant's policies only where there are some, maybe before the
     // grant: none of an earlier daemon's stay.
-    crate::policy::receive(Policies { tenant: 0, policies: Vec::new() });
+    crate::policy::receive(dev, Policies { tenant: 0, policies: Vec::new() });
     while let Ok(p) = serde_json::from_str::<Policies>(first.trim()) {
-        crate::policy::receive(p);
+        crate::policy::receive(dev, p);
         first.clear();
         reader.read_line(&mut first).map_err(unreachable)?;
     }
@@ -163,7 +163,7 @@ pub(super) fn read_grants(dev: usize, mut reader: BufReader<UnixStream>) {
         if let Ok(g) = serde_json::from_str::<Grant>(line.trim()) {
             apply(a, g);
         } else if let Ok(p) = serde_json::from_str::<Policies>(line.trim()) {
-            crate::policy::receive(p);
+            crate::policy::receive(dev, p);
         } else {
             crate::log!(Warn, "gmuxd: {}", line.trim());
         }
@@ -181,7 +181,7 @@ fn register_again(a: &Agent) -> BufReader<UnixStream> {
         std::thread::sleep(wait);
         let held = crate::devices::on(a.dev).as_ref().map_or(0, |st| st.held());
         let g = a.lock().grant;
-        match register(path, d.gpu.clone(), Some(Resume { held, cap: g.cap, seq: g.seq })) {
+        match register(a.dev, path, d.gpu.clone(), Some(Resume { held, cap: g.cap, seq: g.seq })) {
             Ok((stream, reader, grant)) => {
                 *a.out.lock().unwrap_or_else(|p| p.into_inner()) = Some(stream);
                 a.lock().lost = false;

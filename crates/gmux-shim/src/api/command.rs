@@ -283,12 +283,27 @@ fn plan_graph(exec: CUgraphExec) -> GraphLaunch {
     }
 }
 
+/// The state of the device that released commands on `stream`: the current context's
+/// in a process of one device.
+fn tracking(stream: CUstream, ptsz: bool) -> crate::devices::Guard {
+    if crate::devices::several() {
+        for d in crate::devices::in_use() {
+            let g = crate::devices::on(d);
+            if g.as_ref().is_some_and(|st| st.inflight.tracks(stream, ptsz)) {
+                return g;
+            }
+        }
+    }
+    crate::state::existing()
+}
+
 /// After a stream synchronize: its commands are done, and what was freed in stream order
 /// before them is released.
 pub fn synced(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool) -> CUresult {
     let r = real();
     if r == CUDA_SUCCESS {
-        if let Some(st) = crate::state::existing().as_mut() {
+        if let Some(st) = tracking(stream, ptsz).as_mut() {
+            let _ctx = gmux_cuda::context::Scope::enter(st.ctx());
             let _ = crate::capture::relaxed(|| st.inflight.synced(stream, ptsz).map_err(Into::into).and_then(|()| st.reap()));
             crate::agent::poke(st.device());
         }
@@ -300,7 +315,8 @@ pub fn synced(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool) -> 
 /// Records the fence of the commands released on `stream` that have none yet (before a
 /// capture begins on it or it is destroyed).
 pub fn fence_stream(stream: CUstream, ptsz: bool) {
-    if let Some(st) = crate::state::existing().as_mut() {
+    if let Some(st) = tracking(stream, ptsz).as_mut() {
+        let _ctx = gmux_cuda::context::Scope::enter(st.ctx());
         if let Err(e) = crate::capture::relaxed(|| st.inflight.fence_stream(stream, ptsz)) {
             crate::log!(Warn, "cannot fence the commands of a stream ({e}); an eviction will wait for the whole context");
         }
@@ -313,12 +329,26 @@ pub fn stream_destroyed(real: impl FnOnce() -> CUresult, stream: CUstream) -> CU
     real()
 }
 
-/// After a context synchronize: every command is done, and every free in stream order is
-/// released.
+/// After a synchronize of the current context: every command is done, and every free in
+/// stream order is released.
 pub fn synced_all(real: impl FnOnce() -> CUresult) -> CUresult {
+    synced_context(real, std::ptr::null_mut())
+}
+
+/// After a synchronize of context `ctx` (`cuCtxSynchronize_v2`; null: the current one):
+/// every command of its device is done.
+pub fn synced_context(real: impl FnOnce() -> CUresult, ctx: CUcontext) -> CUresult {
     let r = real();
     if r == CUDA_SUCCESS {
-        if let Some(st) = crate::state::existing().as_mut() {
+        let mut g = match ctx.is_null() {
+            true => crate::state::existing(),
+            false => match crate::devices::of_ctx(ctx) {
+                Some(d) => crate::devices::on(d),
+                None => return r,
+            },
+        };
+        if let Some(st) = g.as_mut() {
+            let _ctx = gmux_cuda::context::Scope::enter(st.ctx());
             let _ = crate::capture::relaxed(|| st.inflight.synced_all().map_err(Into::into).and_then(|()| st.reap()));
             crate::agent::poke(st.device());
         }

@@ -110,8 +110,8 @@ pub unsafe fn upload(real: impl FnOnce() -> CUresult, dst: CUdeviceptr, host: *c
 /// holds, as [`upload`] says.
 fn scan_upload(dst: CUdeviceptr, bytes: &[u8]) {
     if bytes.len() > SCAN_UPLOAD_BYTES {
-        let Ok(mut g) = shim() else { return };
-        let st = g.as_mut().expect("created");
+        let mut g = crate::devices::of(dst);
+        let Some(st) = g.as_mut() else { return };
         if st.vmem.holds_any(words(&bytes[..SCAN_UPLOAD_BYTES])) {
             st.add_refs(dst, &words(bytes).collect::<Vec<_>>());
         }
@@ -125,8 +125,9 @@ fn scan_upload(dst: CUdeviceptr, bytes: &[u8]) {
             k += crate::tensormap::MAP_ALIGN;
         }
     }
-    if let Ok(mut g) = shim() {
-        g.as_mut().expect("created").add_refs(dst, &found);
+    // The state of the device whose memory is written.
+    if let Some(st) = crate::devices::of(dst).as_mut() {
+        st.add_refs(dst, &found);
     }
 }
 
@@ -169,6 +170,8 @@ pub fn peer_copy(
     ptsz: bool,
     sync: bool,
 ) -> CUresult {
+    // With no context current, the command is the destination's device's.
+    let _ctx = crate::devices::current().is_err().then(|| gmux_cuda::context::Scope::enter(dst_ctx));
     let issue = |off: u64, len: u64, s: CUstream| crate::real!(cuMemcpyPeerAsync(dst + off, dst_ctx, src + off, src_ctx, len as usize, s));
     linear(real, &Linear { what: "cuMemcpyPeer", device: &[dst, src], bytes: n as u64, issue: &issue }, stream, ptsz, sync)
 }

@@ -62,6 +62,8 @@ pub unsafe fn alloc_pitch(d: *mut CUdeviceptr, pitch: *mut usize, width: usize, 
 /// [`Shim::free`](crate::state::Shim::free) says.
 pub fn free(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr, on: Option<crate::inflight::StreamKey>) -> CUresult {
     let mut g = of(ptr);
+    // Another device's memory is freed in its own context (its fences, its streams).
+    let _ctx = g.as_ref().map(|st| gmux_cuda::context::Scope::enter(st.ctx()));
     match g.as_mut() {
         // The program's own mappings go with cuMemUnmap, as with the driver.
         Some(st) if st.vmem.find(ptr).is_some_and(|r| r.app) => CUDA_ERROR_INVALID_VALUE,
@@ -107,11 +109,18 @@ pub unsafe fn managed(real: impl FnOnce() -> CUresult, d: *mut CUdeviceptr, byte
 /// evicted), so by default the process sees the device's own size as total, and as free
 /// that less what it has allocated (gmux memory and managed memory). With
 /// `GMUX_MEMINFO=limit` it sees a device of the limit's size instead, for programs that
-/// size a cache from it and should stay resident.
+/// size a cache from it and should stay resident. A device the process has not used yet,
+/// while it uses another, gets the driver's own answer.
 ///
 /// # Safety
 /// `free` and `total` are writable or null.
 pub unsafe fn info(real: impl FnOnce() -> CUresult, free: *mut usize, total: *mut usize) -> CUresult {
+    // A device the process has not used yet, while it uses another: the driver answers
+    // (a query alone does not make gmux serve a device).
+    let unused = |dev| crate::devices::on(dev).is_none() && crate::devices::in_use().next().is_some();
+    if crate::devices::current().is_ok_and(unused) {
+        return real();
+    }
     let g = match shim() {
         Ok(g) => g,
         Err(_) => return real(),

@@ -111,6 +111,8 @@ impl Shim {
             crate::record::free(base);
             self.memory.retire(alloc)?;
         }
+        // Commands of other devices over it end first (rare: a copy between devices).
+        self.inflight.held.wait_for(alloc)?;
         match (self.inflight.last_use(alloc), on) {
             (Some(last_use), Some(on)) if !self.inflight.passed(last_use)? => {
                 self.pending.insert(base, PendingFree { last_use, on });
