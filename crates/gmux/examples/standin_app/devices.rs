@@ -3,8 +3,9 @@
 //! kernel and added to R times (under a memory limit per device below B x S, every round
 //! evicts and brings back). Then work that crosses devices, each step checked against a
 //! host model: a `cuMemcpyDtoD` from device 0's memory to device 1's with device 1's
-//! context current, a kernel on device 1 that copies from device 0's memory, a
-//! `cuMemcpyPeer` back, and an upload into device 0's memory from device 1's context.
+//! context current, a kernel on device 1 that copies from device 0's memory while device
+//! 0 evicts that memory for work of its own, a `cuMemcpyPeer` back, and an upload into
+//! device 0's memory from device 1's context.
 //! Prints `devices: N devices, B buffers each, mismatches: K` and, per device, the most
 //! physical memory `cuMemCreate` made on it at once (`device D peak BYTES`).
 
@@ -58,11 +59,24 @@ pub fn devices(app: &App, o: &Opts) -> bool {
         // SAFETY: only values: two device addresses of `bytes` each.
         check(unsafe { (cu.memcpy_dtod)(dst, src, bytes) }, "cuMemcpyDtoD (device 0 to 1)");
         devs[1].bufs[0].1 = devs[0].bufs[0].1.clone();
-        // A kernel on device 1 over device 0's buffer 1.
-        let (src, dst) = (devs[0].bufs[1 % count].0, devs[1].bufs[1 % count].0);
-        app.copy(null_mut(), dst, src, words as u64);
-        devs[1].bufs[1 % count].1 = devs[0].bufs[1 % count].1.clone();
-        app.ctx_sync();
+        // A kernel on device 1 that reads device 0's buffer 1 late (after a slow kernel on
+        // its stream), while device 0 works on its other buffers on a stream of its own,
+        // which evicts buffer 1 under a limit: the eviction must wait for the kernel.
+        let one = 1 % count;
+        let (src, dst) = (devs[0].bufs[one].0, devs[1].bufs[one].0);
+        let s1 = app.stream(CU_STREAM_NON_BLOCKING);
+        app.slow(s1, dst, 100);
+        app.copy(s1, dst, src, words as u64);
+        devs[1].bufs[one].1 = devs[0].bufs[one].1.clone();
+        current(devs[0].ctx);
+        let s0 = app.stream(CU_STREAM_NON_BLOCKING);
+        for (i, (p, model)) in devs[0].bufs.iter_mut().enumerate().filter(|(i, _)| *i != one) {
+            app.add(s0, *p, words as u64, 7 + i as u32);
+            model.iter_mut().for_each(|w| *w = w.wrapping_add(7 + i as u32));
+        }
+        app.sync(s0);
+        current(devs[1].ctx);
+        app.sync(s1);
         // Device 1's last buffer back into device 0's, by cuMemcpyPeer from device 0.
         current(devs[0].ctx);
         let last = count - 1;
