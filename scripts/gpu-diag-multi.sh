@@ -9,8 +9,9 @@
 #   both GPUs visible, then twice with GPU 0 alone: each run's exit status, first error
 #   line and bytes evicted.
 # - gpu/compat/progs/jax_mlp_grad.py as a tenant of one daemon (GMUX_SOCKET) while both
-#   GPUs are visible: JAX sets up both devices, the daemon serves the first, and the
-#   second must be refused by name while the program runs on (exit 0).
+#   GPUs are visible: JAX sets up both devices and asks each for its memory; the daemon
+#   serves the first, and the program must run on (exit 0), the second device either
+#   left to the driver (queries alone) or refused by name (an allocation there).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 G=$ROOT/.gpu-bin
@@ -37,6 +38,6 @@ done
 for _ in $(seq 100); do [[ -S $W/j.sock ]] && break; sleep 0.05; done
 GMUX_SOCKET=$W/j.sock GMUX_LOG=info timeout 120 "$G/gmux" run --tenant jax -- python3 jax_mlp_grad.py >"$W/jo" 2>"$W/je"
 rc=$?
-echo "jax_mlp_grad under one daemon, 2 GPUs visible: rc=$rc status=$(grep -o 'status=.*' "$W/jo") device-1 refusal: $(grep -m1 -o 'device 1: cannot register[^:]*' "$W/je")"
+echo "jax_mlp_grad under one daemon, 2 GPUs visible: rc=$rc $(grep -o 'status=.*' "$W/jo") device 1 served: $(grep -c 'device 1 of' "$W/je") refused: $(grep -c 'device 1: cannot register' "$W/je")"
 GMUX_SOCKET=$W/j.sock "$G/gmux" stop >/dev/null 2>&1
 rm -rf "$W"
