@@ -24,9 +24,12 @@ typedef __INT64_TYPE__ s64;
 #endif
 
 /* A map's kinds: an array of `entries` values indexed by a u32 key, all present and
- * zeroed; or a hash of up to `entries` values under keys of any size. */
+ * zeroed; a hash of up to `entries` values under keys of any size; or a ring buffer of up
+ * to `entries` records of at most sizeof(value_type) bytes, written with ringbuf_output
+ * and taken by `gmux policy map dump` (declare its key as u32; it is unused). */
 #define GMUX_MAP_ARRAY 1
 #define GMUX_MAP_HASH 2
+#define GMUX_MAP_RINGBUF 3
 
 struct gmux_map_def {
 	u32 kind;
@@ -48,6 +51,10 @@ static u64 (*now_ns)(void) = (void *)5;
 /* A line in the daemon's log (policy ID (NAME): TEXT ARG): the text up to its first
  * NUL, then `arg`; at most 10 a second per program. `fmt` must be on the stack: char fmt[] = "...". */
 static long (*trace)(const char *fmt, u32 fmt_size, u64 arg) = (void *)6;
+/* Appends `size` bytes (a constant from 1 to 256, on the stack) as a record of ring buffer
+ * `map`: -7 (E2BIG) when longer than a record, -28 (ENOSPC) when full (the record is
+ * dropped, and counted). `flags` is ignored. */
+static long (*ringbuf_output)(void *map, const void *data, u64 size, u64 flags) = (void *)130;
 
 /* Memory hooks: SEC("gmux/activate"), SEC("gmux/access"), SEC("gmux/evict_prepare") and
  * SEC("gmux/prefetch"). Their contexts are read-only, except prefetch's answer. */

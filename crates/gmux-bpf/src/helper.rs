@@ -16,6 +16,9 @@ pub enum Helper {
     /// `long trace(const char *fmt, u32 fmt_size, u64 arg)`: a line in the daemon's
     /// log, rate limited.
     Trace,
+    /// `long ringbuf_output(map, const void *data, u64 size, u64 flags)`: a record in a
+    /// ring buffer map; negative when it is full or the record too long.
+    RingbufOutput,
 }
 
 /// What an argument register must hold.
@@ -46,7 +49,7 @@ pub enum Ret {
 
 impl Helper {
     /// Every helper.
-    pub const ALL: [Helper; 5] = [Helper::MapLookup, Helper::MapUpdate, Helper::MapDelete, Helper::Now, Helper::Trace];
+    pub const ALL: [Helper; 6] = [Helper::MapLookup, Helper::MapUpdate, Helper::MapDelete, Helper::Now, Helper::Trace, Helper::RingbufOutput];
 
     /// Its number (a `call` instruction's immediate).
     pub fn id(self) -> i32 {
@@ -56,6 +59,7 @@ impl Helper {
             Helper::MapDelete => 3,
             Helper::Now => 5,
             Helper::Trace => 6,
+            Helper::RingbufOutput => 130,
         }
     }
 
@@ -72,6 +76,7 @@ impl Helper {
             Helper::MapDelete => "map_delete_elem",
             Helper::Now => "now_ns",
             Helper::Trace => "trace",
+            Helper::RingbufOutput => "ringbuf_output",
         }
     }
 
@@ -82,6 +87,7 @@ impl Helper {
             Helper::MapUpdate => &[Arg::Map, Arg::Key, Arg::Value, Arg::Scalar],
             Helper::Now => &[],
             Helper::Trace => &[Arg::Bytes, Arg::Size, Arg::Scalar],
+            Helper::RingbufOutput => &[Arg::Map, Arg::Bytes, Arg::Size, Arg::Scalar],
         }
     }
 

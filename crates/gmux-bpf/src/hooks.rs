@@ -64,7 +64,7 @@ const _: () = assert!(size_of::<PrefetchCtx>() == 16 && std::mem::offset_of!(Pre
 const _: () = assert!(size_of::<EvictCtx>() == 40 && std::mem::offset_of!(EvictCtx, next_use) == 16 && std::mem::offset_of!(EvictCtx, resident) == 32);
 
 /// Every hook's programs may call every helper.
-pub(crate) const MAP_HELPERS: &[Helper] = &[Helper::MapLookup, Helper::MapUpdate, Helper::MapDelete, Helper::Now, Helper::Trace];
+pub(crate) const MAP_HELPERS: &[Helper] = &[Helper::MapLookup, Helper::MapUpdate, Helper::MapDelete, Helper::Now, Helper::Trace, Helper::RingbufOutput];
 
 /// `activate`: a chunk became resident.
 pub const ACTIVATE: HookSpec = HookSpec { name: "activate", ctx_size: size_of::<ChunkCtx>() as u32, writable: &[], helpers: MAP_HELPERS };

@@ -1,6 +1,8 @@
 //! Maps: storage a program reads and writes through the map helpers, and that the
 //! control plane reads and writes between runs. An array map is `entries` values indexed
-//! by a 4-byte key; a hash map holds up to `entries` values under keys of any size.
+//! by a 4-byte key; a hash map holds up to `entries` values under keys of any size; a
+//! ring buffer holds up to `entries` records of at most `value_size` bytes, which a
+//! program writes (`ringbuf_output`) and the control plane takes, oldest first.
 
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
@@ -12,6 +14,20 @@ pub enum MapKind {
     Array,
     /// Up to `entries` values under keys of `key_size` bytes.
     Hash,
+    /// Up to `entries` records of at most `value_size` bytes, in the order written; a
+    /// record written while it is full is dropped, and counted.
+    RingBuf,
+}
+
+impl MapKind {
+    /// Its name in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            MapKind::Array => "array",
+            MapKind::Hash => "hash",
+            MapKind::RingBuf => "ring buffer",
+        }
+    }
 }
 
 /// What a map is: its kind and sizes.
@@ -42,6 +58,7 @@ impl MapDef {
         }
         match self.kind {
             MapKind::Array if self.key_size != 4 => return Err(format!("an array map's key is 4 bytes (a u32), not {}", self.key_size)),
+            MapKind::RingBuf if self.key_size != 4 => return Err(format!("a ring buffer's key is 4 bytes (a u32, unused), not {}", self.key_size)),
             _ if self.key_size == 0 || self.key_size > MAX_KEY_BYTES => {
                 return Err(format!("a key of {} bytes: keys are 1 to {MAX_KEY_BYTES} bytes", self.key_size))
             }
@@ -64,6 +81,19 @@ pub struct Map {
     slab: UnsafeCell<Box<[u8]>>,
     /// A hash map's keys and their slots in the slab.
     slots: UnsafeCell<Slots>,
+    /// A ring buffer's records.
+    ring: UnsafeCell<Ring>,
+}
+
+/// Where a ring buffer's records are in the slab: `len` records from slot `head`, each
+/// of `lens[slot]` bytes.
+#[derive(Debug, Default)]
+struct Ring {
+    head: u32,
+    len: u32,
+    lens: Vec<u32>,
+    /// Records dropped since the last time the records were taken.
+    dropped: u64,
 }
 
 /// Which slab slot holds each key of a hash map; freed slots are reused, never moved, so
@@ -80,7 +110,8 @@ impl Map {
     pub fn new(def: MapDef) -> Result<Map, String> {
         def.check()?;
         let bytes = def.entries as usize * def.value_size as usize;
-        Ok(Map { def, slab: UnsafeCell::new(vec![0; bytes].into_boxed_slice()), slots: UnsafeCell::new(Slots::default()) })
+        let ring = Ring { lens: if def.kind == MapKind::RingBuf { vec![0; def.entries as usize] } else { Vec::new() }, ..Ring::default() };
+        Ok(Map { def, slab: UnsafeCell::new(vec![0; bytes].into_boxed_slice()), slots: UnsafeCell::new(Slots::default()), ring: UnsafeCell::new(ring) })
     }
 
     /// The slab's address range, for the interpreter's memory checks.
@@ -116,7 +147,52 @@ impl Map {
                 slots.of.insert(key.into(), s);
                 Some(s)
             }
+            // A ring buffer's records are not reached by key.
+            MapKind::RingBuf => None,
         }
+    }
+
+    /// `ringbuf_output`: appends `data` as a record. `Err`: it is larger than a record
+    /// (`value_size`), or the buffer is full (the record is dropped, and counted).
+    pub fn output(&self, data: &[u8]) -> Result<(), RingFull> {
+        if self.def.kind != MapKind::RingBuf || data.len() > self.def.value_size as usize {
+            return Err(RingFull::TooBig);
+        }
+        // SAFETY: one user at a time (see `slot`).
+        let ring = unsafe { &mut *self.ring.get() };
+        if ring.len == self.def.entries {
+            ring.dropped += 1;
+            return Err(RingFull::Full);
+        }
+        let s = (ring.head + ring.len) % self.def.entries;
+        ring.len += 1;
+        ring.lens[s as usize] = data.len() as u32;
+        // SAFETY: one user at a time (see `slot`); `s` is below `entries`.
+        let v = unsafe { self.value(s) };
+        v[..data.len()].copy_from_slice(data);
+        v[data.len()..].fill(0);
+        Ok(())
+    }
+
+    /// Takes a ring buffer's records, oldest first, and how many were dropped since the
+    /// last take.
+    pub fn take_records(&self) -> (Vec<Vec<u8>>, u64) {
+        if self.def.kind != MapKind::RingBuf {
+            return (Vec::new(), 0);
+        }
+        // SAFETY: one user at a time (see `slot`).
+        let ring = unsafe { &mut *self.ring.get() };
+        let records = (0..ring.len)
+            .map(|i| {
+                let s = (ring.head + i) % self.def.entries;
+                // SAFETY: one user at a time; `s` is below `entries`.
+                let v = unsafe { self.value(s) };
+                v[..ring.lens[s as usize] as usize].to_vec()
+            })
+            .collect();
+        ring.head = (ring.head + ring.len) % self.def.entries;
+        ring.len = 0;
+        (records, std::mem::take(&mut ring.dropped))
     }
 
     /// The value in slot `s`.
@@ -170,15 +246,26 @@ impl Map {
         true
     }
 
-    /// Every key and value present (an array's all).
+    /// Every key and value present (an array's all; a ring buffer has none: its records
+    /// are taken with [`Map::take_records`]).
     pub fn entries(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
         let keys: Vec<Vec<u8>> = match self.def.kind {
             MapKind::Array => (0..self.def.entries).map(|i| i.to_le_bytes().to_vec()).collect(),
             // SAFETY: one user at a time (see `slot`).
             MapKind::Hash => unsafe { &*self.slots.get() }.of.keys().map(|k| k.to_vec()).collect(),
+            MapKind::RingBuf => Vec::new(),
         };
         keys.into_iter().filter_map(|k| self.get(&k).map(|v| (k, v))).collect()
     }
+}
+
+/// Why `ringbuf_output` dropped a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingFull {
+    /// Larger than a record, or not a ring buffer.
+    TooBig,
+    /// Every record is taken.
+    Full,
 }
 
 #[cfg(test)]
@@ -208,5 +295,28 @@ mod tests {
         assert!(m.delete(&1u32.to_le_bytes()), "an array's value is zeroed");
         assert_eq!(m.get(&1u32.to_le_bytes()), Some(vec![0; 8]));
         assert_eq!(m.entries().len(), 3);
+    }
+
+    #[test]
+    fn a_ring_buffer_keeps_records_in_order_and_counts_what_it_drops() {
+        let m = Map::new(MapDef { kind: MapKind::RingBuf, key_size: 4, value_size: 8, entries: 3 }).expect("valid");
+        assert_eq!(m.output(&[1, 2, 3]), Ok(()));
+        assert_eq!(m.output(&[4; 8]), Ok(()));
+        assert_eq!(m.output(&[5; 9]), Err(RingFull::TooBig), "longer than a record");
+        assert_eq!(m.output(&[6]), Ok(()));
+        assert_eq!(m.output(&[7]), Err(RingFull::Full));
+        assert_eq!(m.output(&[8]), Err(RingFull::Full));
+        assert!(m.lookup_ptr(&0u32.to_le_bytes()).is_null() && m.entries().is_empty(), "records are not reached by key");
+        assert_eq!(m.take_records(), (vec![vec![1, 2, 3], vec![4; 8], vec![6]], 2));
+        assert_eq!(m.take_records(), (Vec::<Vec<u8>>::new(), 0), "taken once");
+        // Around the end of the slab, a shorter record after a longer one in its slot.
+        for r in [[9u8; 8].as_slice(), &[10, 11], &[12]] {
+            m.output(r).expect("room");
+        }
+        assert_eq!(m.take_records(), (vec![vec![9; 8], vec![10, 11], vec![12]], 0));
+        let arr = Map::new(MapDef { kind: MapKind::Array, key_size: 4, value_size: 8, entries: 3 }).expect("valid");
+        assert_eq!(arr.output(&[1]), Err(RingFull::TooBig), "only a ring buffer takes records");
+        let bad = MapDef { kind: MapKind::RingBuf, key_size: 8, value_size: 8, entries: 3 };
+        assert!(bad.check().unwrap_err().contains("a ring buffer's key is 4 bytes"));
     }
 }

@@ -194,3 +194,17 @@ fn byte_swaps_take_no_source_register() {
         assert_eq!(verify(&asm(&format!("mov64 r1, 5\n{swap} r1\nmov64 r0, 0\nexit")), &HOOK, MAPS), Ok(()), "{swap}");
     }
 }
+
+#[test]
+fn a_ring_buffer_is_written_only_by_ringbuf_output_and_only_it() {
+    use gmux_bpf::{MapDef, MapKind};
+    let ring = [MapDef { kind: MapKind::RingBuf, key_size: 4, value_size: 8, entries: 4 }];
+    let output = "stdw [r10-8], 7\nmap r1, 0\nmov64 r2, r10\nadd64 r2, -8\nmov64 r3, 8\nmov64 r4, 0\ncall 130\nexit";
+    assert_eq!(verify(&asm(output), &HOOK, &ring), Ok(()));
+    let on_array = verify(&asm(output), &HOOK, MAPS).expect_err("ringbuf_output on an array");
+    assert!(on_array.insn == 7 && on_array.reason.contains("a keyed map: it takes the map helpers"), "{on_array:?}");
+    let lookup = verify(&asm(&format!("{LOOKUP}\nmov64 r0, 0\nexit")), &HOOK, &ring).expect_err("a lookup in a ring buffer");
+    assert!(lookup.insn == 5 && lookup.reason.contains("a ring buffer map: it takes ringbuf_output"), "{lookup:?}");
+    let unsized_ = "stdw [r10-8], 7\nmap r1, 0\nmov64 r2, r10\nadd64 r2, -8\nldxdw r3, [r1+0]\nmov64 r4, 0\ncall 130\nexit";
+    assert!(verify(&asm(unsized_), &HOOK, &ring).is_err(), "the size must be a constant");
+}

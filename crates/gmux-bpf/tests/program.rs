@@ -165,3 +165,37 @@ fn programs_too_long_for_the_jit_run_interpreted() {
         assert_eq!(p.run(&mut [0; 16], 0), Ok(0), "{op}");
     }
 }
+
+#[test]
+fn a_ring_buffer_takes_the_records_a_program_writes_and_drops_past_its_size() {
+    // The context's first 8 bytes as a record of 8, or of 16 bytes (longer than a record)
+    // when the second 8 are nonzero.
+    let src = "
+        ldxdw r2, [r1+0]
+        stxdw [r10-16], r2
+        stxdw [r10-8], r2
+        ldxdw r3, [r1+8]
+        map r1, 0
+        mov64 r2, r10
+        add64 r2, -16
+        jne r3, 0, +3
+        mov64 r3, 8
+        mov64 r4, 0
+        ja +2
+        mov64 r3, 16
+        mov64 r4, 0
+        call 130
+        exit";
+    let ring = MapDef { kind: MapKind::RingBuf, key_size: 4, value_size: 8, entries: 2 };
+    let mut p = Program::load(&asm(src), HOOK, &fresh(&[ring])).expect("verified");
+    assert_eq!(p.run(&mut ctx(5, 0), 0), Ok(0));
+    let mut long = ctx(6, 0);
+    long[8..16].copy_from_slice(&1u64.to_le_bytes());
+    assert_eq!(p.run(&mut long, 0), Ok(-7i64 as u64), "longer than a record: E2BIG");
+    assert_eq!(p.run(&mut ctx(7, 0), 0), Ok(0));
+    assert_eq!(p.run(&mut ctx(8, 0), 0), Ok(-28i64 as u64), "full: ENOSPC");
+    let (records, dropped) = p.maps().next().expect("one map").take_records();
+    assert_eq!(records, vec![5u64.to_le_bytes().to_vec(), 7u64.to_le_bytes().to_vec()]);
+    assert_eq!(dropped, 1);
+    assert_eq!(p.run(&mut ctx(9, 0), 0), Ok(0), "room again once taken");
+}

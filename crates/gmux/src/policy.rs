@@ -103,10 +103,7 @@ fn check(file: &PathBuf, json: bool) -> Result<(), Failure> {
     let data = std::fs::read(file).map_err(|e| Failure::Usage(format!("cannot read {name}: {e}")))?;
     let obj = gmux_bpf::elf::parse(&data).map_err(|e| Failure::Usage(format!("{name}: {e}")))?;
     Policy::from_object(&obj).map_err(|e| Failure::Usage(format!("{name}: {e}")))?;
-    let kind = |k: MapKind| match k {
-        MapKind::Array => "array",
-        MapKind::Hash => "hash",
-    };
+    let kind = |k: MapKind| k.name();
     if json {
         let programs: Vec<_> = obj.programs.iter().map(|p| serde_json::json!({ "hook": p.hook, "name": p.name, "instructions": p.code.len() / 8 })).collect();
         let maps: Vec<_> = obj

@@ -48,11 +48,12 @@ fn check_lists_a_verified_policy_and_names_a_refused_programs_instruction() {
 fn a_loaded_policy_decides_admission_in_the_daemon_and_its_maps_are_read_and_written() {
     let d = Daemon::start("policy-daemon", &["--hbm", "64M"]);
     let dir = d.sb.dir.path();
-    // Only the first tenant may run: a process that would start a second is refused.
+    // Only the first tenant may run: a process that would start a second is refused; each
+    // decision is written to a ring buffer.
     let only_one = dir.join("only_one.c");
     std::fs::write(
         &only_one,
-        "#include \"gmux_bpf.h\"\nSEC(\"gmux/task_init\") u64 one(struct gmux_task_ctx *c) { return c->new_tenant && c->processes > 0; }\n",
+        "#include \"gmux_bpf.h\"\nGMUX_MAP(seen, GMUX_MAP_RINGBUF, u32, u64, 8);\nSEC(\"gmux/task_init\") u64 one(struct gmux_task_ctx *c) { u64 no = c->new_tenant && c->processes > 0; ringbuf_output(&seen, &no, sizeof(no), 0); return no; }\n",
     )
     .expect("write");
     let Some(only_one) = compile(&only_one, &dir.join("only_one.o")) else { return };
@@ -82,6 +83,12 @@ fn a_loaded_policy_decides_admission_in_the_daemon_and_its_maps_are_read_and_wri
     second.env("GMUX_TENANT", "second");
     let r = run_within(&mut second, Duration::from_secs(20));
     assert!(!r.status.success() && r.stderr.contains("the daemon's policy (task_init) refused a process of tenant \"second\""), "{}", r.describe());
+    // Each decision is a record in the policy's ring buffer: taken by a dump, once.
+    let dump = cli(&["policy", "map", "1", "seen", "dump"]).stdout;
+    assert!(dump.starts_with("map seen of policy 1: ring buffer of 8 records of at most 8 bytes; 2 taken, 0 dropped") && dump.contains("\n0\n1"), "{dump}");
+    assert!(cli(&["policy", "map", "1", "seen", "dump"]).stdout.contains("0 taken"));
+    let r = cli(&["policy", "map", "1", "seen", "update", "0", "1"]);
+    assert!(!r.status.success() && r.stderr.contains("is a ring buffer"), "{}", r.describe());
 
     let r = cli(&["policy", "load", &path(&rt), "--hook", "timeslice"]);
     assert!(r.stdout.contains("loaded policy 2 (rt_boost.o): timeslice"), "{}", r.describe());

@@ -31,6 +31,7 @@ thread_local! {
 /// Linux's error numbers, negated, as helpers return them.
 const ENOENT: u64 = -2i64 as u64;
 const E2BIG: u64 = -7i64 as u64;
+const ENOSPC: u64 = -28i64 as u64;
 
 /// Helper `h` for the interpreter.
 pub(super) fn for_interpreter(h: Helper) -> rbpf::ebpf::Helper {
@@ -40,6 +41,7 @@ pub(super) fn for_interpreter(h: Helper) -> rbpf::ebpf::Helper {
         Helper::MapDelete => |a, b, c, d, e| delete(a, b, c, d, e),
         Helper::Now => |a, b, c, d, e| now(a, b, c, d, e),
         Helper::Trace => |a, b, c, d, e| trace(a, b, c, d, e),
+        Helper::RingbufOutput => |a, b, c, d, e| ringbuf_output(a, b, c, d, e),
     }
 }
 
@@ -52,6 +54,7 @@ pub(super) fn for_jit(h: Helper) -> rbpf::ebpf::Helper {
         Helper::MapDelete => aligned_delete,
         Helper::Now => aligned_now,
         Helper::Trace => aligned_trace,
+        Helper::RingbufOutput => aligned_ringbuf_output,
     };
     // SAFETY: the JIT only takes this pointer's address and calls it with the System V
     // convention (arguments in rdi, rsi, rdx, rcx, r8; result in rax), which is the
@@ -88,6 +91,7 @@ aligned!(aligned_update, update);
 aligned!(aligned_delete, delete);
 aligned!(aligned_now, now);
 aligned!(aligned_trace, trace);
+aligned!(aligned_ringbuf_output, ringbuf_output);
 
 /// The `size` bytes at `p`.
 ///
@@ -159,4 +163,15 @@ extern "sysv64" fn trace(fmt: u64, size: u64, arg: u64, _: u64, _: u64) -> u64 {
         t.lines.push(format!("{text} {arg}"));
         0
     })
+}
+
+extern "sysv64" fn ringbuf_output(m: u64, data: u64, size: u64, _: u64, _: u64) -> u64 {
+    // SAFETY: the verifier proved r1 a ring buffer map and r2 a pointer to r3 (a
+    // constant, 1 to 256) bytes of initialized stack.
+    let (m, data) = unsafe { (map(m), bytes(data, size as u32)) };
+    match m.output(data) {
+        Ok(()) => 0,
+        Err(crate::map::RingFull::TooBig) => E2BIG,
+        Err(crate::map::RingFull::Full) => ENOSPC,
+    }
 }

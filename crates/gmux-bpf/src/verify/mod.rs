@@ -9,7 +9,7 @@ mod alu;
 pub mod state;
 
 use crate::helper::{Arg, Helper, Ret};
-use crate::map::MapDef;
+use crate::map::{MapDef, MapKind};
 use crate::{HookSpec, MAX_INSNS, STACK_BYTES};
 use rbpf::ebpf::{self, Insn};
 use state::{Range, Reg, State};
@@ -331,7 +331,23 @@ impl Walk<'_> {
             };
             match arg {
                 Arg::Map => match v {
-                    Reg::Map(m) => map = Some(self.maps[m as usize]),
+                    Reg::Map(m) => {
+                        let def = self.maps[m as usize];
+                        let ring = def.kind == MapKind::RingBuf;
+                        if ring != (h == Helper::RingbufOutput) {
+                            let want = if ring {
+                                "ringbuf_output (a ring buffer's records are not reached by key)"
+                            } else {
+                                "the map helpers (ringbuf_output takes a ring buffer)"
+                            };
+                            return Err(format!(
+                                "{} argument 1 (r1) is map {m}, a {} map: it takes {want}",
+                                h.name(),
+                                if ring { "ring buffer" } else { "keyed" }
+                            ));
+                        }
+                        map = Some(def);
+                    }
                     _ => return Err(bad("a map")),
                 },
                 Arg::Key => stack_bytes(map.expect("a map comes first").key_size)?,

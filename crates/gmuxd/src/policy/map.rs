@@ -15,9 +15,12 @@ pub(super) fn answer(id: u32, p: &SchedPolicy, has_memory: bool, name: &str, act
         return Reply::error(format!("policy {id} has no map {name:?}; its maps: {}", if names.is_empty() { "none".into() } else { names.join(", ") }));
     };
     let (ks, vs) = (m.def.key_size, m.def.value_size);
+    if m.def.kind == MapKind::RingBuf {
+        return ring(id, m, has_memory, name, action);
+    }
     match action {
         MapAction::Dump => {
-            let kind = if m.def.kind == MapKind::Array { "array" } else { "hash" };
+            let kind = m.def.kind.name();
             let mut out = format!("map {name} of policy {id}: {kind}, {ks}-byte keys, {vs}-byte values");
             if has_memory {
                 out += " (the daemon's copy, which its scheduling programs use; its memory programs keep one of their own in each process)";
@@ -43,6 +46,30 @@ pub(super) fn answer(id: u32, p: &SchedPolicy, has_memory: bool, name: &str, act
             Err(e) => Reply::error(e),
         },
     }
+}
+
+/// `gmux policy map` on a ring buffer: a dump takes its records, oldest first; they are
+/// not updated or deleted by key.
+fn ring(id: u32, m: &gmux_bpf::Map, has_memory: bool, name: &str, action: &MapAction) -> Reply {
+    if !matches!(action, MapAction::Dump) {
+        return Reply::error(format!(
+            "map {name} is a ring buffer: its records are written by the policy and taken by `gmux policy map dump {id} {name}`, not updated or deleted by key"
+        ));
+    }
+    let (records, dropped) = m.take_records();
+    let mut out = format!(
+        "map {name} of policy {id}: ring buffer of {} records of at most {} bytes; {} taken, {dropped} dropped since the last dump",
+        m.def.entries,
+        m.def.value_size,
+        records.len()
+    );
+    if has_memory {
+        out += " (the daemon's, which its scheduling programs write; its memory programs keep one of their own in each process)";
+    }
+    for r in records {
+        out += &format!("\n{}", show(&r));
+    }
+    Reply::ok(out)
 }
 
 /// A key or value as `gmux policy map` writes it: a decimal number (little-endian, for
