@@ -64,7 +64,9 @@ impl MapDef {
             }
             _ => {}
         }
-        let bytes = u64::from(self.entries) * u64::from(self.value_size);
+        // A ring buffer also keeps each record's length.
+        let per_entry = u64::from(self.value_size) + if self.kind == MapKind::RingBuf { 4 } else { 0 };
+        let bytes = u64::from(self.entries) * per_entry;
         if self.entries == 0 || bytes > MAX_MAP_BYTES {
             return Err(format!("{} entries of {} bytes: a map holds 1 entry and at most {} MiB", self.entries, self.value_size, MAX_MAP_BYTES >> 20));
         }
@@ -318,5 +320,8 @@ mod tests {
         assert_eq!(arr.output(&[1]), Err(RingFull::TooBig), "only a ring buffer takes records");
         let bad = MapDef { kind: MapKind::RingBuf, key_size: 8, value_size: 8, entries: 3 };
         assert!(bad.check().unwrap_err().contains("a ring buffer's key is 4 bytes"));
+        let lengths_too = MapDef { kind: MapKind::RingBuf, key_size: 4, value_size: 4, entries: 12 << 20 };
+        assert!(lengths_too.check().unwrap_err().contains("at most 64 MiB"), "each record's length counts too");
+        assert_eq!(MapDef { kind: MapKind::Array, ..lengths_too }.check(), Ok(()));
     }
 }
