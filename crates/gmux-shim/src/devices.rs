@@ -124,6 +124,13 @@ pub fn in_use() -> impl Iterator<Item = usize> {
     (0..MAX_DEVICES).filter(move |d| mask & (1 << d) != 0)
 }
 
+/// Makes the context of `st`'s device current on the calling thread until dropped, for
+/// gmux's own work on a device that may not be the current one (a free, a synchronize).
+/// With one device in the process there is nothing to switch: no driver call.
+pub fn enter(st: &Shim) -> Option<gmux_cuda::context::Scope> {
+    several().then(|| gmux_cuda::context::Scope::enter(st.ctx()))
+}
+
 /// Whether the process uses more than one device (one load).
 pub fn several() -> bool {
     IN_USE.load(Ordering::Relaxed).count_ones() > 1

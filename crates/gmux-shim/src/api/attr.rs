@@ -45,7 +45,7 @@ fn on_region<R: FnOnce() -> CUresult>(real: R, ptr: CUdeviceptr, f: impl FnOnce(
         drop(g);
         return real();
     };
-    let _scope = gmux_cuda::context::Scope::enter(st.ctx());
+    let _scope = crate::devices::enter(st);
     f(st, &r, real)
 }
 

@@ -303,7 +303,7 @@ pub fn synced(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool) -> 
     let r = real();
     if r == CUDA_SUCCESS {
         if let Some(st) = tracking(stream, ptsz).as_mut() {
-            let _ctx = gmux_cuda::context::Scope::enter(st.ctx());
+            let _ctx = crate::devices::enter(st);
             let _ = crate::capture::relaxed(|| st.inflight.synced(stream, ptsz).map_err(Into::into).and_then(|()| st.reap()));
             crate::agent::poke(st.device());
         }
@@ -316,7 +316,7 @@ pub fn synced(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool) -> 
 /// capture begins on it or it is destroyed).
 pub fn fence_stream(stream: CUstream, ptsz: bool) {
     if let Some(st) = tracking(stream, ptsz).as_mut() {
-        let _ctx = gmux_cuda::context::Scope::enter(st.ctx());
+        let _ctx = crate::devices::enter(st);
         if let Err(e) = crate::capture::relaxed(|| st.inflight.fence_stream(stream, ptsz)) {
             crate::log!(Warn, "cannot fence the commands of a stream ({e}); an eviction will wait for the whole context");
         }
@@ -348,7 +348,7 @@ pub fn synced_context(real: impl FnOnce() -> CUresult, ctx: CUcontext) -> CUresu
             },
         };
         if let Some(st) = g.as_mut() {
-            let _ctx = gmux_cuda::context::Scope::enter(st.ctx());
+            let _ctx = crate::devices::enter(st);
             let _ = crate::capture::relaxed(|| st.inflight.synced_all().map_err(Into::into).and_then(|()| st.reap()));
             crate::agent::poke(st.device());
         }

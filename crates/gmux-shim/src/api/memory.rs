@@ -63,7 +63,7 @@ pub unsafe fn alloc_pitch(d: *mut CUdeviceptr, pitch: *mut usize, width: usize, 
 pub fn free(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr, on: Option<crate::inflight::StreamKey>) -> CUresult {
     let mut g = of(ptr);
     // Another device's memory is freed in its own context (its fences, its streams).
-    let _ctx = g.as_ref().map(|st| gmux_cuda::context::Scope::enter(st.ctx()));
+    let _ctx = g.as_ref().and_then(|st| crate::devices::enter(st));
     match g.as_mut() {
         // The program's own mappings go with cuMemUnmap, as with the driver.
         Some(st) if st.vmem.find(ptr).is_some_and(|r| r.app) => CUDA_ERROR_INVALID_VALUE,
@@ -117,7 +117,7 @@ pub unsafe fn managed(real: impl FnOnce() -> CUresult, d: *mut CUdeviceptr, byte
 pub unsafe fn info(real: impl FnOnce() -> CUresult, free: *mut usize, total: *mut usize) -> CUresult {
     // A device the process has not used yet, while it uses another: the driver answers
     // (a query alone does not make gmux serve a device).
-    let unused = |dev| crate::devices::on(dev).is_none() && crate::devices::in_use().next().is_some();
+    let unused = |dev| crate::devices::in_use().next().is_some() && !crate::devices::in_use().any(|d| d == dev);
     if crate::devices::current().is_ok_and(unused) {
         return real();
     }

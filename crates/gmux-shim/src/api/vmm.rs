@@ -88,7 +88,7 @@ pub fn map(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr, size: usize, offse
 /// other ranges go to the driver.
 pub fn unmap(real: impl FnOnce() -> CUresult, ptr: CUdeviceptr, size: usize) -> CUresult {
     let mut g = of(ptr);
-    let _ctx = g.as_ref().map(|st| gmux_cuda::context::Scope::enter(st.ctx()));
+    let _ctx = g.as_ref().and_then(|st| crate::devices::enter(st));
     let Some(st) = g.as_mut() else {
         drop(g);
         return real();

@@ -8,9 +8,10 @@ use gmux_runtime::{Allocs, Span};
 
 impl Shim {
     /// The allocations that any of `ptrs` points into, with the allocations they refer to
-    /// (see [`Shim::add_refs`]); pointers into other devices' gmux memory are noted
-    /// ([`crate::devices::note_reach`]), as by the two below for byte ranges. A pointer into the application's own mappings brings the
-    /// mappings back to back with it that a buffer there may reach ([`crate::vmem::Vmem::extent_of`]).
+    /// (see [`Shim::add_refs`]). A pointer into the application's own mappings brings the
+    /// mappings back to back with it that a buffer there may reach
+    /// ([`crate::vmem::Vmem::extent_of`]). Pointers into other devices' gmux memory are
+    /// noted ([`crate::devices::note_reach`]), as the two below note byte ranges.
     pub fn allocs_of(&self, ptrs: &[CUdeviceptr]) -> Allocs {
         let mut v = Allocs::new();
         for &p in ptrs {
