@@ -5,8 +5,8 @@
 //! works. So once a process uses a second device, every mapping of each of its devices
 //! grants access to all of them, as [`access`] lists, and the mappings made before are
 //! granted again ([`super::CudaDevice::grant_peers`]). A process of one device grants
-//! its own alone: access to each more device doubles the cost of a mapping (on an H200,
-//! 37 µs per 2 MiB for one device, 76 µs for two).
+//! its own alone: access to each more device doubles the cost of a mapping (32 to 37 µs
+//! per 2 MiB for one device, 63 to 76 µs for two: docs/benchmarks.md).
 
 use crate::cuda::*;
 use std::sync::atomic::{AtomicU32, Ordering};
