@@ -7,9 +7,10 @@
 # MIXES, LEVELS, SYSTEMS, SLICE (200ms), DURATION (10 s), WARMUP (15 s) and SETTLE (10 s:
 # the tenants run together, set up, this long before the window) pass through;
 # BIN (.gpu-bin) names the build; REPLAY=0 skips the simulator's replay of the traces (it
-# takes about a minute a level).
-# Each run takes 60-90 s (setup, 10 s settling, the window): keep one call to 6 runs (one
-# native and one in-hbm run per mix, then gmux and whole per level). The table is printed
+# takes about a minute a level). Only `traced` records traces (recording slows a
+# launch-bound program); leave it out of SYSTEMS when no replay is wanted.
+# Each run takes 60-100 s (setup, 10 s settling, the window): keep one call to 5 runs (one
+# native and one in-hbm run per mix, then gmux, whole and traced per level). The table is printed
 # last; the JSON, the plot, every log and the traces go to $OUT/workloads-logs.tgz.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -24,7 +25,7 @@ nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 NO_REPLAY=()
 if [[ ${REPLAY:-1} == 0 ]]; then NO_REPLAY=(--no-replay); fi
 timeout "${LIMIT:-570}" "$BIN/gmux" bench workloads --mixes "${MIXES:-multi-llm}" --levels "${LEVELS:-150,200,300}" \
-  --systems "${SYSTEMS:-native,in-hbm,gmux,whole}" --timeslice "${SLICE:-200ms}" --duration "${DURATION:-10}" \
+  --systems "${SYSTEMS:-native,in-hbm,gmux,whole,traced}" --timeslice "${SLICE:-200ms}" --duration "${DURATION:-10}" \
   --warmup "${WARMUP:-15}" --settle "${SETTLE:-10}" "${NO_REPLAY[@]}" --out "$WORK" >"$WORK/table.txt" 2>"$WORK/progress.txt"
 echo "exit $?"
 cp "$WORK/workloads.json" "$WORK/workloads.svg" "$RESULTS/" 2>/dev/null

@@ -241,6 +241,10 @@ fn work(dev: usize) {
         report.waiting = blocked.1;
         report.grant = g.seq;
         let held = u64::try_from(locked.elapsed().saturating_sub(UNLOCKED.get()).as_nanos()).unwrap_or(u64::MAX);
+        if crate::profile::on() {
+            static STEP: crate::profile::Entry = crate::profile::Entry::new("(agent:step-held)");
+            STEP.add_ns(held);
+        }
         report.launches_held_ns = a.held_ns.fetch_add(held, Ordering::Relaxed).saturating_add(held);
         // With nothing else to do, pin host memory ahead of need, so that no eviction
         // waits for the pinning (0.2 s per GiB).

@@ -87,11 +87,14 @@ pub struct Debug {
     /// `working-sets`: one line per kernel launch on stderr with the allocations its
     /// pointers fall in ([`crate::predict::log_working_set`]).
     pub working_sets: bool,
+    /// `profile`: at exit, the time gmux's handlers took per entry point, beside the
+    /// driver's ([`crate::profile`]).
+    pub profile: bool,
 }
 
 fn debug_flags() -> Debug {
     let mut d = Debug::default();
-    const AIDS: &str = "sync-before, sync-after, runN, all-events, resolve, working-sets, panic:SYMBOL";
+    const AIDS: &str = "sync-before, sync-after, runN, all-events, resolve, working-sets, profile, panic:SYMBOL";
     for item in var("GMUX_DEBUG").unwrap_or_default().split(',').map(str::trim).filter(|s| !s.is_empty()) {
         match item {
             "sync-before" => d.sync_before = true,
@@ -100,6 +103,7 @@ fn debug_flags() -> Debug {
             "all-events" => d.all_events = true,
             "resolve" => d.resolve = true,
             "working-sets" => d.working_sets = true,
+            "profile" => d.profile = true,
             v if v.starts_with("panic:") && v.len() > 6 => d.panic_in = Some(v[6..].to_string()),
             v => crate::log::fatal(&format!("GMUX_DEBUG={v}: use a comma-separated list of {AIDS}")),
         }

@@ -22,6 +22,9 @@ macro_rules! exports {
                 // The driver's answer, once the call has been forwarded: what the caller
                 // gets if gmux panics after that.
                 let forwarded = std::cell::Cell::new(None);
+                static PROFILE: crate::profile::Entry = crate::profile::Entry::new(stringify!($name));
+                let profiled = crate::profile::on().then(std::time::Instant::now);
+                let driver_ns = std::cell::Cell::new(0u64);
                 let real = || -> CUresult {
                     let p = *REAL.get_or_init(|| {
                         let n = CString::new(stringify!($name)).expect("symbol name");
@@ -32,8 +35,12 @@ macro_rules! exports {
                     }
                     // SAFETY: the driver's symbol of this name has this C signature.
                     let f: unsafe extern "C" fn($($ty),*) -> CUresult = unsafe { std::mem::transmute(p) };
-                    // SAFETY: the caller's arguments, forwarded unchanged.
-                    let r = unsafe { f($($arg),*) };
+                    let r = match profiled {
+                        // SAFETY: the caller's arguments, forwarded unchanged.
+                        Some(_) => crate::profile::driver(&driver_ns, || unsafe { f($($arg),*) }),
+                        // SAFETY: the caller's arguments, forwarded unchanged.
+                        None => unsafe { f($($arg),*) },
+                    };
                     forwarded.set(Some(r));
                     r
                 };
@@ -52,6 +59,9 @@ macro_rules! exports {
                 let r = handled.unwrap_or_else(|p| crate::api::guard::caught(stringify!($name), p.as_ref(), forwarded.get()));
                 if r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY {
                     crate::log!(Debug, "{} returned {r}", stringify!($name));
+                }
+                if let Some(since) = profiled {
+                    PROFILE.add(since, driver_ns.get());
                 }
                 r
             }

@@ -26,6 +26,7 @@ pub mod graph_split;
 pub mod intercept;
 pub mod policy;
 pub mod predict;
+pub mod profile;
 pub mod record;
 pub mod state;
 pub mod tenancy;
@@ -44,6 +45,10 @@ extern "C" fn summary_at_exit() {
 fn summary() {
     record::finish();
     agent::farewell();
+    if let Some(t) = profile::table() {
+        // The profile was asked for: printed whatever the log level.
+        eprint!("{t}");
+    }
     if log::level() < log::Level::Info {
         return;
     }

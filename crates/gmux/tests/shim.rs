@@ -379,3 +379,19 @@ fn the_launch_benchmark_pairs_native_and_gmux_runs() {
         assert!(run["direct_us"].as_f64().is_some_and(|d| d > 0.0), "{run}");
     }
 }
+
+/// `GMUX_DEBUG=profile` prints at exit, per entry point, its calls and where their time
+/// went: the 800 commands of `oversub` appear with their counts, costliest first.
+#[test]
+fn the_profile_counts_every_call_of_each_entry_point() {
+    let r = ok_with("16M", "oversub --total 50331648 --buffers 40 --ops 800 --seed 3 --streams 4", "GMUX_DEBUG", "profile");
+    let rows: Vec<Vec<&str>> = r.stderr.lines().filter_map(|l| l.strip_prefix("profile: ")).map(|l| l.split_whitespace().collect()).collect();
+    assert!(rows.len() > 4 && rows[0][0] == "a" && rows[1][0] == "entry", "no profile table:\n{}", r.describe());
+    let calls = |name: &str| rows.iter().find(|c| c[0] == name).map_or(0, |c| c[1].parse::<u64>().expect("calls"));
+    let own_ms: Vec<f64> = rows[2..].iter().map(|c| c[2].parse().expect("ms")).collect();
+    assert!(own_ms.windows(2).all(|w| w[0] >= w[1]), "not costliest first:\n{}", r.stderr);
+    let launches = calls("cuLaunchKernel");
+    assert!(launches > 0, "{}", r.stderr);
+    // Every launch is timed through each phase of a command.
+    assert!(calls("(command:lock)") >= launches && calls("(command:driver)") >= launches, "{}", r.stderr);
+}

@@ -66,14 +66,27 @@ fn run_now(
     what: impl Fn() -> String,
     ws: impl FnOnce(&mut Shim) -> WorkingSet,
 ) -> CUresult {
+    use crate::profile::Entry;
+    static DEVICE: Entry = Entry::new("(command:device)");
+    static GATE: Entry = Entry::new("(command:gate)");
+    static LOCK: Entry = Entry::new("(command:lock)");
+    static WS: Entry = Entry::new("(command:working-set)");
+    static RESIDENT: Entry = Entry::new("(command:residency)");
+    static DRIVER: Entry = Entry::new("(command:driver)");
+    static BOOKS: Entry = Entry::new("(command:bookkeeping)");
+    let mut laps = crate::profile::Laps::start();
     let Ok(dev) = crate::devices::current() else { return real() };
+    laps.lap(&DEVICE);
     crate::agent::gate(dev);
+    laps.lap(&GATE);
     let mut g = match crate::devices::shim_of(dev) {
         Ok(g) => g,
         Err(_) => return real(),
     };
+    laps.lap(&LOCK);
     crate::devices::take_reached();
     let mut ws = ws(g.as_mut().expect("created"));
+    laps.lap(&WS);
     let reached = crate::devices::take_reached();
     if !reached.is_empty() {
         drop(g);
@@ -111,15 +124,18 @@ fn run_now(
             return report(crate::driver::CudaError { call: "cuStreamWaitEvent", code: r }.into(), &what());
         }
     }
+    laps.lap(&RESIDENT);
     let started = crate::record::start(stream, ptsz);
     let r = real();
     let timing = crate::record::end(started, r, stream, ptsz);
+    laps.lap(&DRIVER);
     if r == CUDA_SUCCESS {
         let wait = match st.released(stream, ptsz, &ws, sig) {
             Ok(w) => w,
             Err(e) => return report(e, &what()),
         };
         crate::record::command(timing, kind, &ws, dev);
+        laps.lap(&BOOKS);
         if let Some(ev) = wait {
             // Too many commands of this stream in flight: wait for the oldest over the
             // bound outside the lock.

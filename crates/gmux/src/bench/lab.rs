@@ -219,6 +219,19 @@ pub fn stat(socket: &Path, tenant: &str) -> (u64, u64) {
     (field("bytes_h2d "), field("bytes_d2h "))
 }
 
+/// A tenant's stalled time so far, µs: the `total` of its `gmem.pressure` `some` line
+/// (its launches held by its agent, or its commands waiting for memory, while it ran).
+pub fn stalled_us(socket: &Path, tenant: &str) -> u64 {
+    let Ok(r) = ctl::request(socket, &Request::Get { tenant: tenant.into(), knob: Some("gmem.pressure".into()), json: false }) else { return 0 };
+    pressure_total(&r.text).unwrap_or(0)
+}
+
+/// The `total=` of the `some` line of a `gmem.pressure` text.
+fn pressure_total(text: &str) -> Option<u64> {
+    let some = text.lines().find(|l| l.starts_with("some "))?;
+    some.split_whitespace().find_map(|w| w.strip_prefix("total=")).and_then(|v| v.parse().ok())
+}
+
 /// Waits until `tenant` has joined the daemon at `socket` (its process reached CUDA),
 /// at most `limit`; whether it did.
 pub fn wait_joined(socket: &Path, tenant: &str, limit: Duration) -> bool {

@@ -3,9 +3,13 @@
 //! Per mix, the tenants first run natively at once, which gives their footprints; each
 //! level's budget is their sum over the level. Systems: `native` (at once, no gmux; 100%
 //! only), `in-hbm` (gmuxd time-slices them with no budget: the same slices, no
-//! pressure), `gmux` (the proactive switch, recording traces) and `whole` (the
-//! whole-tenant swap). Throughput is normalized to `in-hbm`; the simulator replays the
-//! traces gmux recorded for the `ideal` bound and its prediction of gmuxd.
+//! pressure), `gmux` (the proactive switch), `whole` (the whole-tenant swap) and
+//! `traced` (the proactive switch again, each process recording its trace). Throughput is
+//! normalized to `in-hbm`; the simulator replays the traces of `traced` for the `ideal`
+//! bound and its prediction of gmuxd, which the `gmux` row of the level shows too.
+//! Recording times every command on the device, which slows a launch-bound program
+//! (measured: a transformers decoder alone ran at 0.85 of native under gmux and at 0.69
+//! recording), so no row compared with another system records.
 
 use super::lab::{self, Lab, LabArgs};
 use crate::Failure;
@@ -31,8 +35,9 @@ pub struct WorkloadsArgs {
     /// Round-robin timeslice.
     #[arg(long, default_value = "200ms")]
     timeslice: String,
-    /// Systems: native, in-hbm, gmux, whole.
-    #[arg(long, value_delimiter = ',', default_value = "native,in-hbm,gmux,whole")]
+    /// Systems: native, in-hbm, gmux, whole, traced (gmux recording the traces the
+    /// simulator replays; without it there is no ideal bound or prediction).
+    #[arg(long, value_delimiter = ',', default_value = "native,in-hbm,gmux,whole,traced")]
     systems: Vec<String>,
     /// Seconds the tenants run together, every one set up, before the window opens: the
     /// time the switch costs (and so the stretched slices) and the forecasts' histories
@@ -40,13 +45,13 @@ pub struct WorkloadsArgs {
     /// before it and is not counted.
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS", value_parser = seconds)]
     settle: f64,
-    /// Skip the simulator's replay of the recorded traces (no ideal bound or prediction;
-    /// the traces are still written, for `gmux sim` later).
+    /// Skip the simulator's replay of the traced runs' traces (no ideal bound or
+    /// prediction; the traces are still written, for `gmux sim` later).
     #[arg(long)]
     no_replay: bool,
 }
 
-const SYSTEMS: [&str; 4] = ["native", "in-hbm", "gmux", "whole"];
+const SYSTEMS: [&str; 5] = ["native", "in-hbm", "gmux", "whole", "traced"];
 
 /// A number of seconds, 0 or more.
 fn seconds(s: &str) -> Result<f64, String> {
@@ -82,6 +87,9 @@ struct Row {
     throughput_norm: Option<f64>,
     /// Bytes copied both ways in the window, per tenant (mean).
     bytes_per_tenant: Option<f64>,
+    /// Mean over tenants of the share of the window each one stalled: its launches held
+    /// by its agent or its commands waiting for memory (`gmem.pressure` `some`).
+    stalled: Option<f64>,
     /// Mean time from a switch to the first command of the slice, in the window (ms).
     switch_wait_ms: Option<f64>,
     /// Mean slice gmuxd gave (stretched to amortize the switch), over the slots started in
@@ -134,7 +142,7 @@ pub fn run(a: &WorkloadsArgs) -> Result<(), Failure> {
                     s => {
                         eprintln!("gmux bench: {m}: level {level}%: {s} (budget {})", format_size(budget));
                         let mut row = one_run(&lab, a, m, level, s, Some(budget))?.0;
-                        if s == "gmux" && !a.no_replay {
+                        if s == "traced" && !a.no_replay {
                             if let Err(e) = replay(&lab, a, m, level, budget, &mut row) {
                                 eprintln!("gmux bench: {m}: level {level}%: no replay: {}", e.message());
                             }
@@ -144,6 +152,7 @@ pub fn run(a: &WorkloadsArgs) -> Result<(), Failure> {
                 };
                 eprintln!("gmux bench: {m}: level {level}%: {system}: {:?} units/s", row.units_per_s);
                 mine.push(row);
+                share_replay(&mut mine, level);
                 write(&lab, a, &[rows.as_slice(), mine.as_slice()].concat())?;
             }
         }
@@ -159,6 +168,16 @@ pub fn run(a: &WorkloadsArgs) -> Result<(), Failure> {
     println!("{}", table(&rows));
     println!("results: {}", lab.file("workloads.json").display());
     Ok(())
+}
+
+/// Gives the `gmux` row at `level` the replay of the `traced` row's traces: the ideal
+/// bound and the simulator's prediction belong to the workload and the budget, and the
+/// unrecorded run is the one to hold against them.
+fn share_replay(rows: &mut [Row], level: u32) {
+    let Some(t) = rows.iter().find(|r| r.level == level && r.system == "traced").cloned() else { return };
+    for r in rows.iter_mut().filter(|r| r.level == level && r.system == "gmux") {
+        (r.ideal_norm, r.ideal_bytes_per_tenant, r.sim_gmuxd_norm) = (t.ideal_norm, t.ideal_bytes_per_tenant, t.sim_gmuxd_norm);
+    }
 }
 
 /// Writes `workloads.json` and `workloads.svg` (throughput against level, one line per
@@ -189,7 +208,7 @@ fn one_run(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, system: &str, budg
     match (system, budget) {
         ("native", _) => {}
         ("in-hbm", _) => flags.push("--always-slice".into()),
-        (s, Some(b)) => flags.extend(["--hbm".into(), b.to_string(), "--switch".into(), if s == "gmux" { "msched".into() } else { "whole".into() }]),
+        (s, Some(b)) => flags.extend(["--hbm".into(), b.to_string(), "--switch".into(), if s == "whole" { "whole".into() } else { "msched".into() }]),
         (s, None) => return Err(Failure::Runtime(format!("{s} needs a budget"))),
     }
     let daemon = (system != "native").then(|| lab.daemon(&run, &flags)).transpose()?;
@@ -202,7 +221,7 @@ fn one_run(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, system: &str, budg
         let report = lab.file(&format!("{run}.{name}.json"));
         let _ = std::fs::remove_file(&report);
         let trace = lab.file(&format!("{m}-L{level}.{name}.trace.jsonl"));
-        let record = (system == "gmux").then(|| {
+        let record = (system == "traced").then(|| {
             let _ = std::fs::remove_file(&trace);
             trace.as_path()
         });
@@ -215,9 +234,14 @@ fn one_run(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, system: &str, budg
             }
         }
     }
-    let bytes = |d: &Option<lab::Daemon>| d.as_ref().map(|d| tenants.iter().map(|(n, _)| lab::stat(&d.socket, n)).fold(0, |s, b| s + b.0 + b.1));
+    // Bytes both ways and stalled µs, summed over tenants.
+    let counters = |d: &Option<lab::Daemon>| {
+        d.as_ref().map(|d| {
+            tenants.iter().map(|(n, _)| (lab::stat(&d.socket, n), lab::stalled_us(&d.socket, n))).fold((0, 0), |s, (b, us)| (s.0 + b.0 + b.1, s.1 + us))
+        })
+    };
     let (start, before, after) =
-        lab::measure_window(&ready, tenants.len(), Duration::from_secs(600), window, &run, || bytes(&daemon), &mut || Lab::first_exited(&mut children));
+        lab::measure_window(&ready, tenants.len(), Duration::from_secs(600), window, &run, || counters(&daemon), &mut || Lab::first_exited(&mut children));
     let mut failed = lab.wait_all(children, Duration::from_secs_f64(180.0 + a.lab.duration));
     drop(daemon);
     let mut row = Row {
@@ -228,7 +252,8 @@ fn one_run(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, system: &str, budg
         units_per_s: BTreeMap::new(),
         unit: String::new(),
         throughput_norm: None,
-        bytes_per_tenant: before.zip(after).map(|(b, a)| a.saturating_sub(b) as f64 / tenants.len() as f64),
+        bytes_per_tenant: before.zip(after).map(|(b, e)| e.0.saturating_sub(b.0) as f64 / tenants.len() as f64),
+        stalled: before.zip(after).map(|(b, e)| e.1.saturating_sub(b.1) as f64 / 1e6 / a.lab.duration / tenants.len() as f64),
         switch_wait_ms: switch_wait_ms(&lab.file(&format!("{run}.daemon.log")), start, start + a.lab.duration),
         slice_ms: slice_ms(&lab.file(&format!("{run}.daemon.log")), start, start + a.lab.duration, &a.timeslice),
         ideal_norm: None,
@@ -267,14 +292,14 @@ fn mean(xs: impl Iterator<Item = f64>) -> Option<f64> {
     (n > 0).then(|| sum / n as f64)
 }
 
-/// The simulator on the traces gmux recorded at `level`, each tenant with the slices
-/// gmuxd gave it in the run (stretched ones included): fills the row's ideal and gmuxd
-/// prediction.
+/// The simulator on the traces the `traced` run recorded at `level`, each tenant with the
+/// slices gmuxd gave it in that run (stretched ones included): fills the row's ideal and
+/// gmuxd prediction.
 fn replay(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, budget: u64, row: &mut Row) -> Result<(), Failure> {
     let tenants = mix(m).expect("checked");
     let what = format!("{m} traces at {level}%");
     let names: Vec<&str> = tenants.iter().map(|(n, _)| *n).collect();
-    let slices = lab::slices_used(lab, &format!("{m}-L{level}-gmux"), &names, &a.timeslice);
+    let slices = lab::slices_used(lab, &format!("{m}-L{level}-traced"), &names, &a.timeslice);
     let report = lab::replay(lab, &what, &format!("{m}-L{level}"), budget, slices, &["in-hbm", "gmuxd", "ideal"], names.iter().copied())?;
     let get = |s: &str| report.results.iter().find(|r| r.system == s).ok_or_else(|| Failure::Runtime(format!("replay has no {s} row")));
     let ideal = get("ideal")?;
@@ -286,18 +311,39 @@ fn replay(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, budget: u64, row: &
     Ok(())
 }
 
+/// The mean over tenants of each one's units/s in `a` over its units/s in `b`; none
+/// unless both ran every tenant of the mix.
+fn per_tenant_ratio(a: &Row, b: &Row) -> Option<f64> {
+    let ratios: Vec<f64> = b.units_per_s.iter().filter(|(_, v)| **v > 0.0).filter_map(|(n, v)| a.units_per_s.get(n).map(|x| x / v)).collect();
+    (!ratios.is_empty() && ratios.len() == b.units_per_s.len()).then(|| ratios.iter().sum::<f64>() / ratios.len() as f64)
+}
+
 fn table(rows: &[Row]) -> String {
     let f = |v: Option<f64>, d: usize| v.map_or("-".to_string(), |x| format!("{x:.d$}"));
     let gib = |v: Option<f64>| f(v.map(|b| b / (1u64 << 30) as f64), 1);
     let mut s = format!(
-        "{:<10} {:<6} {:<7} {:>9} {:>11} {:>10} {:>8} {:>9} {:>10} {:>9} {:>8} {:>9} {:>8}  {}\n",
-        "mix", "level", "system", "budget", "units/s", "throughput", "ideal", "vs ideal", "GiB/tenant", "ideal GiB", "sim", "switch ms", "slice ms", "failed"
+        "{:<10} {:<6} {:<7} {:>9} {:>11} {:>10} {:>8} {:>9} {:>10} {:>9} {:>8} {:>9} {:>8} {:>8}  {}\n",
+        "mix",
+        "level",
+        "system",
+        "budget",
+        "units/s",
+        "throughput",
+        "ideal",
+        "vs ideal",
+        "GiB/tenant",
+        "ideal GiB",
+        "sim",
+        "switch ms",
+        "slice ms",
+        "stalled",
+        "failed"
     );
     for r in rows {
         let mean = r.units_per_s.values().sum::<f64>() / r.units_per_s.len().max(1) as f64;
         let vs = r.throughput_norm.zip(r.ideal_norm).map(|(t, i)| t / i);
         s += &format!(
-            "{:<10} {:<6} {:<7} {:>9} {:>11} {:>10} {:>8} {:>9} {:>10} {:>9} {:>8} {:>9} {:>8}  {}\n",
+            "{:<10} {:<6} {:<7} {:>9} {:>11} {:>10} {:>8} {:>9} {:>10} {:>9} {:>8} {:>9} {:>8} {:>8}  {}\n",
             r.mix,
             format!("{}%", r.level),
             r.system,
@@ -311,22 +357,71 @@ fn table(rows: &[Row]) -> String {
             f(r.sim_gmuxd_norm, 3),
             f(r.switch_wait_ms, 1),
             f(r.slice_ms, 0),
+            r.stalled.map_or("-".into(), |x| format!("{:.1}%", x * 100.0)),
             r.failed.join(", ")
         );
     }
     for (m, l) in rows.iter().map(|r| (r.mix.clone(), r.level)).collect::<std::collections::BTreeSet<_>>() {
-        let get = |sys: &str| rows.iter().find(|r| r.mix == m && r.level == l && r.system == sys).and_then(|r| r.throughput_norm);
-        if let (Some(g), Some(w)) = (get("gmux"), get("whole")) {
-            s += &format!("{m} {l}%: gmux / whole-tenant swap = {:.2}x\n", g / w);
+        let get = |sys: &str| rows.iter().find(|r| r.mix == m && r.level == l && r.system == sys);
+        for (other, name) in [("whole", "whole-tenant swap"), ("native", "native at once")] {
+            if let Some(x) = get("gmux").zip(get(other)).and_then(|(g, o)| per_tenant_ratio(g, o)) {
+                s += &format!("{m} {l}%: gmux / {name} = {x:.2}x\n");
+            }
         }
     }
-    s + "units/s: mean per tenant (t: tokens, s: samples or sequences); throughput: mean over tenants of units/s over the same tenant's in-hbm units/s\n\
-         ideal, sim: the simulator on the traces gmux recorded (OPT bound; gmuxd's own code), normalized to its in-hbm replay; GiB: both ways, per tenant, in the window\n\
-         switch ms: from a switch to its slice's first command; slice ms: the slices gmuxd gave, stretched to amortize the switch (means over the window)"
+    s + "gmux / X: the mean over tenants of each one's units/s under gmux over its units/s under X\n\
+         units/s: mean per tenant (t: tokens, s: samples or sequences); throughput: mean over tenants of units/s over the same tenant's in-hbm units/s\n\
+         ideal, sim: the simulator on the traces the traced run recorded (OPT bound; gmuxd's own code), normalized to its in-hbm replay, shown on the gmux row too; GiB: both ways, per tenant, in the window\n\
+         switch ms: from a switch to its slice's first command; slice ms: the slices gmuxd gave, stretched to amortize the switch (means over the window)\n\
+         stalled: share of the window a tenant's launches were held by its agent or its commands waited for memory (gmem.pressure some), mean over tenants"
 }
 
 #[cfg(test)]
 mod tests {
+    use super::{per_tenant_ratio, Row};
+
+    fn row(units: &[(&str, f64)]) -> Row {
+        Row {
+            mix: "m".into(),
+            level: 100,
+            system: "s".into(),
+            budget: None,
+            units_per_s: units.iter().map(|(n, u)| (n.to_string(), *u)).collect(),
+            unit: "tokens".into(),
+            throughput_norm: None,
+            bytes_per_tenant: None,
+            stalled: None,
+            switch_wait_ms: None,
+            slice_ms: None,
+            ideal_norm: None,
+            ideal_bytes_per_tenant: None,
+            sim_gmuxd_norm: None,
+            failed: Vec::new(),
+        }
+    }
+
+    /// The traced run's replay reaches the unrecorded gmux row of its level only.
+    #[test]
+    fn the_gmux_row_shows_the_replay_of_the_traced_run_at_its_level() {
+        let at = |level, system: &str| Row { level, system: system.into(), ..row(&[]) };
+        let mut traced = at(200, "traced");
+        (traced.ideal_norm, traced.ideal_bytes_per_tenant, traced.sim_gmuxd_norm) = (Some(0.8), Some(4e10), Some(0.7));
+        let mut rows = vec![at(200, "gmux"), at(150, "gmux"), at(200, "whole"), traced];
+        super::share_replay(&mut rows, 200);
+        assert_eq!((rows[0].ideal_norm, rows[0].ideal_bytes_per_tenant, rows[0].sim_gmuxd_norm), (Some(0.8), Some(4e10), Some(0.7)));
+        assert_eq!((rows[1].ideal_norm, rows[2].ideal_norm), (None, None));
+    }
+
+    /// Each tenant is compared with itself, then the ratios are averaged; a tenant missing
+    /// from either run leaves no ratio rather than a flattering one.
+    #[test]
+    fn the_ratio_to_another_system_is_per_tenant() {
+        let native = row(&[("a", 100.0), ("b", 10.0)]);
+        let gmux = row(&[("a", 90.0), ("b", 10.0)]);
+        assert!((per_tenant_ratio(&gmux, &native).unwrap() - 0.95).abs() < 1e-12);
+        assert_eq!(per_tenant_ratio(&row(&[("a", 90.0)]), &native), None);
+    }
+
     /// `--settle` takes 0 or more seconds; anything else is refused with an example.
     #[test]
     fn settle_takes_seconds_from_zero_up() {

@@ -85,3 +85,11 @@ fn a_workload_that_exits_during_its_setup_ends_the_wait_at_once() {
     assert_eq!(super::Lab::first_exited(&mut children).as_deref(), Some("hp (exit status: 3)"));
     std::fs::remove_dir_all(&ready).unwrap();
 }
+
+/// The stalled time is the `some` line's total, in µs, not the `full` one's.
+#[test]
+fn the_stalled_time_is_the_some_total() {
+    let text = "some avg10=63.21 avg60=15.35 avg300=3.28 total=10000000\nfull avg10=12.64 avg60=3.07 avg300=0.66 total=2000000";
+    assert_eq!(super::pressure_total(text), Some(10_000_000));
+    assert_eq!(super::pressure_total("full avg10=0.00 avg60=0.00 avg300=0.00 total=5"), None);
+}
