@@ -22,7 +22,7 @@ mod spill_tests;
 mod tests;
 
 pub use execute::PlanTimes;
-pub use tenancy::STEP_BYTES;
+pub use tenancy::{Wants, STEP_BYTES};
 pub use working_set::{Allocs, Span, WorkingSet};
 
 use execute::Landing;

@@ -121,14 +121,25 @@ impl<D: Device> TenantMemory<D> {
     /// The state the daemon divides memory by. `blocked`: bytes a command waits to have
     /// resident; `busy`: commands are in flight; `finished`: commands seen finished.
     pub fn report(&mut self, blocked: u64, busy: bool, finished: u64) -> ShimReport {
-        self.settle();
+        let wants = self.wants();
+        self.report_with(wants, blocked, busy, finished)
+    }
+
+    /// What the forecast wants, the costly part of a report: it walks the history.
+    pub fn wants(&self) -> Wants {
         // The next slice's allocations, and with them the whole period's.
         let bytes = |a: &AllocId| self.mem.alloc(*a).expect("live").count as u64 * CHUNK_BYTES;
         let slice = self.next_slice();
         let mut whole: IdSet<AllocId> = slice.iter().copied().collect();
         whole.extend(self.forecast_ahead().into_iter().map(|(a, _)| a));
-        let want = slice.iter().map(bytes).sum();
-        let period = whole.iter().map(bytes).sum();
+        Wants { slice: slice.iter().map(bytes).sum(), period: whole.iter().map(bytes).sum() }
+    }
+
+    /// [`TenantMemory::report`] with `wants` computed earlier (a report between two
+    /// forecasts: the counters are current, the forecast is as recent as `wants`).
+    pub fn report_with(&mut self, wants: Wants, blocked: u64, busy: bool, finished: u64) -> ShimReport {
+        self.settle();
+        let Wants { slice: want, period } = wants;
         let usage = self.mem.usage(self.tenant);
         let m = self.stats.moved;
         ShimReport {
@@ -151,6 +162,16 @@ impl<D: Device> TenantMemory<D> {
             prepare_ns: self.stats.prepare_ns,
         }
     }
+}
+
+/// Bytes the forecast wants: the next slice's allocations, and the whole period's (the
+/// report's `want` and `period`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Wants {
+    /// The next slice's.
+    pub slice: u64,
+    /// The whole period's, the next slice's included.
+    pub period: u64,
 }
 
 /// The largest of the known slices (0: unknown); no bound without any.

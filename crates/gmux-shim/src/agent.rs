@@ -196,6 +196,11 @@ pub fn attach(dev: usize, gpu: Option<String>) -> Result<Option<Grant>, String> 
 
 type StateGuard = crate::devices::Guard;
 
+/// The profile's phases of an agent step ([`crate::profile`]).
+static ACT: crate::profile::Entry = crate::profile::Entry::new("(agent:act)");
+static FORECAST: crate::profile::Entry = crate::profile::Entry::new("(agent:forecast)");
+static REPORT: crate::profile::Entry = crate::profile::Entry::new("(agent:report)");
+
 /// The worker of device `dev`: shrink to the grant, fill after a switch-in, report.
 fn work(dev: usize) {
     let a = agent(dev).expect("attached");
@@ -235,9 +240,14 @@ fn work(dev: usize) {
         }
         let action = switch.next(&view);
         let step;
+        let mut laps = crate::profile::Laps::start();
         (guard, step) = act(a, guard, &mut switch, action, &view);
+        laps.lap(&ACT);
         let st = guard.as_mut().expect("created");
-        let mut report = st.report(blocked.0);
+        let wants = st.memory.wants();
+        laps.lap(&FORECAST);
+        let mut report = st.report(blocked.0, wants);
+        laps.lap(&REPORT);
         report.waiting = blocked.1;
         report.grant = g.seq;
         let held = u64::try_from(locked.elapsed().saturating_sub(UNLOCKED.get()).as_nanos()).unwrap_or(u64::MAX);
@@ -416,7 +426,8 @@ pub fn farewell() {
         crate::log!(Debug, "agent {:.6}: exit", stamp());
         let Some(mut g) = crate::devices::try_on(dev) else { continue };
         let Some(st) = g.as_mut() else { continue };
-        let mut report = st.report(0);
+        let wants = st.memory.wants();
+        let mut report = st.report(0, wants);
         report.launches_held_ns = a.held_ns.load(Ordering::Relaxed);
         drop(g);
         a.send(&FromShim::Report(report));

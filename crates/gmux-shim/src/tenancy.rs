@@ -6,6 +6,7 @@ use crate::cuda::CUDA_ERROR_UNKNOWN;
 use crate::driver::{CudaError, OwnedEvent};
 use crate::state::Shim;
 use gmux_core::protocol::ShimReport;
+use gmux_runtime::Wants;
 
 /// The CUDA error behind a runtime error of a shrink or a fill (which never lack room).
 fn cuda(e: gmux_runtime::Error<CudaError>) -> CudaError {
@@ -78,10 +79,11 @@ impl Shim {
         (self.memory.dev.pinned_bytes() < self.allocated()).then(|| self.memory.dev.host_block())
     }
 
-    /// The state the daemon divides memory by; `blocked`: bytes a command waits for.
-    pub fn report(&mut self, blocked: u64) -> ShimReport {
+    /// The state the daemon divides memory by; `blocked`: bytes a command waits for;
+    /// `wants`: the forecast's ([`gmux_runtime::TenantMemory::wants`]).
+    pub fn report(&mut self, blocked: u64, wants: Wants) -> ShimReport {
         let finished = self.inflight.finished().unwrap_or(0);
         let busy = !self.inflight.idle();
-        self.memory.report(blocked, busy, finished)
+        self.memory.report_with(wants, blocked, busy, finished)
     }
 }

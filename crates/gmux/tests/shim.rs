@@ -393,5 +393,10 @@ fn the_profile_counts_every_call_of_each_entry_point() {
     let launches = calls("cuLaunchKernel");
     assert!(launches > 0, "{}", r.stderr);
     // Every launch is timed through each phase of a command.
-    assert!(calls("(command:lock)") >= launches && calls("(command:driver)") >= launches, "{}", r.stderr);
+    for phase in ["device", "gate", "lock", "working-set", "residency", "driver", "bookkeeping"] {
+        assert!(calls(&format!("(command:{phase})")) >= launches, "{phase}:\n{}", r.stderr);
+    }
+    // The daemon's agent stepped, and each step's phases were timed.
+    let steps = calls("(agent:step-held)");
+    assert!(steps > 0 && calls("(agent:forecast)") == steps && calls("(agent:report)") == steps, "{}", r.stderr);
 }

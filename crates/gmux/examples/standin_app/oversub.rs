@@ -344,10 +344,12 @@ pub fn shared_read(app: &App, o: &Opts) -> bool {
 
 /// `loop`: the same sequence of kernels over the same buffers every round, as a training
 /// loop runs; under a limit below the buffers' total, the order of eviction decides how
-/// much comes back every round.
+/// much comes back every round. `--sync-every N` synchronizes after every N kernels, as a
+/// decoder does after each step.
 pub fn loop_rounds(app: &App, o: &Opts) -> bool {
     let (n, bytes, rounds) = (o.num("buffers", 8) as usize, o.bytes("bytes", 4 << 20) as usize, o.num("rounds", 10) as u32);
     let flip = o.num("reverse-every", 0) as u32;
+    let sync_every = o.num("sync-every", 0) as usize;
     let words = (bytes / 4) as u64;
     let s = app.stream(CU_STREAM_NON_BLOCKING);
     let bufs: Vec<u64> = (0..n).map(|_| app.alloc(bytes)).collect();
@@ -358,6 +360,9 @@ pub fn loop_rounds(app: &App, o: &Opts) -> bool {
         let reversed = flip > 0 && (round / flip) % 2 == 1;
         for k in 0..n {
             app.add(s, bufs[if reversed { n - 1 - k } else { k }], words, 1);
+            if sync_every > 0 && (round as usize * n + k + 1).is_multiple_of(sync_every) {
+                app.sync(s);
+            }
         }
     }
     app.sync(s);
