@@ -16,7 +16,7 @@ use crate::devices::MAX_DEVICES;
 use crate::driver::{CudaError, OwnedEvent};
 use crate::log::stamp;
 use crate::state::ShimError;
-use gmux_core::protocol::{Fill, FromShim, Grant, MAX_TRACE};
+use gmux_core::protocol::{Fill, FromShim, Grant, ShimReport, MAX_TRACE};
 use gmux_core::size::format_size;
 use gmux_runtime::switch::{Action, Edge, Switch, View};
 use std::cell::Cell;
@@ -47,6 +47,8 @@ struct Link {
     blocked: u64,
     /// Report at once.
     poke: bool,
+    /// The application went busy or idle: what to tell the daemon ([`notice`]).
+    notice: Option<Notice>,
     /// The daemon is gone: run on within the last grant until the next one registers this
     /// process again.
     lost: bool,
@@ -165,7 +167,16 @@ pub fn attach(dev: usize, gpu: Option<String>) -> Result<Option<Grant>, String> 
     };
     let a = Agent {
         dev,
-        link: Mutex::new(Link { grant, generation: 0, open: grant.run && grant.fill != Fill::Whole, blocked: 0, poke: true, lost: false, waiting: 0 }),
+        link: Mutex::new(Link {
+            grant,
+            generation: 0,
+            open: grant.run && grant.fill != Fill::Whole,
+            blocked: 0,
+            poke: true,
+            notice: None,
+            lost: false,
+            waiting: 0,
+        }),
         open: AtomicBool::new(grant.run && grant.fill != Fill::Whole),
         inflight: AtomicU32::new(grant.inflight),
         changed: Condvar::new(),
@@ -208,15 +219,32 @@ fn work(dev: usize) {
     let mut switch: Switch<OwnedEvent> = Switch::default();
     let mut ctx_set = false;
     let mut prepin_ok = true;
+    // The last full report and when it was made.
+    let mut last: Option<(ShimReport, Instant)> = None;
     loop {
-        let (g, generation, blocked) = {
+        let (g, generation, blocked, light) = {
             let mut l = a.lock();
-            if l.generation == seen && !l.poke {
-                l = a.changed.wait_timeout(l, REPORT_EVERY).unwrap_or_else(|p| p.into_inner()).0;
+            let due = last.map_or(Duration::ZERO, |(_, at)| REPORT_EVERY.saturating_sub(at.elapsed()));
+            if l.generation == seen && !l.poke && l.notice.is_none() && !due.is_zero() {
+                l = a.changed.wait_timeout(l, due).unwrap_or_else(|p| p.into_inner()).0;
             }
+            // Only news that the application went busy or idle, between two full reports:
+            // the last report says so with the counters the application handed over,
+            // without a step under the state lock, which its launches would wait for (a
+            // decoder synchronizes every few milliseconds).
+            let fresh = last.is_some_and(|(_, at)| at.elapsed() < REPORT_EVERY);
+            let light = l.notice.filter(|_| !l.poke && l.generation == seen && fresh);
             l.poke = false;
-            (l.grant, l.generation, (l.blocked, l.waiting > 0))
+            l.notice = None;
+            (l.grant, l.generation, (l.blocked, l.waiting > 0), light)
         };
+        if let Some(((mut report, _), n)) = last.zip(light) {
+            (report.busy, report.commands, report.finished) = (n.busy, report.commands.max(n.commands), report.finished.max(n.finished));
+            (report.blocked, report.waiting) = blocked;
+            report.launches_held_ns = a.held_ns.load(Ordering::Relaxed);
+            a.send(&FromShim::Report(report));
+            continue;
+        }
         seen = generation;
         let mut guard = crate::devices::on(dev);
         let locked = Instant::now();
@@ -282,6 +310,7 @@ fn work(dev: usize) {
             Err(e) => crate::log!(Error, "evicting or filling for the daemon failed: {e}"),
             Ok(_) => {}
         }
+        last = Some((report, Instant::now()));
         a.send(&FromShim::Report(report));
         for (policy, mut text) in traces {
             if text.len() > MAX_TRACE {
@@ -434,7 +463,28 @@ pub fn farewell() {
     }
 }
 
-/// Asks device `dev`'s worker to report now (the process went busy or idle).
+/// A change the application's thread saw, with the counters it holds: the process went
+/// busy (a command released with none in flight) or idle (a synchronize).
+#[derive(Debug, Clone, Copy)]
+pub struct Notice {
+    /// Commands are in flight.
+    pub busy: bool,
+    /// Commands released so far.
+    pub commands: u64,
+    /// Commands known finished so far.
+    pub finished: u64,
+}
+
+/// Tells device `dev`'s daemon of `n` at once: by the last report with these counters,
+/// without a step under the state lock unless one is due.
+pub fn notice(dev: usize, n: Notice) {
+    if let Some(a) = agent(dev) {
+        a.lock().notice = Some(n);
+        a.changed.notify_all();
+    }
+}
+
+/// Asks device `dev`'s worker for a full step now.
 pub fn poke(dev: usize) {
     if let Some(a) = agent(dev) {
         a.lock().poke = true;

@@ -361,11 +361,17 @@ impl Shim {
         let allocs = self.memory.released(ws, sig);
         let dev = self.device();
         if crate::agent::attached(dev) && self.inflight.idle() {
-            crate::agent::poke(dev);
+            crate::agent::notice(dev, crate::agent::Notice { busy: true, ..self.notice() });
         }
         let wait = self.inflight.released(stream, ptsz, &allocs, crate::agent::inflight_bound(dev))?;
         self.memory.dev.reap(false)?;
         Ok(wait)
+    }
+
+    /// Whether commands are in flight, and the counters of the next report, from what
+    /// this state holds (no device call).
+    pub fn notice(&self) -> crate::agent::Notice {
+        crate::agent::Notice { busy: !self.inflight.idle(), commands: self.memory.stats.commands, finished: self.inflight.done() }
     }
 
     /// Resident bytes.

@@ -400,3 +400,21 @@ fn the_profile_counts_every_call_of_each_entry_point() {
     let steps = calls("(agent:step-held)");
     assert!(steps > 0 && calls("(agent:forecast)") == steps && calls("(agent:report)") == steps, "{}", r.stderr);
 }
+
+/// A process that synchronizes often (a decoder, after every step) goes idle and busy
+/// again each time; the daemon hears of each change from the last report, not from a
+/// step of the agent under the state lock, which the process's launches would wait for.
+/// Before, the agent stepped once or twice per synchronize.
+#[test]
+fn going_busy_and_idle_does_not_step_the_agent() {
+    let r = ok_with("1G", "loop --buffers 100 --bytes 64K --rounds 100 --sync-every 5", "GMUX_DEBUG", "profile");
+    let calls = |name: &str| {
+        r.stderr.lines().filter_map(|l| l.strip_prefix("profile: ")).find_map(|l| {
+            let c: Vec<&str> = l.split_whitespace().collect();
+            (c[0] == name).then(|| c[1].parse::<u64>().expect("calls"))
+        })
+    };
+    let (syncs, steps) = (calls("cuStreamSynchronize").unwrap_or(0), calls("(agent:step-held)").unwrap_or(0));
+    assert!(syncs >= 2000, "{syncs} synchronizes:\n{}", r.describe());
+    assert!(steps > 0 && steps * 4 < syncs, "{steps} agent steps for {syncs} synchronizes:\n{}", r.stderr);
+}

@@ -321,7 +321,7 @@ pub fn synced(real: impl FnOnce() -> CUresult, stream: CUstream, ptsz: bool) -> 
         if let Some(st) = tracking(stream, ptsz).as_mut() {
             let _ctx = crate::devices::enter(st);
             let _ = crate::capture::relaxed(|| st.inflight.synced(stream, ptsz).map_err(Into::into).and_then(|()| st.reap()));
-            crate::agent::poke(st.device());
+            crate::agent::notice(st.device(), st.notice());
         }
         crate::record::synced();
     }
@@ -366,7 +366,7 @@ pub fn synced_context(real: impl FnOnce() -> CUresult, ctx: CUcontext) -> CUresu
         if let Some(st) = g.as_mut() {
             let _ctx = crate::devices::enter(st);
             let _ = crate::capture::relaxed(|| st.inflight.synced_all().map_err(Into::into).and_then(|()| st.reap()));
-            crate::agent::poke(st.device());
+            crate::agent::notice(st.device(), st.notice());
         }
         crate::record::synced();
     }
