@@ -89,9 +89,15 @@ impl Vmem {
     /// Whether any of `words` is an address in a region: a bounds check first, so that
     /// data that holds no addresses costs a compare per word.
     pub fn holds_any(&self, mut words: impl Iterator<Item = u64>) -> bool {
-        let (Some((&lo, _)), Some((_, last))) = (self.by_base.first_key_value(), self.by_base.last_key_value()) else { return false };
-        let hi = last.base + last.reserved;
-        words.any(|w| w >= lo && w < hi && self.find(w).is_some())
+        let Some(span) = self.span() else { return false };
+        words.any(|w| span.contains(&w) && self.find(w).is_some())
+    }
+
+    /// From the first region's base to the last one's end (regions never overlap): no
+    /// address outside it is in a region.
+    pub fn span(&self) -> Option<std::ops::Range<CUdeviceptr>> {
+        let ((&lo, _), (_, last)) = self.by_base.first_key_value().zip(self.by_base.last_key_value())?;
+        Some(lo..last.base + last.reserved)
     }
 
     /// The region of an allocation.
@@ -143,6 +149,30 @@ impl Vmem {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The span rules out only addresses that no region holds: every address a
+        /// region holds lies in it, whatever the regions and the address.
+        #[test]
+        fn the_span_never_rules_out_an_address_a_region_holds(
+            gaps in proptest::collection::vec((0u64..8, 1u64..4), 1..12),
+            probes in proptest::collection::vec(0u64..(128 << 21), 64),
+        ) {
+            let mut v = Vmem::default();
+            let mut at = 1u64 << 21;
+            for (k, (gap, chunks)) in gaps.iter().enumerate() {
+                at += gap << 21;
+                v.insert(Region { base: at, bytes: chunks << 21, reserved: chunks << 21, alloc: AllocId(k as u32), app: false, alias: false });
+                at += chunks << 21;
+            }
+            let span = v.span().expect("regions");
+            for p in probes {
+                prop_assert!(v.find(p).is_none() || span.contains(&p), "{p:#x} outside {span:?}");
+            }
+            prop_assert_eq!(span.end, at);
+        }
+    }
 
     #[test]
     fn find_maps_interior_and_padding_addresses_to_their_region_only() {

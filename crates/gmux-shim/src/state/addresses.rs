@@ -14,8 +14,10 @@ impl Shim {
     /// noted ([`crate::devices::note_reach`]), as the two below note byte ranges.
     pub fn allocs_of(&self, ptrs: &[CUdeviceptr]) -> Allocs {
         let mut v = Allocs::new();
+        // Most parameter words are sizes, strides and flags: one compare rules them out.
+        let span = self.vmem.span().unwrap_or_default();
         for &p in ptrs {
-            let Some(r) = self.vmem.find(p) else {
+            let Some(r) = span.contains(&p).then(|| self.vmem.find(p)).flatten() else {
                 crate::devices::note_reach(self.device(), p, 1);
                 continue;
             };
