@@ -6,7 +6,8 @@
 #
 #   KIND=llm-decode ROUNDS=2 SYSTEMS="native gmux record profile" bash scripts/gpu-overhead.sh
 #
-# Needs .gpu-bin/ (scripts/gpu-pack.sh; carry it). Each run sets up, warms up WARMUP
+# Needs .gpu-bin/ (scripts/gpu-pack.sh; carry it); BIN names another build's folder
+# (e.g. BIN=.gpu-bin-base, to compare two builds in one call). Each run sets up, warms up WARMUP
 # seconds (5) and counts units over DURATION (10). Prints each run's units/s, then the
 # medians and their ratios to native last, after the first profile's 20 costliest entry
 # points; logs go to $OUT/overhead/.
@@ -15,8 +16,9 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${OUT:-./out}
 mkdir -p "$OUT/overhead" && OUT=$(cd "$OUT" && pwd)
 cd "$ROOT" || exit 1
-GMUX=$ROOT/.gpu-bin/gmux
-export GMUX_SHIM=$ROOT/.gpu-bin/libgmux.so PYTHONUNBUFFERED=1
+BIN=${BIN:-.gpu-bin}
+GMUX=$ROOT/$BIN/gmux
+export GMUX_SHIM=$ROOT/$BIN/libgmux.so PYTHONUNBUFFERED=1
 export GMUX_SOCKET=/tmp/gmux-overhead.sock
 PROG=(python3 gpu/workload.py --kind "${KIND:-llm-decode}" --warmup "${WARMUP:-5}" --duration "${DURATION:-10}")
 rate() { sed -n 's/^units_per_s=//p' "$1" | tail -1; }
