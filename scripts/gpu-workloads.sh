@@ -2,7 +2,7 @@
 # `gmux bench workloads` on a GPU, through the device tool after scripts/gpu-pack.sh
 # (carry .gpu-bin):
 #
-#   MIXES=multi-llm LEVELS=150,200,300 bash scripts/gpu-workloads.sh
+#   MIXES=multi-llm LEVELS=200 bash scripts/gpu-workloads.sh
 #
 # MIXES, LEVELS, SYSTEMS, SLICE (200ms), DURATION (10 s), WARMUP (15 s) and SETTLE (10 s:
 # the tenants run together, set up, this long before the window) pass through;
@@ -24,7 +24,7 @@ rm -rf "$WORK" && mkdir -p "$WORK"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 NO_REPLAY=()
 if [[ ${REPLAY:-1} == 0 ]]; then NO_REPLAY=(--no-replay); fi
-timeout "${LIMIT:-570}" "$BIN/gmux" bench workloads --mixes "${MIXES:-multi-llm}" --levels "${LEVELS:-150,200,300}" \
+timeout "${LIMIT:-570}" "$BIN/gmux" bench workloads --mixes "${MIXES:-multi-llm}" --levels "${LEVELS:-200}" \
   --systems "${SYSTEMS:-native,in-hbm,gmux,whole,traced}" --timeslice "${SLICE:-200ms}" --duration "${DURATION:-10}" \
   --warmup "${WARMUP:-15}" --settle "${SETTLE:-10}" "${NO_REPLAY[@]}" --out "$WORK" >"$WORK/table.txt" 2>"$WORK/progress.txt"
 echo "exit $?"

@@ -219,12 +219,13 @@ fn work(dev: usize) {
     let mut switch: Switch<OwnedEvent> = Switch::default();
     let mut ctx_set = false;
     let mut prepin_ok = true;
-    // The last full report and when it was made.
+    // The last full report and when it was made; when the last full step began.
     let mut last: Option<(ShimReport, Instant)> = None;
+    let mut stepped: Option<Instant> = None;
     loop {
         let (g, generation, blocked, light) = {
             let mut l = a.lock();
-            let due = last.map_or(Duration::ZERO, |(_, at)| REPORT_EVERY.saturating_sub(at.elapsed()));
+            let due = stepped.map_or(Duration::ZERO, |at| REPORT_EVERY.saturating_sub(at.elapsed()));
             if l.generation == seen && !l.poke && l.notice.is_none() && !due.is_zero() {
                 l = a.changed.wait_timeout(l, due).unwrap_or_else(|p| p.into_inner()).0;
             }
@@ -248,7 +249,11 @@ fn work(dev: usize) {
         seen = generation;
         let mut guard = crate::devices::on(dev);
         let locked = Instant::now();
+        stepped = Some(locked);
         UNLOCKED.set(Duration::ZERO);
+        // A notice set before the state was taken is older than this step's report, which
+        // must not be overridden by it.
+        a.lock().notice = None;
         let Some(st) = guard.as_mut() else { continue };
         let traces = crate::policy::attach(&mut st.memory, dev);
         if !ctx_set {

@@ -23,7 +23,8 @@ macro_rules! exports {
                 // gets if gmux panics after that.
                 let forwarded = std::cell::Cell::new(None);
                 static PROFILE: crate::profile::Entry = crate::profile::Entry::new(stringify!($name));
-                let profiled = crate::profile::on().then(std::time::Instant::now);
+                // Settings are read here first in many processes: no panic may leave.
+                let profiled = std::panic::catch_unwind(crate::profile::on).unwrap_or(false).then(std::time::Instant::now);
                 let driver_ns = std::cell::Cell::new(0u64);
                 let real = || -> CUresult {
                     let p = *REAL.get_or_init(|| {

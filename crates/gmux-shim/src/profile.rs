@@ -61,8 +61,9 @@ pub fn driver<T>(driver_ns: &std::cell::Cell<u64>, call: impl FnOnce() -> T) -> 
     r
 }
 
-/// Times the phases of one call, each added to its own [`Entry`] (named "(call:phase)"), so
-/// that the table splits an entry point's own time; does nothing unless profiling.
+/// Times the phases of one call, each added to its own [`Entry`] (named "(call:phase)"),
+/// so that the table shows where an entry point's time goes; does nothing unless
+/// profiling.
 pub struct Laps(Option<Instant>);
 
 impl Laps {
@@ -73,9 +74,20 @@ impl Laps {
 
     /// Adds the time since the last lap (or the start) to `phase`.
     pub fn lap(&mut self, phase: &'static Entry) {
+        self.lap_as(phase, false);
+    }
+
+    /// Adds the time since the last lap to `phase` as the driver's time (the phase is a
+    /// call of the driver).
+    pub fn lap_driver(&mut self, phase: &'static Entry) {
+        self.lap_as(phase, true);
+    }
+
+    fn lap_as(&mut self, phase: &'static Entry, driver: bool) {
         if let Some(t) = self.0 {
             let now = Instant::now();
-            phase.add(t, 0);
+            let ns = u64::try_from(now.duration_since(t).as_nanos()).unwrap_or(u64::MAX);
+            phase.count(ns, if driver { ns } else { 0 });
             self.0 = Some(now);
         }
     }

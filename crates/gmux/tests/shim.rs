@@ -396,9 +396,14 @@ fn the_profile_counts_every_call_of_each_entry_point() {
     for phase in ["device", "gate", "lock", "working-set", "residency", "driver", "bookkeeping"] {
         assert!(calls(&format!("(command:{phase})")) >= launches, "{phase}:\n{}", r.stderr);
     }
-    // The daemon's agent stepped, and each step's phases were timed.
+    // The driver call's phase is the driver's time, none of it gmux's.
+    let driver = rows.iter().find(|c| c[0] == "(command:driver)").expect("driver phase");
+    assert!(driver[2] == "0.0" && driver[4].parse::<f64>().expect("ms") > 0.0, "{driver:?}");
+    // The daemon's agent stepped, and each step's phases were timed (the table may be
+    // printed while a last step is between two of them).
     let steps = calls("(agent:step-held)");
-    assert!(steps > 0 && calls("(agent:forecast)") == steps && calls("(agent:report)") == steps, "{}", r.stderr);
+    let near = |n: u64| n.abs_diff(steps) <= 1;
+    assert!(steps > 0 && near(calls("(agent:forecast)")) && near(calls("(agent:report)")), "{}", r.stderr);
 }
 
 /// A process that synchronizes often (a decoder, after every step) goes idle and busy

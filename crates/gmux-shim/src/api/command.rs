@@ -128,7 +128,7 @@ fn run_now(
     let started = crate::record::start(stream, ptsz);
     let r = real();
     let timing = crate::record::end(started, r, stream, ptsz);
-    laps.lap(&DRIVER);
+    laps.lap_driver(&DRIVER);
     if r == CUDA_SUCCESS {
         let wait = match st.released(stream, ptsz, &ws, sig) {
             Ok(w) => w,

@@ -220,10 +220,11 @@ pub fn stat(socket: &Path, tenant: &str) -> (u64, u64) {
 }
 
 /// A tenant's stalled time so far, µs: the `total` of its `gmem.pressure` `some` line
-/// (its launches held by its agent, or its commands waiting for memory, while it ran).
-pub fn stalled_us(socket: &Path, tenant: &str) -> u64 {
-    let Ok(r) = ctl::request(socket, &Request::Get { tenant: tenant.into(), knob: Some("gmem.pressure".into()), json: false }) else { return 0 };
-    pressure_total(&r.text).unwrap_or(0)
+/// (its launches held by its agent, or its commands waiting for memory, while it ran);
+/// `None` when the daemon did not say.
+pub fn stalled_us(socket: &Path, tenant: &str) -> Option<u64> {
+    let r = ctl::request(socket, &Request::Get { tenant: tenant.into(), knob: Some("gmem.pressure".into()), json: false }).ok()?;
+    pressure_total(&r.text)
 }
 
 /// The `total=` of the `some` line of a `gmem.pressure` text.

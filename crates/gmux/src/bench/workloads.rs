@@ -234,10 +234,12 @@ fn one_run(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, system: &str, budg
             }
         }
     }
-    // Bytes both ways and stalled µs, summed over tenants.
+    // Bytes both ways and stalled µs (none unless every tenant's was read), summed over
+    // tenants.
     let counters = |d: &Option<lab::Daemon>| {
         d.as_ref().map(|d| {
-            tenants.iter().map(|(n, _)| (lab::stat(&d.socket, n), lab::stalled_us(&d.socket, n))).fold((0, 0), |s, (b, us)| (s.0 + b.0 + b.1, s.1 + us))
+            let each = tenants.iter().map(|(n, _)| (lab::stat(&d.socket, n), lab::stalled_us(&d.socket, n)));
+            each.fold((0, Some(0)), |s, (b, us)| (s.0 + b.0 + b.1, s.1.zip(us).map(|(x, y)| x + y)))
         })
     };
     let (start, before, after) =
@@ -253,7 +255,7 @@ fn one_run(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, system: &str, budg
         unit: String::new(),
         throughput_norm: None,
         bytes_per_tenant: before.zip(after).map(|(b, e)| e.0.saturating_sub(b.0) as f64 / tenants.len() as f64),
-        stalled: before.zip(after).map(|(b, e)| e.1.saturating_sub(b.1) as f64 / 1e6 / a.lab.duration / tenants.len() as f64),
+        stalled: before.zip(after).and_then(|(b, e)| b.1.zip(e.1)).map(|(b, e)| e.saturating_sub(b) as f64 / 1e6 / a.lab.duration / tenants.len() as f64),
         switch_wait_ms: switch_wait_ms(&lab.file(&format!("{run}.daemon.log")), start, start + a.lab.duration),
         slice_ms: slice_ms(&lab.file(&format!("{run}.daemon.log")), start, start + a.lab.duration, &a.timeslice),
         ideal_norm: None,
