@@ -17,16 +17,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                               \
-  do {                                                                      \
-    CUresult r_ = (x);                                                      \
-    if (r_ != CUDA_SUCCESS) {                                               \
-      const char* s_ = nullptr;                                             \
-      cuGetErrorName(r_, &s_);                                              \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, s_);       \
-      exit(1);                                                              \
-    }                                                                       \
-  } while (0)
+#include "cu_check.h"
 
 static double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -169,9 +169,9 @@ transport() { # LOG
   echo "${t:-unknown}"
 }
 
-peaks() { # LOG: each rank's peak_reserved_bytes, in MiB
+peaks() { # LOG [WHO]: each WHO's (rank, or device) peak_reserved_bytes, in MiB, in order
   local p
-  p=$(grep -ho 'rank [0-9]* peak_reserved_bytes=[0-9]*' "$1" 2>/dev/null | sort -n -k2 | awk -F= '{ printf "%s%d", (NR > 1 ? " " : ""), $2 / 2^20 }')
+  p=$(grep -ho "${2:-rank} [0-9]* peak_reserved_bytes=[0-9]*" "$1" 2>/dev/null | sort -n -k2 | awk -F= '{ printf "%s%d", (NR > 1 ? " " : ""), $2 / 2^20 }')
   echo "${p:-none}"
 }
 
@@ -300,7 +300,7 @@ mp() {
   local repro ok=FAIL
   repro=$(mp_compare "$LOGS/mp.native.jsonl" "$LOGS/mp.native2.jsonl")
   [[ ${RC[mp-native]} == 0 && ${RC[mp-native2]} == 0 && $repro == PASS* ]] && ok=PASS
-  SUMMARY+=("mp-native   $ok  reproducible: ${repro#* } wall_s=[${WALL[mp-native]} ${WALL[mp-native2]}] exit=[${RC[mp-native]} ${RC[mp-native2]}] peak_reserved_mib=[$(peaks_mp "$LOGS/mp.native.log")]")
+  SUMMARY+=("mp-native   $ok  reproducible: ${repro#* } wall_s=[${WALL[mp-native]} ${WALL[mp-native2]}] exit=[${RC[mp-native]} ${RC[mp-native2]}] peak_reserved_mib=[$(peaks "$LOGS/mp.native.log" device)]")
   local peak
   peak=$(grep -ho 'peak_reserved_bytes=[0-9]*' "$LOGS/mp.native.log" | cut -d= -f2 | sort -n | tail -n 1)
   if [[ -z $peak ]]; then
@@ -357,13 +357,6 @@ peer() {
   both=$(grep -c '^both .* ok$' "$LOGS/peer.log")
   cost=$(grep -o 'map+access per 2 MiB: .*' "$LOGS/peer.log")
   SUMMARY+=("peer        INFO  own-device access: $own of 8 cases work; access for both: $both of 8 work; $cost")
-}
-
-# Each device's peak_reserved_bytes of a model_parallel.py log, in MiB.
-peaks_mp() { # LOG
-  local p
-  p=$(grep -ho 'device [0-9]* peak_reserved_bytes=[0-9]*' "$1" 2>/dev/null | awk -F= '{ printf "%s%d", (NR > 1 ? " " : ""), $2 / 2^20 }')
-  echo "${p:-none}"
 }
 
 # ---------------------------------------------------------------------------- integrity

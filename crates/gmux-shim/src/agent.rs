@@ -220,8 +220,8 @@ fn work(dev: usize) {
     let mut switch: Switch<OwnedEvent> = Switch::default();
     let mut ctx_set = false;
     let mut prepin_ok = true;
-    // The last full report and when it was made; when the last full step began.
-    let mut last: Option<(ShimReport, Instant)> = None;
+    // The last full step's report, and when that step began.
+    let mut last: Option<ShimReport> = None;
     let mut stepped: Option<Instant> = None;
     loop {
         let (g, generation, blocked, light) = {
@@ -234,13 +234,13 @@ fn work(dev: usize) {
             // the last report says so with the counters the application handed over,
             // without a step under the state lock, which its launches would wait for (a
             // decoder synchronizes every few milliseconds).
-            let fresh = last.is_some_and(|(_, at)| at.elapsed() < REPORT_EVERY);
+            let fresh = stepped.is_some_and(|at| at.elapsed() < REPORT_EVERY);
             let light = l.notice.filter(|_| !l.poke && l.generation == seen && fresh);
             l.poke = false;
             l.notice = None;
             (l.grant, l.generation, (l.blocked, l.waiting > 0), light)
         };
-        if let Some(((mut report, _), n)) = last.zip(light) {
+        if let Some((mut report, n)) = last.zip(light) {
             (report.busy, report.commands, report.finished) = (n.busy, report.commands.max(n.commands), report.finished.max(n.finished));
             (report.blocked, report.waiting) = blocked;
             report.launches_held_ns = a.held_ns.load(Ordering::Relaxed);
@@ -255,7 +255,10 @@ fn work(dev: usize) {
         // A notice set before the state was taken is older than this step's report, which
         // must not be overridden by it.
         a.lock().notice = None;
-        let Some(st) = guard.as_mut() else { continue };
+        let Some(st) = guard.as_mut() else {
+            last = None;
+            continue;
+        };
         let traces = crate::policy::attach(&mut st.memory, dev);
         if !ctx_set {
             gmux_cuda::context::set_current(st.ctx());
@@ -316,7 +319,7 @@ fn work(dev: usize) {
             Err(e) => crate::log!(Error, "evicting or filling for the daemon failed: {e}"),
             Ok(_) => {}
         }
-        last = Some((report, Instant::now()));
+        last = Some(report);
         a.send(&FromShim::Report(report));
         for (policy, mut text) in traces {
             if text.len() > MAX_TRACE {
