@@ -211,6 +211,7 @@ type StateGuard = crate::devices::Guard;
 /// The profile's phases of an agent step ([`crate::profile`]).
 static ACT: crate::profile::Entry = crate::profile::Entry::new("(agent:act)");
 static FORECAST: crate::profile::Entry = crate::profile::Entry::new("(agent:forecast)");
+static FORECAST_KEPT: crate::profile::Entry = crate::profile::Entry::new("(agent:forecast-kept)");
 static REPORT: crate::profile::Entry = crate::profile::Entry::new("(agent:report)");
 
 /// The worker of device `dev`: shrink to the grant, fill after a switch-in, report.
@@ -223,6 +224,7 @@ fn work(dev: usize) {
     // The last full step's report, and when that step began.
     let mut last: Option<ShimReport> = None;
     let mut stepped: Option<Instant> = None;
+    let mut forecasts = step::Forecasts::default();
     loop {
         let (g, generation, blocked, light) = {
             let mut l = a.lock();
@@ -281,8 +283,8 @@ fn work(dev: usize) {
         (guard, step) = step::act(a, guard, &mut switch, action, &view);
         laps.lap(&ACT);
         let st = guard.as_mut().expect("created");
-        let wants = st.memory.wants();
-        laps.lap(&FORECAST);
+        let (wants, made) = forecasts.wants(&st.memory, generation, blocked.0 > 0 || blocked.1);
+        laps.lap(if made { &FORECAST } else { &FORECAST_KEPT });
         let mut report = st.report(blocked.0, wants);
         laps.lap(&REPORT);
         report.waiting = blocked.1;

@@ -248,6 +248,16 @@ thread_local! {
     static REACHED: RefCell<Vec<Reach>> = const { RefCell::new(Vec::new()) };
 }
 
+/// The addresses that may be some device's gmux memory, in a process of several devices
+/// (empty in a process of one): an address outside it and outside the own device's
+/// regions is no gmux memory.
+pub fn reach_span() -> std::ops::Range<CUdeviceptr> {
+    if !several() {
+        return 0..0;
+    }
+    LOWEST.load(Ordering::Relaxed)..HIGHEST.load(Ordering::Relaxed)
+}
+
 /// Notes, for a command of device `own`, that it reaches `[start, start + len)`, when
 /// that is another device's gmux memory (a no-op in a process of one device).
 pub fn note_reach(own: usize, start: CUdeviceptr, len: u64) {

@@ -358,13 +358,20 @@ impl Shim {
     /// the history. Returns the event to wait for, without the lock, when its stream has
     /// more commands in flight than allowed.
     pub fn released(&mut self, stream: CUstream, ptsz: bool, ws: &WorkingSet, sig: u64) -> Result<Option<CUevent>, ShimError> {
+        static HISTORY: crate::profile::Entry = crate::profile::Entry::new("(bookkeeping:history)");
+        static INFLIGHT: crate::profile::Entry = crate::profile::Entry::new("(bookkeeping:in-flight)");
+        static REAP: crate::profile::Entry = crate::profile::Entry::new("(bookkeeping:reap)");
+        let mut laps = crate::profile::Laps::start();
         let allocs = self.memory.released(ws, sig);
+        laps.lap(&HISTORY);
         let dev = self.device();
         if crate::agent::attached(dev) && self.inflight.idle() {
             crate::agent::notice(dev, crate::agent::Notice { busy: true, ..self.notice() });
         }
         let wait = self.inflight.released(stream, ptsz, &allocs, crate::agent::inflight_bound(dev))?;
+        laps.lap(&INFLIGHT);
         self.memory.dev.reap(false)?;
+        laps.lap(&REAP);
         Ok(wait)
     }
 

@@ -403,7 +403,25 @@ fn the_profile_counts_every_call_of_each_entry_point() {
     // printed while a last step is between two of them).
     let steps = calls("(agent:step-held)");
     let near = |n: u64| n.abs_diff(steps) <= 1;
-    assert!(steps > 0 && near(calls("(agent:forecast)")) && near(calls("(agent:report)")), "{}", r.stderr);
+    let forecasts = calls("(agent:forecast)") + calls("(agent:forecast-kept)");
+    assert!(steps > 0 && near(forecasts) && near(calls("(agent:report)")), "{}", r.stderr);
+}
+
+/// A forecast walks the history under the state lock, which the application's launches
+/// wait for: between two grants, with no command waiting for memory, one serves the
+/// agent's steps for 100 ms (its steps report every 20 ms).
+#[test]
+fn a_forecast_serves_the_agent_steps_after_it() {
+    let r = ok_with("1G", "loop --buffers 100 --bytes 64K --rounds 400 --sync-every 50", "GMUX_DEBUG", "profile");
+    let calls = |name: &str| {
+        r.stderr.lines().filter_map(|l| l.strip_prefix("profile: ")).find_map(|l| {
+            let c: Vec<&str> = l.split_whitespace().collect();
+            (c[0] == name).then(|| c[1].parse::<u64>().expect("calls"))
+        })
+    };
+    let (made, kept) = (calls("(agent:forecast)").unwrap_or(0), calls("(agent:forecast-kept)").unwrap_or(0));
+    assert!(made > 0 && made + kept >= 10, "{made} forecasts made and {kept} kept: too few steps to tell\n{}", r.describe());
+    assert!(made * 2 <= made + kept, "{made} forecasts made and {kept} kept: most steps forecast anew\n{}", r.stderr);
 }
 
 /// A process that synchronizes often (a decoder, after every step) goes idle and busy

@@ -168,17 +168,33 @@ pub unsafe fn kernel(
             if config().whole_tenant {
                 return WorkingSet::Tenant;
             }
-            // Parameter words, inline up to a large kernel's count (no heap memory per launch).
+            static SCAN: crate::profile::Entry = crate::profile::Entry::new("(working-set:scan)");
+            static ALLOCS: crate::profile::Entry = crate::profile::Entry::new("(working-set:allocations)");
+            let mut laps = crate::profile::Laps::start();
+            // The parameter words that may be gmux addresses, of this device or (in a process
+            // of several) another's: most words are sizes, strides and flags, and a large
+            // kernel has hundreds. Inline up to 32 (no heap memory per launch).
             let mut ptrs = smallvec::SmallVec::<[u64; 32]>::new();
+            let (own, other) = (st.vmem.span().unwrap_or_default(), crate::devices::reach_span());
             let kernel = st.layouts.of(f);
             if kernel.opaque {
                 return WorkingSet::Tenant;
             }
             let layout = kernel.layout.as_ref();
+            let keep = |w: u64| own.contains(&w) || other.contains(&w);
             // SAFETY: the launch arguments are valid per the caller's contract.
-            match unsafe { scan(layout, params, extra, |w| ptrs.push(w)) } {
+            let scanned = unsafe {
+                scan(layout, params, extra, |w| {
+                    if keep(w) {
+                        ptrs.push(w)
+                    }
+                })
+            };
+            laps.lap(&SCAN);
+            match scanned {
                 true => {
                     let allocs = st.allocs_of(&ptrs);
+                    laps.lap(&ALLOCS);
                     if config().debug.working_sets {
                         crate::predict::log_working_set(st, f, &ptrs, &allocs);
                     }
