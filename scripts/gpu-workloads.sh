@@ -4,8 +4,9 @@
 #
 #   MIXES=multi-llm LEVELS=200 bash scripts/gpu-workloads.sh
 #
-# MIXES, LEVELS, SYSTEMS, SLICE (200ms), DURATION (10 s), WARMUP (15 s) and SETTLE (10 s:
-# the tenants run together, set up, this long before the window) pass through;
+# MIXES, LEVELS, SYSTEMS, SLICE (200ms), DURATION (10 s), WARMUP (15 s), SETTLE (10 s:
+# the tenants run together, set up, this long before the window) and PAIRS (1: native and
+# gmux runs at 100%, alternating; 3 pairs of multi-llm take about 5 minutes) pass through;
 # BIN (.gpu-bin) names the build; REPLAY=0 skips the simulator's replay of the traces (it
 # takes about a minute a level). Only `traced` records traces (recording slows a
 # launch-bound program); leave it out of SYSTEMS when no replay is wanted.
@@ -26,7 +27,7 @@ NO_REPLAY=()
 if [[ ${REPLAY:-1} == 0 ]]; then NO_REPLAY=(--no-replay); fi
 timeout "${LIMIT:-570}" "$BIN/gmux" bench workloads --mixes "${MIXES:-multi-llm}" --levels "${LEVELS:-200}" \
   --systems "${SYSTEMS:-native,in-hbm,gmux,whole,traced}" --timeslice "${SLICE:-200ms}" --duration "${DURATION:-10}" \
-  --warmup "${WARMUP:-15}" --settle "${SETTLE:-10}" "${NO_REPLAY[@]}" --out "$WORK" >"$WORK/table.txt" 2>"$WORK/progress.txt"
+  --warmup "${WARMUP:-15}" --settle "${SETTLE:-10}" --pairs "${PAIRS:-1}" "${NO_REPLAY[@]}" --out "$WORK" >"$WORK/table.txt" 2>"$WORK/progress.txt"
 echo "exit $?"
 cp "$WORK/workloads.json" "$WORK/workloads.svg" "$RESULTS/" 2>/dev/null
 tar czf "$RESULTS/workloads-logs.tgz" -C "$WORK" . 2>/dev/null

@@ -49,6 +49,12 @@ pub struct WorkloadsArgs {
     /// prediction; the traces are still written, for `gmux sim` later).
     #[arg(long)]
     no_replay: bool,
+    /// Pairs of native and gmux runs at 100%, alternating, when both systems are asked
+    /// for: a launch-bound program's rate moves by a fifth or more from one run to the
+    /// next, so one pair cannot tell a few percent. The ratio is given per pair and as
+    /// their median.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pairs: u32,
 }
 
 const SYSTEMS: [&str; 5] = ["native", "in-hbm", "gmux", "whole", "traced"];
@@ -78,6 +84,8 @@ struct Row {
     mix: String,
     level: u32,
     system: String,
+    /// Which of the native and gmux pairs at 100% (`--pairs`) the row is, from 0.
+    pair: u32,
     /// GPU-memory budget (none for native and in-hbm).
     budget: Option<u64>,
     /// Units (tokens, samples, sequences) per second of each tenant in the window.
@@ -119,7 +127,7 @@ pub fn run(a: &WorkloadsArgs) -> Result<(), Failure> {
     for m in &a.mixes {
         let tenants = mix(m).expect("checked");
         eprintln!("gmux bench: {m}: native, for the footprints");
-        let native = one_run(&lab, a, m, 100, "native", None)?;
+        let native = one_run(&lab, a, m, 100, "native", None, 0)?;
         let footprint: u64 = native.1.values().sum();
         if footprint == 0 {
             return Err(Failure::Runtime(format!("{m}: the native run reported no footprint; see its logs in {}", a.lab.out.display())));
@@ -127,7 +135,7 @@ pub fn run(a: &WorkloadsArgs) -> Result<(), Failure> {
         eprintln!("gmux bench: {m}: footprint {} ({} tenants)", format_size(footprint), tenants.len());
         let base = if a.systems.iter().any(|s| s == "in-hbm") {
             eprintln!("gmux bench: {m}: in-hbm (time-sliced, no budget)");
-            Some(one_run(&lab, a, m, 100, "in-hbm", None)?.0)
+            Some(one_run(&lab, a, m, 100, "in-hbm", None, 0)?.0)
         } else {
             None
         };
@@ -141,7 +149,7 @@ pub fn run(a: &WorkloadsArgs) -> Result<(), Failure> {
                     "native" => continue,
                     s => {
                         eprintln!("gmux bench: {m}: level {level}%: {s} (budget {})", format_size(budget));
-                        let mut row = one_run(&lab, a, m, level, s, Some(budget))?.0;
+                        let mut row = one_run(&lab, a, m, level, s, Some(budget), 0)?.0;
                         if s == "traced" && !a.no_replay {
                             if let Err(e) = replay(&lab, a, m, level, budget, &mut row) {
                                 eprintln!("gmux bench: {m}: level {level}%: no replay: {}", e.message());
@@ -154,6 +162,18 @@ pub fn run(a: &WorkloadsArgs) -> Result<(), Failure> {
                 mine.push(row);
                 share_replay(&mut mine, level);
                 write(&lab, a, &[rows.as_slice(), mine.as_slice()].concat())?;
+            }
+            if level == 100 && a.systems.iter().any(|s| s == "native") && a.systems.iter().any(|s| s == "gmux") {
+                for pair in 1..a.pairs {
+                    for system in ["native", "gmux"] {
+                        eprintln!("gmux bench: {m}: level 100%: {system}, pair {} of {}", pair + 1, a.pairs);
+                        let budget = (system == "gmux").then_some(budget);
+                        let row = one_run(&lab, a, m, level, system, budget, pair)?.0;
+                        eprintln!("gmux bench: {m}: level 100%: {system}, pair {}: {:?} units/s", pair + 1, row.units_per_s);
+                        mine.push(row);
+                        write(&lab, a, &[rows.as_slice(), mine.as_slice()].concat())?;
+                    }
+                }
             }
         }
         if let Some(b) = &base {
@@ -201,9 +221,9 @@ fn write(lab: &Lab, a: &WorkloadsArgs, rows: &[Row]) -> Result<(), Failure> {
 }
 
 /// One run; its row and each tenant's footprint.
-fn one_run(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, system: &str, budget: Option<u64>) -> Result<(Row, BTreeMap<String, u64>), Failure> {
+fn one_run(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, system: &str, budget: Option<u64>, pair: u32) -> Result<(Row, BTreeMap<String, u64>), Failure> {
     let tenants = mix(m).expect("checked");
-    let run = format!("{m}-L{level}-{system}");
+    let run = if pair == 0 { format!("{m}-L{level}-{system}") } else { format!("{m}-L{level}-{system}-{}", pair + 1) };
     let mut flags: Vec<String> = vec!["--policy".into(), "rr".into(), "--timeslice".into(), a.timeslice.clone(), "--verbose".into()];
     match (system, budget) {
         ("native", _) => {}
@@ -250,6 +270,7 @@ fn one_run(lab: &Lab, a: &WorkloadsArgs, m: &str, level: u32, system: &str, budg
         mix: m.into(),
         level,
         system: system.into(),
+        pair,
         budget,
         units_per_s: BTreeMap::new(),
         unit: String::new(),
@@ -289,6 +310,18 @@ fn slice_ms(log: &Path, from: f64, to: f64, timeslice: &str) -> Option<f64> {
     mean(lab::slot_slices(log, from, to, timeslice).into_iter().map(|(_, ms)| ms))
 }
 
+/// The median of `xs` (not empty).
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
 fn mean(xs: impl Iterator<Item = f64>) -> Option<f64> {
     let (sum, n) = xs.fold((0.0, 0), |(s, n), x| (s + x, n + 1));
     (n > 0).then(|| sum / n as f64)
@@ -324,7 +357,7 @@ fn table(rows: &[Row]) -> String {
     let f = |v: Option<f64>, d: usize| v.map_or("-".to_string(), |x| format!("{x:.d$}"));
     let gib = |v: Option<f64>| f(v.map(|b| b / (1u64 << 30) as f64), 1);
     let mut s = format!(
-        "{:<10} {:<6} {:<7} {:>9} {:>11} {:>10} {:>8} {:>9} {:>10} {:>9} {:>8} {:>9} {:>8} {:>8}  {}\n",
+        "{:<10} {:<6} {:<8} {:>9} {:>11} {:>10} {:>8} {:>9} {:>10} {:>9} {:>8} {:>9} {:>8} {:>8}  {}\n",
         "mix",
         "level",
         "system",
@@ -345,10 +378,10 @@ fn table(rows: &[Row]) -> String {
         let mean = r.units_per_s.values().sum::<f64>() / r.units_per_s.len().max(1) as f64;
         let vs = r.throughput_norm.zip(r.ideal_norm).map(|(t, i)| t / i);
         s += &format!(
-            "{:<10} {:<6} {:<7} {:>9} {:>11} {:>10} {:>8} {:>9} {:>10} {:>9} {:>8} {:>9} {:>8} {:>8}  {}\n",
+            "{:<10} {:<6} {:<8} {:>9} {:>11} {:>10} {:>8} {:>9} {:>10} {:>9} {:>8} {:>9} {:>8} {:>8}  {}\n",
             r.mix,
             format!("{}%", r.level),
-            r.system,
+            if r.pair == 0 { r.system.clone() } else { format!("{} {}", r.system, r.pair + 1) },
             r.budget.map_or("-".into(), format_size),
             format!("{mean:.1} {}", r.unit.chars().next().unwrap_or('u')),
             f(r.throughput_norm, 3),
@@ -364,12 +397,19 @@ fn table(rows: &[Row]) -> String {
         );
     }
     for (m, l) in rows.iter().map(|r| (r.mix.clone(), r.level)).collect::<std::collections::BTreeSet<_>>() {
-        let get = |sys: &str| rows.iter().find(|r| r.mix == m && r.level == l && r.system == sys);
-        for (other, name) in [("whole", "whole-tenant swap"), ("native", "native at once")] {
-            if let Some(x) = get("gmux").zip(get(other)).and_then(|(g, o)| per_tenant_ratio(g, o)) {
-                s += &format!("{m} {l}%: gmux / {name} = {x:.2}x\n");
-            }
+        let get = |sys: &str, pair: u32| rows.iter().find(|r| r.mix == m && r.level == l && r.system == sys && r.pair == pair);
+        if let Some(x) = get("gmux", 0).zip(get("whole", 0)).and_then(|(g, o)| per_tenant_ratio(g, o)) {
+            s += &format!("{m} {l}%: gmux / whole-tenant swap = {x:.2}x\n");
         }
+        let pairs: Vec<f64> = (0..).map_while(|k| get("gmux", k).zip(get("native", k))).filter_map(|(g, o)| per_tenant_ratio(g, o)).collect();
+        s += &match pairs.as_slice() {
+            [] => String::new(),
+            [x] => format!("{m} {l}%: gmux / native at once = {x:.2}x\n"),
+            each => {
+                let list = each.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", ");
+                format!("{m} {l}%: gmux / native at once = {:.2}x, the median of {} pairs run one after another ({list})\n", median(each), each.len())
+            }
+        };
     }
     s + "gmux / X: the mean over tenants of each one's units/s under gmux over its units/s under X\n\
          units/s: mean per tenant (t: tokens, s: samples or sequences); throughput: mean over tenants of units/s over the same tenant's in-hbm units/s\n\
@@ -387,6 +427,7 @@ mod tests {
             mix: "m".into(),
             level: 100,
             system: "s".into(),
+            pair: 0,
             budget: None,
             units_per_s: units.iter().map(|(n, u)| (n.to_string(), *u)).collect(),
             unit: "tokens".into(),
@@ -422,6 +463,28 @@ mod tests {
         let gmux = row(&[("a", 90.0), ("b", 10.0)]);
         assert!((per_tenant_ratio(&gmux, &native).unwrap() - 0.95).abs() < 1e-12);
         assert_eq!(per_tenant_ratio(&row(&[("a", 90.0)]), &native), None);
+    }
+
+    /// With several pairs of native and gmux runs at 100%, the table gives each pair's
+    /// ratio, pair by pair (never a gmux run against another pair's native run), and
+    /// their median.
+    #[test]
+    fn pairs_at_100_percent_are_compared_pair_by_pair() {
+        let at = |system: &str, pair: u32, units: f64| Row { system: system.into(), pair, ..row(&[("a", units)]) };
+        let rows =
+            vec![at("native", 0, 100.0), at("gmux", 0, 90.0), at("native", 1, 200.0), at("gmux", 1, 196.0), at("native", 2, 150.0), at("gmux", 2, 150.0)];
+        let t = super::table(&rows);
+        assert!(t.contains("gmux / native at once = 0.98x, the median of 3 pairs run one after another (0.90, 0.98, 1.00)"), "{t}");
+        assert!(t.contains("native 2") && t.contains("gmux 3"), "{t}");
+        let one = super::table(&rows[..2]);
+        assert!(one.contains("gmux / native at once = 0.90x\n"), "{one}");
+    }
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(super::median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(super::median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(super::median(&[7.0]), 7.0);
     }
 
     /// `--settle` takes 0 or more seconds; anything else is refused with an example.
