@@ -3,6 +3,7 @@
 //! and the tenant numbers they see are the daemon's.
 
 use crate::hooks::PolicyHooks;
+use crate::map::MapKind;
 use gmux_core::hooks::{Candidate, MemoryHooks};
 use gmux_core::{ChunkId, TenantId};
 
@@ -14,6 +15,19 @@ pub struct AttachedPolicy {
     pub name: String,
     /// Its memory programs.
     pub hooks: PolicyHooks,
+}
+
+/// One map of an attached policy as [`AttachedMemory::snapshots`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapSnapshot {
+    /// The policy's key ([`AttachedPolicy::key`]).
+    pub policy: u64,
+    /// The map's name.
+    pub map: String,
+    /// How many entries it holds (an array: how many are not zero).
+    pub total: usize,
+    /// Those entries, as many as the budget allowed: key and value bytes.
+    pub entries: Vec<crate::map::Entry>,
 }
 
 /// Memory policies attached to one planner.
@@ -62,6 +76,20 @@ impl AttachedMemory {
             }
         }
         lines.into_iter().map(|(i, t)| (&self.policies[i], t)).collect()
+    }
+
+    /// What the attached policies' maps hold, ring buffers aside (reading takes their
+    /// records): a hash map's entries, an array's that are not zero, each map's up to
+    /// `budget` bytes of keys and values.
+    pub fn snapshots(&self, budget: usize) -> Vec<MapSnapshot> {
+        let mut out = Vec::new();
+        for p in &self.policies {
+            for (name, m) in p.hooks.maps.iter().filter(|(_, m)| m.def.kind != MapKind::RingBuf) {
+                let (total, entries) = m.sample(budget / (m.def.key_size + m.def.value_size) as usize);
+                out.push(MapSnapshot { policy: p.key, map: name.clone(), total, entries });
+            }
+        }
+        out
     }
 
     fn seen(&self, t: TenantId) -> TenantId {

@@ -98,6 +98,8 @@ pub struct PolicyHooks {
     /// Runs that failed (only the interpreter can fail at run time); the built-in
     /// decision stands for them.
     pub failures: u64,
+    /// The maps its programs share, by name (for the control plane to read).
+    pub maps: Vec<(String, std::rc::Rc<crate::map::Map>)>,
 }
 
 /// A context struct as the bytes a program sees.

@@ -23,9 +23,9 @@ pub mod program;
 pub mod sched;
 pub mod verify;
 
-pub use attached::{AttachedMemory, AttachedPolicy};
+pub use attached::{AttachedMemory, AttachedPolicy, MapSnapshot};
 pub use helper::Helper;
-pub use map::{Map, MapDef, MapKind};
+pub use map::{Entry, Map, MapDef, MapKind};
 pub use policy::Policy;
 pub use program::Program;
 pub use verify::{verify, Refusal};

@@ -259,7 +259,38 @@ impl Map {
         };
         keys.into_iter().filter_map(|k| self.get(&k).map(|v| (k, v))).collect()
     }
+
+    /// How many entries a reader outside the programs sees (a hash map's present, an
+    /// array's that are not zero; a ring buffer's none), and the first `most` of them.
+    pub fn sample(&self, most: usize) -> (usize, Vec<Entry>) {
+        let mut out = Vec::new();
+        let total = match self.def.kind {
+            MapKind::Array => {
+                let mut n = 0;
+                for i in 0..self.def.entries {
+                    let key = i.to_le_bytes();
+                    let Some(v) = self.get(&key).filter(|v| v.iter().any(|b| *b != 0)) else { continue };
+                    n += 1;
+                    if out.len() < most {
+                        out.push((key.to_vec(), v));
+                    }
+                }
+                n
+            }
+            MapKind::Hash => {
+                // SAFETY: one user at a time (see `slot`).
+                let keys = &unsafe { &*self.slots.get() }.of;
+                out = keys.keys().take(most).filter_map(|k| self.get(k).map(|v| (k.to_vec(), v))).collect();
+                keys.len()
+            }
+            MapKind::RingBuf => 0,
+        };
+        (total, out)
+    }
 }
+
+/// A key and its value, as bytes.
+pub type Entry = (Vec<u8>, Vec<u8>);
 
 /// Why `ringbuf_output` dropped a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -323,5 +354,27 @@ mod tests {
         let lengths_too = MapDef { kind: MapKind::RingBuf, key_size: 4, value_size: 4, entries: 12 << 20 };
         assert!(lengths_too.check().unwrap_err().contains("at most 64 MiB"), "each record's length counts too");
         assert_eq!(MapDef { kind: MapKind::Array, ..lengths_too }.check(), Ok(()));
+    }
+
+    /// A reader outside the programs sees a hash map's entries and an array's that are
+    /// not zero, counted in full and listed up to the number asked for.
+    #[test]
+    fn a_sample_counts_every_entry_and_lists_the_first() {
+        let h = Map::new(MapDef { kind: MapKind::Hash, key_size: 8, value_size: 8, entries: 64 }).expect("hash");
+        for k in 0u64..10 {
+            h.update(&k.to_le_bytes(), &(k * 3).to_le_bytes()).expect("update");
+        }
+        let (total, some) = h.sample(4);
+        assert_eq!((total, some.len()), (10, 4));
+        assert!(some.iter().all(|(k, v)| u64::from_le_bytes(v[..].try_into().unwrap()) == 3 * u64::from_le_bytes(k[..].try_into().unwrap())));
+        let a = Map::new(MapDef { kind: MapKind::Array, key_size: 4, value_size: 4, entries: 100 }).expect("array");
+        for i in [3u32, 50, 99] {
+            a.update(&i.to_le_bytes(), &7u32.to_le_bytes()).expect("update");
+        }
+        let (total, all) = a.sample(100);
+        assert_eq!(total, 3);
+        assert_eq!(all.iter().map(|(k, _)| u32::from_le_bytes(k[..].try_into().unwrap())).collect::<Vec<_>>(), vec![3, 50, 99]);
+        let r = Map::new(MapDef { kind: MapKind::RingBuf, key_size: 4, value_size: 8, entries: 4 }).expect("ring");
+        assert_eq!(r.sample(10), (0, Vec::new()));
     }
 }

@@ -58,7 +58,7 @@ impl Policy {
     /// Its memory programs as gmux-core's memory hooks (its scheduling programs are
     /// dropped).
     pub fn into_hooks(self) -> PolicyHooks {
-        let mut h = PolicyHooks::default();
+        let mut h = PolicyHooks { maps: self.maps, ..PolicyHooks::default() };
         for (name, p) in self.programs {
             match name {
                 "activate" => h.activate = Some(p),

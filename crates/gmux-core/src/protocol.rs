@@ -40,10 +40,28 @@ pub enum FromShim {
         /// The line.
         text: String,
     },
+    /// What a map of the daemon's policy `policy` holds in this process (its memory
+    /// programs keep their maps in each process), for `gmux policy map dump`: a hash
+    /// map's entries, an array's that are not zero, at most [`MAX_SNAPSHOT`] bytes of
+    /// keys and values. Sent about once a second while a policy is attached, and at exit.
+    MapSnapshot {
+        /// The policy (`gmux policy list`).
+        policy: u32,
+        /// The map's name in the policy's object file.
+        map: String,
+        /// How many entries the map holds, sent or not.
+        total: u64,
+        /// Keys and values, each in hex.
+        entries: Vec<(String, String)>,
+    },
 }
 
 /// Longest trace line a shim sends, in bytes.
 pub const MAX_TRACE: usize = 256;
+
+/// Most bytes of keys and values one [`FromShim::MapSnapshot`] carries (twice that in
+/// hex, within the daemon's longest line).
+pub const MAX_SNAPSHOT: usize = 24 << 10;
 
 /// What a process holds when it registers again after losing its daemon (which crashed,
 /// or was stopped or restarted): it kept running within its last grant meanwhile.

@@ -330,6 +330,9 @@ fn work(dev: usize) {
             }
             a.send(&FromShim::Trace { policy, text });
         }
+        for m in crate::policy::snapshots(dev, false) {
+            a.send(&m);
+        }
         if matches!(step, Ok(true)) {
             a.lock().poke = true;
         }
@@ -377,6 +380,9 @@ pub fn farewell() {
         report.launches_held_ns = a.held_ns.load(Ordering::Relaxed);
         drop(g);
         a.send(&FromShim::Report(report));
+        for m in crate::policy::snapshots(dev, true) {
+            a.send(&m);
+        }
     }
 }
 

@@ -9,14 +9,15 @@
 use gmux_bpf::hooks::PolicyHooks;
 use gmux_bpf::{AttachedMemory, AttachedPolicy, Policy};
 use gmux_core::hooks::{Candidate, MemoryHooks, NoHooks};
-use gmux_core::protocol::{unhex, Policies, PolicyObject};
+use gmux_core::protocol::{hex, unhex, FromShim, Policies, PolicyObject, MAX_SNAPSHOT};
 use gmux_core::{ChunkId, TenantId};
 use gmux_cuda::device::CudaDevice;
 use gmux_runtime::TenantMemory;
 use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
-/// The set the planner runs; locked only by holders of the state lock (plans and the
-/// worker), so never contended.
+/// The set the planner runs; locked by holders of the state lock (plans and the worker),
+/// and once a second by the worker to read the maps ([`snapshots`]).
 static ATTACHED: Mutex<Option<AttachedMemory>> = Mutex::new(None);
 
 /// The set the reader prepared, for the worker to attach.
@@ -176,6 +177,40 @@ pub fn attach(memory: &mut TenantMemory<CudaDevice>, dev: usize) -> Vec<(u32, St
         }
     }
     theirs
+}
+
+/// How often the maps of the daemon's policies are sent to it.
+const SNAPSHOT_EVERY: Duration = Duration::from_secs(1);
+
+/// When they were sent last.
+static SNAPSHOT_AT: Mutex<Option<Instant>> = Mutex::new(None);
+
+/// What the maps of the daemon's policies hold in this process, for the daemon to show
+/// (`gmux policy map dump`): once every [`SNAPSHOT_EVERY`], or now if `now`; nothing
+/// while none of its policies is attached, or while a plan runs them (then next time).
+/// Plans wait while the maps are read.
+pub fn snapshots(dev: usize, now: bool) -> Vec<FromShim> {
+    let mut at = lock(&SNAPSHOT_AT);
+    if !serves(dev) || (!now && at.is_some_and(|t| t.elapsed() < SNAPSHOT_EVERY)) {
+        return Vec::new();
+    }
+    let set = match ATTACHED.try_lock() {
+        Ok(g) => g,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return Vec::new(),
+    };
+    let Some(set) = set.as_ref().filter(|s| !s.is_empty()) else { return Vec::new() };
+    *at = Some(Instant::now());
+    let maps = set.snapshots(MAX_SNAPSHOT);
+    maps.into_iter()
+        .filter(|m| m.policy != OWN)
+        .map(|m| FromShim::MapSnapshot {
+            policy: m.policy as u32,
+            map: m.map,
+            total: m.total as u64,
+            entries: m.entries.iter().map(|(k, v)| (hex(k), hex(v))).collect(),
+        })
+        .collect()
 }
 
 /// The planner's hooks while policies are attached: those of [`ATTACHED`].

@@ -198,15 +198,19 @@ fn a_user_allowed_tenant_policies_loads_memory_programs_for_their_own_tenants_al
     }
     let ctl = |args: &[&str], nobody: bool| ctl(&gmux, &socket, args, nobody);
     // A tenant of root's and one of nobody's, each made by a Hello.
-    let hello = |tenant: &str, nobody: bool| {
+    let said = |tenant: &str, nobody: bool, snapshot: Option<&str>| {
         let mut c = Command::new(&me);
         c.args(["--exact", "hello_as_another_user", "--ignored", "--nocapture"]).env("GMUX_SOCKET", &socket).env("GMUX_ATTACK_TENANT", tenant);
+        if let Some(value) = snapshot {
+            c.env("GMUX_ATTACK_SNAPSHOT", value);
+        }
         if nobody {
             as_nobody(&mut c);
         }
         let r = run_within(&mut c, Duration::from_secs(20));
         assert!(r.stdout.contains("\"cap\""), "{tenant} joined: {}", r.describe());
     };
+    let hello = |tenant: &str, nobody: bool| said(tenant, nobody, None);
     hello("roots", false);
     hello("nobodys", true);
     let path = |p: &Path| p.to_str().unwrap().to_string();
@@ -220,6 +224,14 @@ fn a_user_allowed_tenant_policies_loads_memory_programs_for_their_own_tenants_al
     assert!(!r.status.success() && r.stderr.contains("task_init program decides for every tenant"), "{}", r.describe());
     let r = ctl(&["policy", "load", &path(&lfu), "--tenant", "nobodys"], true);
     assert!(r.status.success() && r.stdout.contains("loaded policy 1 (lfu.o): access, evict_prepare"), "{}", r.describe());
+    // What a process says its copy of the policy's map holds is kept only from a process
+    // of a tenant the policy runs in, and only in the map's sizes.
+    said("nobodys", true, Some("0700000000000000"));
+    said("roots", false, Some("0900000000000000"));
+    said("nobodys", true, Some("0b00"));
+    let dump = ctl(&["policy", "map", "1", "uses", "dump"], true);
+    assert!(dump.status.success() && dump.stdout.matches("\nin process ").count() == 1, "{}", dump.describe());
+    assert!(dump.stdout.contains("of tenant \"nobodys\", exited") && dump.stdout.ends_with(": 1 entries\n1 7\n"), "{}", dump.describe());
     // Root's policy is neither listed to nobody nor theirs to unload or read.
     assert!(ctl(&["policy", "load", &path(&rt)], false).status.success());
     let list = ctl(&["policy", "list", "--json"], true);
@@ -257,6 +269,14 @@ fn hello_as_another_user() {
     let v = gmux_core::protocol::PROTOCOL;
     s.write_all(format!("{{\"op\":\"hello\",\"version\":{v},\"tenant\":{tenant:?},\"priority\":0,\"high\":2097152}}\n").as_bytes()).unwrap();
     let mut answer = String::new();
-    BufReader::new(s).read_line(&mut answer).unwrap();
+    BufReader::new(s.try_clone().unwrap()).read_line(&mut answer).unwrap();
     println!("ANSWER {}", answer.trim());
+    // Then says that map `uses` of policy 1 holds key 1 with value VALUE: 8-byte hex, or
+    // another size.
+    if let Ok(value) = std::env::var("GMUX_ATTACK_SNAPSHOT") {
+        let m = gmux_core::protocol::FromShim::MapSnapshot { policy: 1, map: "uses".into(), total: 1, entries: vec![("0100000000000000".into(), value)] };
+        s.write_all(format!("{}\n", serde_json::to_string(&m).unwrap()).as_bytes()).unwrap();
+        // The daemon reads it before it sees the connection close.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
 }

@@ -253,3 +253,40 @@ fn gmux_policy_gives_a_process_its_own_memory_policy_without_a_daemon() {
     let r = run(Some(&dir.join("missing.o")));
     assert!(!r.status.success() && r.stderr.contains("GMUX_POLICY=") && r.stderr.contains("missing.o: cannot read it"), "{}", r.describe());
 }
+
+/// A memory program's maps live in each process that runs it: the process sends what
+/// they hold about once a second and at exit, and `gmux policy map dump` shows each
+/// process's under the daemon's own copy, after the process exited too.
+#[test]
+fn a_memory_programs_maps_are_read_from_the_processes_that_run_it() {
+    let d = Daemon::start("policy-snapshots", &["--hbm", "256M"]);
+    let dir = d.sb.dir.path();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let Some(lfu) = compile(&root.join("policies/lfu.c"), &dir.join("lfu.o")) else { return };
+    let cli = |args: &[&str]| run_within(&mut d.sb.gmux_cli(args), Duration::from_secs(20));
+    let r = cli(&["policy", "load", lfu.to_str().expect("utf-8")]);
+    assert!(r.status.success(), "{}", r.describe());
+    // Three 4 MiB buffers (two chunks each) under an 8 MiB limit: each command uses its
+    // buffer's two chunks, and `uses` counts them.
+    let mut c = d.sb.gmux(Some("8M"), ["loop", "--buffers", "3", "--bytes", "4M", "--rounds", "150"]);
+    c.env("GMUX_TENANT", "a").env("GMUX_LOG", "info");
+    let r = run_within(&mut c, Duration::from_secs(60));
+    assert!(r.status.success() && r.stdout.contains("mismatches: 0") && r.stderr.contains("policy 1 (lfu.o) attached"), "{}", r.describe());
+    // The last snapshot, sent at exit, may reach the daemon after the process is gone.
+    let mut text = String::new();
+    for _ in 0..50 {
+        text = cli(&["policy", "map", "1", "uses", "dump"]).stdout;
+        if text.contains(", exited, as it said") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (head, process) = text.split_once("\nin process ").unwrap_or_else(|| panic!("no process's copy:\n{text}"));
+    assert_eq!(head.lines().count(), 1, "the daemon's own copy is empty (no program of the daemon writes it):\n{text}");
+    let mut lines = process.lines();
+    let said = lines.next().expect("a heading");
+    assert!(said.contains("of tenant \"a\", exited, as it said") && said.ends_with(" s ago: 6 entries"), "{text}");
+    let uses: Vec<u64> = lines.map(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{l:?}"))).collect();
+    assert_eq!(uses.len(), 6, "{text}");
+    assert!(uses.iter().all(|n| (100..=155).contains(n)), "each chunk's uses, 150 rounds: {uses:?}");
+}

@@ -245,7 +245,8 @@ async fn serve_tenant(s: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, wri
     let mut line = String::new();
     let mut bad = 0u64;
     let mut stopped = false;
-    let mut traces = TraceBudget::default();
+    let mut traces = Budget::new(TRACES_PER_SECOND);
+    let mut snapshots = Budget::new(SNAPSHOTS_PER_SECOND);
     // Looked at after 100 ms of quiet, then less and less often, down to once a second.
     let mut quiet = QUIET;
     loop {
@@ -286,6 +287,15 @@ async fn serve_tenant(s: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, wri
                     trace(s, conn, who.pid, policy, &text);
                 }
             }
+            Ok(FromShim::MapSnapshot { policy, map, total, entries }) if snapshots.take() => {
+                if let Err(why) = snapshot(s, conn, who.pid, policy, &map, total, &entries) {
+                    bad += 1;
+                    if bad <= 3 {
+                        say(&format!("pid {}: ignoring {why}", who.pid));
+                    }
+                }
+            }
+            Ok(FromShim::MapSnapshot { .. }) => {}
             _ => {
                 bad += 1;
                 if bad <= 3 {
@@ -299,27 +309,46 @@ async fn serve_tenant(s: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, wri
     }
     s.leave(conn, "disconnected");
     s.lock().closed(conn);
+    lock(&s.policies).process_left(conn);
 }
 
 /// Most trace lines a process may send in a second; the rest are dropped.
 const TRACES_PER_SECOND: u32 = 20;
 
-/// What is left of one process's trace lines this second.
-#[derive(Default)]
-struct TraceBudget {
+/// Most map snapshots a process may send in a second (one per map of each of the 16
+/// policies it may run, once a second, fits); the rest are dropped.
+const SNAPSHOTS_PER_SECOND: u32 = 64;
+
+/// What is left of one process's messages of one kind this second.
+struct Budget {
+    per_second: u32,
     second: Option<Instant>,
     sent: u32,
 }
 
-impl TraceBudget {
-    /// Whether one more line may be told.
+impl Budget {
+    fn new(per_second: u32) -> Budget {
+        Budget { per_second, second: None, sent: 0 }
+    }
+
+    /// Whether one more may be taken.
     fn take(&mut self) -> bool {
         if self.second.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-            *self = TraceBudget { second: Some(Instant::now()), sent: 0 };
+            (self.second, self.sent) = (Some(Instant::now()), 0);
         }
         self.sent += 1;
-        self.sent <= TRACES_PER_SECOND
+        self.sent <= self.per_second
     }
+}
+
+/// Keeps what the process on `conn` says map `map` of policy `policy` holds in it, for
+/// `gmux policy map dump`; `Err`: why it was refused.
+fn snapshot(s: &Shared, conn: u64, pid: u32, policy: u32, map: &str, total: u64, entries: &[(String, String)]) -> Result<(), String> {
+    let d = s.lock();
+    let Some(t) = d.tenant_of_conn(conn) else { return Ok(()) };
+    let tenant = d.tenants.get(t).name.clone();
+    drop(d);
+    lock(&s.policies).keep_snapshot(policy, t, &tenant, (conn, pid), map, total, entries)
 }
 
 /// Tells `gmux events` a trace line that the process on `conn` says policy `policy`'s

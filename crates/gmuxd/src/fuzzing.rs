@@ -102,8 +102,8 @@ fn take_line(d: &mut Arbiter, conn: u64, who: Peer, line: &str) {
         Ok(FromShim::Report(r)) => {
             d.report(conn, r);
         }
-        // Told to `gmux events` by the server, never seen by the arbiter.
-        Ok(FromShim::Trace { .. }) => {}
+        // Told to `gmux events` or kept by the server's policies, never seen by the arbiter.
+        Ok(FromShim::Trace { .. } | FromShim::MapSnapshot { .. }) => {}
         Err(_) => {
             if let Ok(req) = serde_json::from_str::<Request>(line) {
                 if req != Request::Stop {

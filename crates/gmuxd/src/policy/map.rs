@@ -1,15 +1,17 @@
 //! `gmux policy map`: reading and writing a loaded policy's maps in the daemon, keys and
 //! values written as numbers or hex.
 
+use super::snapshot::Snapshots;
 use crate::ctl::{MapAction, Reply};
 use gmux_bpf::sched::SchedPolicy;
 use gmux_bpf::MapKind;
 use gmux_core::protocol::unhex;
 
 /// Answers `gmux policy map` on map `name` of policy `id`, whose daemon-side programs and
-/// maps are `p`; `has_memory`: it also has memory programs, which keep maps of their own
-/// in the tenants' processes.
-pub(super) fn answer(id: u32, p: &SchedPolicy, has_memory: bool, name: &str, action: &MapAction) -> Reply {
+/// maps are `p`; `processes`: where it also has memory programs, which keep maps of their
+/// own in the tenants' processes, what those said their maps hold.
+pub(super) fn answer(id: u32, p: &SchedPolicy, processes: Option<&Snapshots>, name: &str, action: &MapAction) -> Reply {
+    let has_memory = processes.is_some();
     let Some((_, m)) = p.maps().find(|m| m.0 == name) else {
         let names: Vec<&str> = p.maps().map(|m| m.0).collect();
         return Reply::error(format!("policy {id} has no map {name:?}; its maps: {}", if names.is_empty() { "none".into() } else { names.join(", ") }));
@@ -23,10 +25,13 @@ pub(super) fn answer(id: u32, p: &SchedPolicy, has_memory: bool, name: &str, act
             let kind = m.def.kind.name();
             let mut out = format!("map {name} of policy {id}: {kind}, {ks}-byte keys, {vs}-byte values");
             if has_memory {
-                out += " (the daemon's copy, which its scheduling programs use; its memory programs keep one of their own in each process)";
+                out += " (the daemon's copy, which its scheduling programs use; its memory programs keep one of their own in each process, below)";
             }
             for (k, v) in m.entries() {
                 out += &format!("\n{} {}", show(&k), show(&v));
+            }
+            if let Some(s) = processes {
+                out += &s.dump(id, name, show);
             }
             Reply::ok(out)
         }

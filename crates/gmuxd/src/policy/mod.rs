@@ -5,6 +5,7 @@
 //! program across policies (for memory hooks, among those a tenant gets).
 
 mod map;
+mod snapshot;
 
 use super::ctl::Reply;
 use super::outbox::Outbox;
@@ -75,6 +76,8 @@ fn is_sched(hook: &str) -> bool {
 pub(crate) struct Policies {
     list: Vec<Loaded>,
     next: u32,
+    /// What their memory programs' maps hold in the processes, as those said.
+    snapshots: snapshot::Snapshots,
 }
 
 /// The loaded policies as the arbiter's scheduling hooks: each hook runs the one program
@@ -210,13 +213,14 @@ impl Policies {
             Request::PolicyUnload { id } => match self.list.iter().position(|l| l.id == *id && mine(l)) {
                 Some(i) => {
                     let gone = self.list.remove(i);
+                    self.snapshots.forget(gone.id);
                     self.attach(d);
                     (Reply::ok(format!("unloaded policy {id} ({}); its hooks are gmux's own again", gone.name)), true)
                 }
                 None => (missing(*id), false),
             },
             Request::PolicyMap { id, map, action } => match self.list.iter().find(|l| l.id == *id && mine(l)) {
-                Some(l) => (map::answer(l.id, &lock(&l.policy), l.object.is_some(), map, action), false),
+                Some(l) => (map::answer(l.id, &lock(&l.policy), l.object.is_some().then_some(&self.snapshots), map, action), false),
                 None => (missing(*id), false),
             },
             _ => (Reply::error("not a policy request".into()), false),
@@ -313,6 +317,42 @@ impl Policies {
             }
         }
         out
+    }
+
+    /// Keeps what the process `pid` on `conn`, of tenant `t` (named `tenant`), says map
+    /// `map` of policy `id` holds in it: refused, with the reason, unless that policy runs
+    /// memory programs in `t`, has that map, and the snapshot fits it.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn keep_snapshot(
+        &mut self,
+        id: u32,
+        t: TenantId,
+        tenant: &str,
+        (conn, pid): (u64, u32),
+        map: &str,
+        total: u64,
+        entries: &[(String, String)],
+    ) -> Result<(), String> {
+        let l = self
+            .list
+            .iter()
+            .find(|l| l.id == id && l.object.is_some() && l.scope.covers(t))
+            .ok_or_else(|| format!("a snapshot of policy {id}, which runs no memory programs in its tenant"))?;
+        let p = lock(&l.policy);
+        let m = p
+            .maps()
+            .find(|m| m.0 == map)
+            .map(|m| m.1)
+            .ok_or_else(|| format!("a snapshot of policy {id}'s map {:?}, which it has not", map.chars().take(64).collect::<String>()))?;
+        let entries = snapshot::check(m, total, entries).map_err(|why| format!("a snapshot of policy {id}'s map {map}: {why}"))?;
+        drop(p);
+        self.snapshots.keep(id, map, conn, pid, tenant, total, entries);
+        Ok(())
+    }
+
+    /// The process on `conn` has exited: its maps' snapshots stay, for reading.
+    pub(crate) fn process_left(&mut self, conn: u64) {
+        self.snapshots.left(conn);
     }
 
     /// Whether policy `id` runs memory programs in the processes of tenant `t`.
