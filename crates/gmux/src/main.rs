@@ -115,6 +115,24 @@ pub(crate) fn control(req: gmuxd::ctl::Request) -> Result<(), Failure> {
     daemons::control(req, &daemons::GpuArg { gpu: None })
 }
 
+/// Whether `c` is a command whose output a reader may stop reading early (`| head`): it
+/// then ends quietly on SIGPIPE, as other command-line tools do, where Rust's default would
+/// panic at the next write. Not the daemon, nor the commands that run a program or
+/// daemons: their writes to a closed socket are errors they report.
+fn prints_for_a_reader(c: &Command) -> bool {
+    matches!(
+        c,
+        Command::Sim(_)
+            | Command::Ps { .. }
+            | Command::Events { .. }
+            | Command::Watch { .. }
+            | Command::Get { .. }
+            | Command::Policy(_)
+            | Command::Completions { .. }
+            | Command::Man
+    )
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -125,6 +143,11 @@ fn main() -> ExitCode {
         }
         Err(e) => e.exit(),
     };
+    if prints_for_a_reader(&cli.command) {
+        // SAFETY: setting a signal's disposition to the default, before any other thread
+        // exists; no handler runs.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let result = match cli.command {
         Command::Run(args) => run::run(&args),
         Command::Record(args) => record::record(&args),

@@ -157,3 +157,28 @@ fn watch_cmd(d: &Daemon, sub: &str, args: &[&str]) -> (std::process::Child, Rece
     std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| _ = tx.send((Instant::now(), l))));
     (c, rx)
 }
+
+/// A reader that stops early (`gmux sim … | head`) ends a printing command quietly, by
+/// SIGPIPE, as other command-line tools end; Rust's default was a panic at the next
+/// write ("failed printing to stdout: Broken pipe") and status 101.
+#[test]
+fn a_reader_that_stops_early_ends_the_command_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = TempDir::new("sigpipe");
+    let scenario = dir.path().join("tiny.toml");
+    std::fs::write(
+        &scenario,
+        "description = \"one small tenant\"\nduration = \"200ms\"\ngpu = \"1G\"\nsystems = [\"in-hbm\"]\n\n[[tenant]]\nname = \"a\"\n\
+         workload = { kind = \"dnn\", weights = \"64M\", layers = 4, activations = \"16M\", layer_us = 100 }\n",
+    )
+    .expect("write");
+    let mut c = Command::new(gmux_bin());
+    c.args(["sim", "--quiet"]).arg(&scenario).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = c.spawn().expect("gmux sim");
+    // The reader goes away before the table is written.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -10,7 +10,7 @@ use gmux_core::knobs::Knob;
 use gmux_core::pressure::{Pressure, StallKind};
 use gmux_core::TenantId;
 use serde::{Deserialize, Serialize};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -242,10 +242,10 @@ fn value(d: &Arbiter, t: TenantId, k: Knob) -> String {
 
 /// Sends `req` to the daemon at `path` and returns its reply.
 pub fn request(path: &Path, req: &Request) -> Result<Reply, Failure> {
-    let mut s = connect(path)?;
+    let s = connect(path)?;
     let mut line = serde_json::to_string(req).expect("serializable");
     line.push('\n');
-    s.write_all(line.as_bytes()).map_err(|e| Failure::Runtime(format!("cannot talk to gmuxd at {}: {e}", path.display())))?;
+    send_all(&s, line.as_bytes()).map_err(|e| Failure::Runtime(format!("cannot talk to gmuxd at {}: {e}", path.display())))?;
     let mut reply = String::new();
     BufReader::new(s).read_line(&mut reply).map_err(|e| Failure::Runtime(format!("no answer from gmuxd at {}: {e}", path.display())))?;
     parse_reply(path, &reply)
@@ -254,6 +254,27 @@ pub fn request(path: &Path, req: &Request) -> Result<Reply, Failure> {
 fn parse_reply(path: &Path, line: &str) -> Result<Reply, Failure> {
     serde_json::from_str(line.trim())
         .map_err(|_| Failure::Runtime(format!("gmuxd at {} answered {:?}; is it the same version as this gmux?", path.display(), line.trim())))
+}
+
+/// Writes `bytes` to the daemon's socket `s`, an error rather than SIGPIPE if the daemon
+/// closed it (a command that ends on SIGPIPE, `gmux ps | head`, still says so).
+fn send_all(s: &UnixStream, mut bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    while !bytes.is_empty() {
+        // SAFETY: `bytes` is a live buffer of `bytes.len()` bytes, and the descriptor is
+        // `s`'s, open while `s` is borrowed.
+        let n = unsafe { libc::send(s.as_raw_fd(), bytes.as_ptr().cast(), bytes.len(), libc::MSG_NOSIGNAL) };
+        match usize::try_from(n) {
+            Ok(n) => bytes = &bytes[n..],
+            Err(_) => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Connects to the daemon at `path`, if it is run by this user or root.
@@ -292,7 +313,7 @@ pub fn stream(path: &Path, req: &Request) -> Result<impl Iterator<Item = Result<
     let s = connect(path)?;
     let mut line = serde_json::to_string(req).expect("serializable");
     line.push('\n');
-    (&s).write_all(line.as_bytes()).map_err(|e| Failure::Runtime(format!("cannot talk to gmuxd at {}: {e}", path.display())))?;
+    send_all(&s, line.as_bytes()).map_err(|e| Failure::Runtime(format!("cannot talk to gmuxd at {}: {e}", path.display())))?;
     let mut lines = BufReader::new(s).lines();
     let first = lines.next().unwrap_or_else(|| Ok(String::new())).map_err(|e| Failure::Runtime(format!("no answer from gmuxd at {}: {e}", path.display())))?;
     let reply = parse_reply(path, &first)?;
