@@ -79,13 +79,13 @@ impl AttachedMemory {
     }
 
     /// What the attached policies' maps hold, ring buffers aside (reading takes their
-    /// records): a hash map's entries, an array's that are not zero, each map's up to
-    /// `budget` bytes of keys and values.
-    pub fn snapshots(&self, budget: usize) -> Vec<MapSnapshot> {
+    /// records): a hash map's entries, an array's that are not zero, each map's as many as
+    /// `most(key size, value size)` gives.
+    pub fn snapshots(&self, most: impl Fn(usize, usize) -> usize) -> Vec<MapSnapshot> {
         let mut out = Vec::new();
         for p in &self.policies {
             for (name, m) in p.hooks.maps.iter().filter(|(_, m)| m.def.kind != MapKind::RingBuf) {
-                let (total, entries) = m.sample(budget / (m.def.key_size + m.def.value_size) as usize);
+                let (total, entries) = m.sample(most(m.def.key_size as usize, m.def.value_size as usize));
                 out.push(MapSnapshot { policy: p.key, map: name.clone(), total, entries });
             }
         }

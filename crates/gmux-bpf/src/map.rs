@@ -263,29 +263,30 @@ impl Map {
     /// How many entries a reader outside the programs sees (a hash map's present, an
     /// array's that are not zero; a ring buffer's none), and the first `most` of them.
     pub fn sample(&self, most: usize) -> (usize, Vec<Entry>) {
-        let mut out = Vec::new();
-        let total = match self.def.kind {
+        match self.def.kind {
             MapKind::Array => {
-                let mut n = 0;
-                for i in 0..self.def.entries {
-                    let key = i.to_le_bytes();
-                    let Some(v) = self.get(&key).filter(|v| v.iter().any(|b| *b != 0)) else { continue };
-                    n += 1;
+                // SAFETY: one user at a time (see `slot`); read in place, nothing allocated
+                // for the values not listed.
+                let slab = unsafe { &*self.slab.get() };
+                let mut out = Vec::new();
+                let mut total = 0;
+                for (i, v) in slab.chunks_exact(self.def.value_size as usize).enumerate().filter(|(_, v)| v.iter().any(|b| *b != 0)) {
+                    total += 1;
                     if out.len() < most {
-                        out.push((key.to_vec(), v));
+                        out.push(((i as u32).to_le_bytes().to_vec(), v.to_vec()));
                     }
                 }
-                n
+                (total, out)
             }
             MapKind::Hash => {
-                // SAFETY: one user at a time (see `slot`).
-                let keys = &unsafe { &*self.slots.get() }.of;
-                out = keys.keys().take(most).filter_map(|k| self.get(k).map(|v| (k.to_vec(), v))).collect();
-                keys.len()
+                // SAFETY: one user at a time (see `slot`); the keys are copied before any
+                // value is read.
+                let of = &unsafe { &*self.slots.get() }.of;
+                let (total, keys): (usize, Vec<Vec<u8>>) = (of.len(), of.keys().take(most).map(|k| k.to_vec()).collect());
+                (total, keys.into_iter().filter_map(|k| self.get(&k).map(|v| (k, v))).collect())
             }
-            MapKind::RingBuf => 0,
-        };
-        (total, out)
+            MapKind::RingBuf => (0, Vec::new()),
+        }
     }
 }
 

@@ -42,8 +42,8 @@ pub enum FromShim {
     },
     /// What a map of the daemon's policy `policy` holds in this process (its memory
     /// programs keep their maps in each process), for `gmux policy map dump`: a hash
-    /// map's entries, an array's that are not zero, at most [`MAX_SNAPSHOT`] bytes of
-    /// keys and values. Sent about once a second while a policy is attached, and at exit.
+    /// map's entries, an array's that are not zero, as many as [`snapshot_entries`]
+    /// allows. Sent about once a second while a policy is attached, and at exit.
     MapSnapshot {
         /// The policy (`gmux policy list`).
         policy: u32,
@@ -59,9 +59,18 @@ pub enum FromShim {
 /// Longest trace line a shim sends, in bytes.
 pub const MAX_TRACE: usize = 256;
 
-/// Most bytes of keys and values one [`FromShim::MapSnapshot`] carries (twice that in
-/// hex, within the daemon's longest line).
-pub const MAX_SNAPSHOT: usize = 24 << 10;
+/// Most bytes the entries of one [`FromShim::MapSnapshot`] take in its line (the daemon
+/// reads lines of up to 64 KiB; the rest is left for the map's name and the counts).
+pub const MAX_SNAPSHOT: usize = 48 << 10;
+
+/// Longest map name a [`FromShim::MapSnapshot`] carries.
+pub const MAX_SNAPSHOT_NAME: usize = 256;
+
+/// Most entries of `key`- and `value`-byte keys and values one [`FromShim::MapSnapshot`]
+/// carries: each takes both in hex and 8 bytes of JSON around them (`["…","…"],`).
+pub fn snapshot_entries(key: usize, value: usize) -> usize {
+    MAX_SNAPSHOT / (2 * (key + value) + 8)
+}
 
 /// What a process holds when it registers again after losing its daemon (which crashed,
 /// or was stopped or restarted): it kept running within its last grant meanwhile.

@@ -258,7 +258,7 @@ fn work(dev: usize) {
         // must not be overridden by it.
         a.lock().notice = None;
         let Some(st) = guard.as_mut() else {
-            last = None;
+            (last, forecasts) = (None, step::Forecasts::default());
             continue;
         };
         let traces = crate::policy::attach(&mut st.memory, dev);

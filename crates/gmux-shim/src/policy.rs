@@ -9,7 +9,7 @@
 use gmux_bpf::hooks::PolicyHooks;
 use gmux_bpf::{AttachedMemory, AttachedPolicy, Policy};
 use gmux_core::hooks::{Candidate, MemoryHooks, NoHooks};
-use gmux_core::protocol::{hex, unhex, FromShim, Policies, PolicyObject, MAX_SNAPSHOT};
+use gmux_core::protocol::{hex, snapshot_entries, unhex, FromShim, Policies, PolicyObject, MAX_SNAPSHOT_NAME};
 use gmux_core::{ChunkId, TenantId};
 use gmux_cuda::device::CudaDevice;
 use gmux_runtime::TenantMemory;
@@ -201,9 +201,9 @@ pub fn snapshots(dev: usize, now: bool) -> Vec<FromShim> {
     };
     let Some(set) = set.as_ref().filter(|s| !s.is_empty()) else { return Vec::new() };
     *at = Some(Instant::now());
-    let maps = set.snapshots(MAX_SNAPSHOT);
+    let maps = set.snapshots(snapshot_entries);
     maps.into_iter()
-        .filter(|m| m.policy != OWN)
+        .filter(|m| m.policy != OWN && m.map.len() <= MAX_SNAPSHOT_NAME)
         .map(|m| FromShim::MapSnapshot {
             policy: m.policy as u32,
             map: m.map,

@@ -48,14 +48,15 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
     let report = result.map_err(run_failure)?;
     eprintln!("ran {} rows in {:.1} s", report.results.len(), started.elapsed().as_secs_f64());
 
-    print_stdout(&table::render(&report))?;
+    // The files first: a reader of the table that stops early (`| head`) ends the
+    // command.
     if let Some(path) = &args.json {
         write_json(&report, path)?;
     }
     if let Some(path) = &args.plot {
         write_file(path, "plot", &plot::svg(&report))?;
     }
-    Ok(())
+    print_stdout(&table::render(&report))
 }
 
 fn run_failure(e: SimError) -> Failure {

@@ -158,27 +158,35 @@ fn watch_cmd(d: &Daemon, sub: &str, args: &[&str]) -> (std::process::Child, Rece
     (c, rx)
 }
 
-/// A reader that stops early (`gmux sim … | head`) ends a printing command quietly, by
-/// SIGPIPE, as other command-line tools end; Rust's default was a panic at the next
-/// write ("failed printing to stdout: Broken pipe") and status 101.
+/// A reader that stops early (`gmux ps | head`) ends a printing command quietly, by
+/// SIGPIPE, as other command-line tools end; Rust's default was a panic at the first
+/// write ("failed printing to stdout: Broken pipe") and status 101. `gmux sim` writes its
+/// files before its table, so they are whole.
 #[test]
 fn a_reader_that_stops_early_ends_the_command_quietly() {
     use std::os::unix::process::ExitStatusExt;
-    let dir = TempDir::new("sigpipe");
-    let scenario = dir.path().join("tiny.toml");
+    let d = Daemon::start("sigpipe", &[]);
+    let dir = d.sb.dir.path();
+    let scenario = dir.join("tiny.toml");
     std::fs::write(
         &scenario,
         "description = \"one small tenant\"\nduration = \"200ms\"\ngpu = \"1G\"\nsystems = [\"in-hbm\"]\n\n[[tenant]]\nname = \"a\"\n\
          workload = { kind = \"dnn\", weights = \"64M\", layers = 4, activations = \"16M\", layer_us = 100 }\n",
     )
     .expect("write");
-    let mut c = Command::new(gmux_bin());
-    c.args(["sim", "--quiet"]).arg(&scenario).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = c.spawn().expect("gmux sim");
-    // The reader goes away before the table is written.
-    drop(child.stdout.take());
-    let out = child.wait_with_output().expect("wait");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}: {stderr}", out.status);
-    assert!(!stderr.contains("panicked"), "{stderr}");
+    let json = dir.join("tiny.json");
+    let sim = ["sim", "--quiet", scenario.to_str().expect("utf-8"), "--json", json.to_str().expect("utf-8")];
+    for args in [&["ps"][..], &sim[..]] {
+        let mut c = d.sb.gmux_cli(args);
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = c.spawn().expect("gmux");
+        // The reader goes away before anything is written.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "gmux {args:?}: {:?}: {stderr}", out.status);
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON file")).expect("whole JSON");
+    assert_eq!(v["results"].as_array().map(Vec::len), Some(1), "{v}");
 }

@@ -21,7 +21,7 @@ use tokio::net::{UnixListener, UnixStream};
 const MAX_CONNS_PER_USER: usize = 256;
 
 /// Longest line a peer may send (a report is about 400 bytes).
-const MAX_LINE: u64 = 64 << 10;
+pub(crate) const MAX_LINE: u64 = 64 << 10;
 
 /// How long a new connection has to send its first line, and a reply or refusal has to
 /// be read.
@@ -147,7 +147,8 @@ async fn serve_conn(s: Arc<Shared>, stream: UnixStream, slot: Slot) {
                 }
                 Ok(Request::Events { tenant }) => return super::stream::events(&s, reader, write, who, tenant).await,
                 Ok(Request::Watch { tenant, trigger }) => return super::stream::watch(&s, reader, write, who, &tenant, trigger).await,
-                Ok(req @ (Request::PolicyLoad { .. } | Request::PolicyList { .. } | Request::PolicyUnload { .. } | Request::PolicyMap { .. })) => {
+                Ok(req @ Request::PolicyMap { .. }) => lock(&s.policies).answer_map(&req, who, s.owner, s.tenant_policies),
+                Ok(req @ (Request::PolicyLoad { .. } | Request::PolicyList { .. } | Request::PolicyUnload { .. })) => {
                     // A load is verified and compiled before the decision lock is taken.
                     let prepared = match &req {
                         Request::PolicyLoad { name, object, hook, tenant } => {

@@ -49,10 +49,11 @@ pub struct WorkloadsArgs {
     /// prediction; the traces are still written, for `gmux sim` later).
     #[arg(long)]
     no_replay: bool,
-    /// Pairs of native and gmux runs at 100%, alternating, when both systems are asked
-    /// for: a launch-bound program's rate moves by a fifth or more from one run to the
-    /// next, so one pair cannot tell a few percent. The ratio is given per pair and as
-    /// their median.
+    /// Pairs of native and gmux runs at 100% (both systems and the level asked for):
+    /// a launch-bound program's rate moves by a fifth or more from one run to the next,
+    /// so one pair cannot tell a few percent. The first pair's native run is the mix's
+    /// first run; the others run one after another after the first gmux run. The ratio is
+    /// given per pair and as their median.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
     pairs: u32,
 }
@@ -119,6 +120,10 @@ pub fn run(a: &WorkloadsArgs) -> Result<(), Failure> {
     if let Some(s) = a.systems.iter().find(|s| !SYSTEMS.contains(&s.as_str())) {
         return Err(Failure::Usage(format!("--systems: unknown system {s:?}; use {}", SYSTEMS.join(", "))));
     }
+    let asked = |s: &str| a.systems.iter().any(|x| x == s);
+    if a.pairs > 1 && !(a.levels.contains(&100) && asked("native") && asked("gmux")) {
+        return Err(Failure::Usage(format!("--pairs {}: pairs of native and gmux run at 100%; add 100 to --levels and native and gmux to --systems", a.pairs)));
+    }
     if let Some(l) = a.levels.iter().find(|l| **l < 100) {
         return Err(Failure::Usage(format!("--levels: {l}% is under 100%; a level is the total footprint over the budget")));
     }
@@ -163,7 +168,7 @@ pub fn run(a: &WorkloadsArgs) -> Result<(), Failure> {
                 share_replay(&mut mine, level);
                 write(&lab, a, &[rows.as_slice(), mine.as_slice()].concat())?;
             }
-            if level == 100 && a.systems.iter().any(|s| s == "native") && a.systems.iter().any(|s| s == "gmux") {
+            if level == 100 && asked("native") && asked("gmux") {
                 for pair in 1..a.pairs {
                     for system in ["native", "gmux"] {
                         eprintln!("gmux bench: {m}: level 100%: {system}, pair {} of {}", pair + 1, a.pairs);
@@ -357,7 +362,7 @@ fn table(rows: &[Row]) -> String {
     let f = |v: Option<f64>, d: usize| v.map_or("-".to_string(), |x| format!("{x:.d$}"));
     let gib = |v: Option<f64>| f(v.map(|b| b / (1u64 << 30) as f64), 1);
     let mut s = format!(
-        "{:<10} {:<6} {:<8} {:>9} {:>11} {:>10} {:>8} {:>9} {:>10} {:>9} {:>8} {:>9} {:>8} {:>8}  {}\n",
+        "{:<10} {:<6} {:<9} {:>9} {:>11} {:>10} {:>8} {:>9} {:>10} {:>9} {:>8} {:>9} {:>8} {:>8}  {}\n",
         "mix",
         "level",
         "system",
@@ -378,7 +383,7 @@ fn table(rows: &[Row]) -> String {
         let mean = r.units_per_s.values().sum::<f64>() / r.units_per_s.len().max(1) as f64;
         let vs = r.throughput_norm.zip(r.ideal_norm).map(|(t, i)| t / i);
         s += &format!(
-            "{:<10} {:<6} {:<8} {:>9} {:>11} {:>10} {:>8} {:>9} {:>10} {:>9} {:>8} {:>9} {:>8} {:>8}  {}\n",
+            "{:<10} {:<6} {:<9} {:>9} {:>11} {:>10} {:>8} {:>9} {:>10} {:>9} {:>8} {:>9} {:>8} {:>8}  {}\n",
             r.mix,
             format!("{}%", r.level),
             if r.pair == 0 { r.system.clone() } else { format!("{} {}", r.system, r.pair + 1) },

@@ -1,17 +1,15 @@
 //! `gmux policy map`: reading and writing a loaded policy's maps in the daemon, keys and
 //! values written as numbers or hex.
 
-use super::snapshot::Snapshots;
 use crate::ctl::{MapAction, Reply};
 use gmux_bpf::sched::SchedPolicy;
 use gmux_bpf::MapKind;
 use gmux_core::protocol::unhex;
 
 /// Answers `gmux policy map` on map `name` of policy `id`, whose daemon-side programs and
-/// maps are `p`; `processes`: where it also has memory programs, which keep maps of their
-/// own in the tenants' processes, what those said their maps hold.
-pub(super) fn answer(id: u32, p: &SchedPolicy, processes: Option<&Snapshots>, name: &str, action: &MapAction) -> Reply {
-    let has_memory = processes.is_some();
+/// maps are `p`; `has_memory`: it also has memory programs, which keep maps of their own
+/// in the tenants' processes (a dump's caller adds what those said).
+pub(super) fn answer(id: u32, p: &SchedPolicy, has_memory: bool, name: &str, action: &MapAction) -> Reply {
     let Some((_, m)) = p.maps().find(|m| m.0 == name) else {
         let names: Vec<&str> = p.maps().map(|m| m.0).collect();
         return Reply::error(format!("policy {id} has no map {name:?}; its maps: {}", if names.is_empty() { "none".into() } else { names.join(", ") }));
@@ -29,9 +27,6 @@ pub(super) fn answer(id: u32, p: &SchedPolicy, processes: Option<&Snapshots>, na
             }
             for (k, v) in m.entries() {
                 out += &format!("\n{} {}", show(&k), show(&v));
-            }
-            if let Some(s) = processes {
-                out += &s.dump(id, name, show);
             }
             Reply::ok(out)
         }
@@ -92,7 +87,7 @@ fn bytes(text: &str, size: u32, what: &str) -> Result<Vec<u8>, String> {
 }
 
 /// A key or value as `gmux policy map dump` prints it: a number up to 8 bytes, else hex.
-fn show(b: &[u8]) -> String {
+pub(super) fn show(b: &[u8]) -> String {
     if b.len() <= 8 {
         let mut w = [0u8; 8];
         w[..b.len()].copy_from_slice(b);

@@ -7,7 +7,7 @@
 mod map;
 mod snapshot;
 
-use super::ctl::Reply;
+use super::ctl::{MapAction, Reply};
 use super::outbox::Outbox;
 use super::server::{lock, Peer};
 use gmux_bpf::sched::SchedPolicy;
@@ -219,12 +219,28 @@ impl Policies {
                 }
                 None => (missing(*id), false),
             },
-            Request::PolicyMap { id, map, action } => match self.list.iter().find(|l| l.id == *id && mine(l)) {
-                Some(l) => (map::answer(l.id, &lock(&l.policy), l.object.is_some().then_some(&self.snapshots), map, action), false),
-                None => (missing(*id), false),
-            },
+            Request::PolicyMap { .. } => (self.answer_map(req, who, owner, tenant_policies), false),
             _ => (Reply::error("not a policy request".into()), false),
         }
+    }
+
+    /// Answers `gmux policy map` (`req`) from `who`: it needs no decision of the daemon,
+    /// so the caller need not hold the arbiter. The processes' copies are formatted after
+    /// the policy's lock is let go.
+    pub(crate) fn answer_map(&self, req: &super::ctl::Request, who: Peer, owner: u32, tenant_policies: bool) -> Reply {
+        let super::ctl::Request::PolicyMap { id, map, action } = req else { return Reply::error("not a map request".into()) };
+        if let Err(e) = admin(who, owner, tenant_policies) {
+            return e;
+        }
+        let Some(l) = self.list.iter().find(|l| l.id == *id && (is_admin(who, owner) || l.uid == who.uid)) else {
+            return Reply::error(format!("no policy {id} of yours: list them with `gmux policy list`"));
+        };
+        let copies = l.object.is_some().then(|| self.snapshots.of(*id, map));
+        let mut reply = map::answer(l.id, &lock(&l.policy), copies.is_some(), map, action);
+        if let (Some((shown, older)), true, MapAction::Dump) = (copies, reply.ok, action) {
+            reply.text += &snapshot::dump(&shown, older, map::show);
+        }
+        reply
     }
 
     fn load(&mut self, d: &mut Arbiter, p: Prepared, who: Peer, owner: u32, tenant: Option<&str>) -> (Reply, bool) {
@@ -344,9 +360,10 @@ impl Policies {
             .find(|m| m.0 == map)
             .map(|m| m.1)
             .ok_or_else(|| format!("a snapshot of policy {id}'s map {:?}, which it has not", map.chars().take(64).collect::<String>()))?;
-        let entries = snapshot::check(m, total, entries).map_err(|why| format!("a snapshot of policy {id}'s map {map}: {why}"))?;
+        let flat = snapshot::check(m, total, entries).map_err(|why| format!("a snapshot of policy {id}'s map {map}: {why}"))?;
+        let sizes = (m.def.key_size as usize, m.def.value_size as usize);
         drop(p);
-        self.snapshots.keep(id, map, conn, pid, tenant, total, entries);
+        self.snapshots.keep(id, map, (conn, pid), tenant, total, sizes, flat);
         Ok(())
     }
 
