@@ -24,12 +24,15 @@ typedef __INT64_TYPE__ s64;
 #endif
 
 /* A map's kinds: an array of `entries` values indexed by a u32 key, all present and
- * zeroed; a hash of up to `entries` values under keys of any size; or a ring buffer of up
+ * zeroed; a hash of up to `entries` values under keys of any size; a ring buffer of up
  * to `entries` records of at most sizeof(value_type) bytes, written with ringbuf_output
- * and taken by `gmux policy map dump` (declare its key as u32; it is unused). */
+ * and taken by `gmux policy map dump` (declare its key as u32; it is unused); or a
+ * per-tenant array: an array for each tenant (up to 64), a program reaching the copy of
+ * the tenant its hook's context names. */
 #define GMUX_MAP_ARRAY 1
 #define GMUX_MAP_HASH 2
 #define GMUX_MAP_RINGBUF 3
+#define GMUX_MAP_TENANT_ARRAY 4
 
 struct gmux_map_def {
 	u32 kind;

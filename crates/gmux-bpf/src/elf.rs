@@ -52,7 +52,8 @@ pub fn parse(data: &[u8]) -> Result<Object, String> {
                 1 => MapKind::Array,
                 2 => MapKind::Hash,
                 3 => MapKind::RingBuf,
-                k => return Err(format!("map {name} has kind {k}: GMUX_MAP_ARRAY (1), GMUX_MAP_HASH (2) or GMUX_MAP_RINGBUF (3)")),
+                4 => MapKind::TenantArray,
+                k => return Err(format!("map {name} has kind {k}: GMUX_MAP_ARRAY (1), GMUX_MAP_HASH (2), GMUX_MAP_RINGBUF (3) or GMUX_MAP_TENANT_ARRAY (4)")),
             };
             let def = MapDef { kind, key_size: word(1), value_size: word(2), entries: word(3) };
             def.check().map_err(|e| format!("map {name}: {e}"))?;

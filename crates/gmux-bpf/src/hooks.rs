@@ -113,14 +113,14 @@ impl MemoryHooks for PolicyHooks {
     fn activate(&mut self, chunk: ChunkId, tenant: TenantId) {
         if let Some(p) = self.activate.as_mut() {
             let mut ctx = ChunkCtx { chunk: u64::from(chunk.0), stamp: 0, tenant: tenant.0, pad: 0 };
-            self.failures += u64::from(p.run(bytes_of(&mut ctx), 0).is_err());
+            self.failures += u64::from(p.run_for(bytes_of(&mut ctx), 0, tenant.0).is_err());
         }
     }
 
     fn access(&mut self, chunk: ChunkId, tenant: TenantId, stamp: u64) {
         if let Some(p) = self.access.as_mut() {
             let mut ctx = ChunkCtx { chunk: u64::from(chunk.0), stamp, tenant: tenant.0, pad: 0 };
-            self.failures += u64::from(p.run(bytes_of(&mut ctx), stamp).is_err());
+            self.failures += u64::from(p.run_for(bytes_of(&mut ctx), stamp, tenant.0).is_err());
         }
     }
 
@@ -144,7 +144,7 @@ impl MemoryHooks for PolicyHooks {
                 requester: requester.0,
                 resident: c.resident,
             };
-            match p.run(bytes_of(&mut ctx), 0) {
+            match p.run_for(bytes_of(&mut ctx), 0, c.tenant.0) {
                 Ok(rank) => ranks.push(rank),
                 Err(_) => {
                     self.failures += 1;
@@ -161,7 +161,7 @@ impl MemoryHooks for PolicyHooks {
     fn prefetch(&mut self, tenant: TenantId) -> Vec<ChunkId> {
         let Some(p) = self.prefetch.as_mut() else { return Vec::new() };
         let mut ctx = PrefetchCtx { start: 0, count: 0, tenant: tenant.0 };
-        if p.run(bytes_of(&mut ctx), 0).is_err() {
+        if p.run_for(bytes_of(&mut ctx), 0, tenant.0).is_err() {
             self.failures += 1;
             return Vec::new();
         }

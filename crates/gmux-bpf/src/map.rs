@@ -17,7 +17,13 @@ pub enum MapKind {
     /// Up to `entries` records of at most `value_size` bytes, in the order written; a
     /// record written while it is full is dropped, and counted.
     RingBuf,
+    /// An array per tenant (up to [`TENANT_COPIES`] tenants): a program reaches the copy
+    /// of the tenant its hook is about ([`Map::set_tenant`]).
+    TenantArray,
 }
+
+/// Most tenants a per-tenant array holds a copy for; a lookup for another finds nothing.
+pub const TENANT_COPIES: u32 = 64;
 
 impl MapKind {
     /// Its name in messages.
@@ -26,6 +32,7 @@ impl MapKind {
             MapKind::Array => "array",
             MapKind::Hash => "hash",
             MapKind::RingBuf => "ring buffer",
+            MapKind::TenantArray => "per-tenant array",
         }
     }
 }
@@ -57,7 +64,7 @@ impl MapDef {
             return Err(format!("a value of {} bytes: values are 1 to {MAX_VALUE_BYTES} bytes", self.value_size));
         }
         match self.kind {
-            MapKind::Array if self.key_size != 4 => return Err(format!("an array map's key is 4 bytes (a u32), not {}", self.key_size)),
+            MapKind::Array | MapKind::TenantArray if self.key_size != 4 => return Err(format!("an array map's key is 4 bytes (a u32), not {}", self.key_size)),
             MapKind::RingBuf if self.key_size != 4 => return Err(format!("a ring buffer's key is 4 bytes (a u32, unused), not {}", self.key_size)),
             _ if self.key_size == 0 || self.key_size > MAX_KEY_BYTES => {
                 return Err(format!("a key of {} bytes: keys are 1 to {MAX_KEY_BYTES} bytes", self.key_size))
@@ -66,11 +73,21 @@ impl MapDef {
         }
         // A ring buffer also keeps each record's length.
         let per_entry = u64::from(self.value_size) + if self.kind == MapKind::RingBuf { 4 } else { 0 };
-        let bytes = u64::from(self.entries) * per_entry;
+        let bytes = u64::from(self.entries) * per_entry * u64::from(self.copies());
         if self.entries == 0 || bytes > MAX_MAP_BYTES {
-            return Err(format!("{} entries of {} bytes: a map holds 1 entry and at most {} MiB", self.entries, self.value_size, MAX_MAP_BYTES >> 20));
+            let each = if self.kind == MapKind::TenantArray { format!(" for each of {TENANT_COPIES} tenants") } else { String::new() };
+            return Err(format!("{} entries of {} bytes{each}: a map holds 1 entry and at most {} MiB", self.entries, self.value_size, MAX_MAP_BYTES >> 20));
         }
         Ok(())
+    }
+
+    /// How many copies of its values it holds.
+    fn copies(&self) -> u32 {
+        if self.kind == MapKind::TenantArray {
+            TENANT_COPIES
+        } else {
+            1
+        }
     }
 }
 
@@ -85,6 +102,9 @@ pub struct Map {
     slots: UnsafeCell<Slots>,
     /// A ring buffer's records.
     ring: UnsafeCell<Ring>,
+    /// A per-tenant array's tenants, by copy, and the tenant a program reaches now.
+    tenants: UnsafeCell<Vec<u32>>,
+    tenant: std::cell::Cell<u32>,
 }
 
 /// Where a ring buffer's records are in the slab: `len` records from slot `head`, each
@@ -111,9 +131,28 @@ impl Map {
     /// An empty map of `def` (checked).
     pub fn new(def: MapDef) -> Result<Map, String> {
         def.check()?;
-        let bytes = def.entries as usize * def.value_size as usize;
+        let bytes = def.entries as usize * def.value_size as usize * def.copies() as usize;
         let ring = Ring { lens: if def.kind == MapKind::RingBuf { vec![0; def.entries as usize] } else { Vec::new() }, ..Ring::default() };
-        Ok(Map { def, slab: UnsafeCell::new(vec![0; bytes].into_boxed_slice()), slots: UnsafeCell::new(Slots::default()), ring: UnsafeCell::new(ring) })
+        Ok(Map {
+            def,
+            slab: UnsafeCell::new(vec![0; bytes].into_boxed_slice()),
+            slots: UnsafeCell::new(Slots::default()),
+            ring: UnsafeCell::new(ring),
+            tenants: UnsafeCell::new(Vec::new()),
+            tenant: std::cell::Cell::new(0),
+        })
+    }
+
+    /// Makes a per-tenant array's lookups, updates and deletes reach tenant `t`'s copy
+    /// (no effect on other maps).
+    pub fn set_tenant(&self, t: u32) {
+        self.tenant.set(t);
+    }
+
+    /// The tenants a per-tenant array holds a copy for, in the order they came.
+    pub fn tenants(&self) -> Vec<u32> {
+        // SAFETY: one user at a time (see `slot`).
+        unsafe { &*self.tenants.get() }.clone()
     }
 
     /// The slab's address range, for the interpreter's memory checks.
@@ -151,6 +190,24 @@ impl Map {
             }
             // A ring buffer's records are not reached by key.
             MapKind::RingBuf => None,
+            MapKind::TenantArray => {
+                let i = u32::from_le_bytes(key.try_into().ok()?);
+                if i >= self.def.entries {
+                    return None;
+                }
+                // SAFETY: one user at a time, as above.
+                let tenants = unsafe { &mut *self.tenants.get() };
+                let t = self.tenant.get();
+                let copy = match tenants.iter().position(|x| *x == t) {
+                    Some(c) => c,
+                    None if tenants.len() < TENANT_COPIES as usize => {
+                        tenants.push(t);
+                        tenants.len() - 1
+                    }
+                    None => return None,
+                };
+                Some(copy as u32 * self.def.entries + i)
+            }
         }
     }
 
@@ -228,7 +285,12 @@ impl Map {
         if key.len() != self.def.key_size as usize || value.len() != self.def.value_size as usize {
             return Err(format!("this map takes {}-byte keys and {}-byte values", self.def.key_size, self.def.value_size));
         }
-        let s = self.slot(key, true).ok_or_else(|| format!("no room for this key: the map holds {} entries", self.def.entries))?;
+        let s = self.slot(key, true).ok_or_else(|| match self.def.kind {
+            MapKind::TenantArray if u32::from_le_bytes(key.try_into().unwrap_or_default()) < self.def.entries => {
+                format!("no room for another tenant: a per-tenant array holds {TENANT_COPIES} tenants' copies")
+            }
+            _ => format!("no room for this key: the map holds {} entries", self.def.entries),
+        })?;
         // SAFETY: one user at a time (see `slot`).
         unsafe { self.value(s) }.copy_from_slice(value);
         Ok(())
@@ -248,11 +310,14 @@ impl Map {
         true
     }
 
-    /// Every key and value present (an array's all; a ring buffer has none: its records
+    /// Every key and value present (an array's all; a per-tenant array's of the tenant
+    /// [`Map::set_tenant`] named, if it has a copy; a ring buffer has none: its records
     /// are taken with [`Map::take_records`]).
     pub fn entries(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
         let keys: Vec<Vec<u8>> = match self.def.kind {
             MapKind::Array => (0..self.def.entries).map(|i| i.to_le_bytes().to_vec()).collect(),
+            MapKind::TenantArray if !self.tenants().contains(&self.tenant.get()) => Vec::new(),
+            MapKind::TenantArray => (0..self.def.entries).map(|i| i.to_le_bytes().to_vec()).collect(),
             // SAFETY: one user at a time (see `slot`).
             MapKind::Hash => unsafe { &*self.slots.get() }.of.keys().map(|k| k.to_vec()).collect(),
             MapKind::RingBuf => Vec::new(),
@@ -261,13 +326,22 @@ impl Map {
     }
 
     /// How many entries a reader outside the programs sees (a hash map's present, an
-    /// array's that are not zero; a ring buffer's none), and the first `most` of them.
+    /// array's that are not zero, a per-tenant array's the same in the copy of the tenant
+    /// [`Map::set_tenant`] named; a ring buffer's none), and the first `most` of them.
     pub fn sample(&self, most: usize) -> (usize, Vec<Entry>) {
+        let copy = match self.def.kind {
+            MapKind::TenantArray => match self.tenants().iter().position(|t| *t == self.tenant.get()) {
+                Some(c) => c,
+                None => return (0, Vec::new()),
+            },
+            _ => 0,
+        };
         match self.def.kind {
-            MapKind::Array => {
+            MapKind::Array | MapKind::TenantArray => {
+                let len = self.def.entries as usize * self.def.value_size as usize;
                 // SAFETY: one user at a time (see `slot`); read in place, nothing allocated
                 // for the values not listed.
-                let slab = unsafe { &*self.slab.get() };
+                let slab = &unsafe { &*self.slab.get() }[copy * len..(copy + 1) * len];
                 let mut out = Vec::new();
                 let mut total = 0;
                 for (i, v) in slab.chunks_exact(self.def.value_size as usize).enumerate().filter(|(_, v)| v.iter().any(|b| *b != 0)) {
@@ -303,79 +377,4 @@ pub enum RingFull {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_are_bounded_and_each_refusal_names_the_bound() {
-        let ok = MapDef { kind: MapKind::Hash, key_size: 8, value_size: 64, entries: 1024 };
-        assert_eq!(ok.check(), Ok(()));
-        let err = |d: MapDef| d.check().unwrap_err();
-        assert!(err(MapDef { value_size: 0, ..ok }).contains("values are 1 to 4096 bytes"));
-        assert!(err(MapDef { key_size: 300, ..ok }).contains("keys are 1 to 256 bytes"));
-        assert!(err(MapDef { kind: MapKind::Array, ..ok }).contains("an array map's key is 4 bytes"));
-        assert!(err(MapDef { entries: 1 << 20, value_size: 4096, ..ok }).contains("at most 64 MiB"));
-        assert!(err(MapDef { entries: 0, ..ok }).contains("1 entry"));
-    }
-
-    #[test]
-    fn an_array_holds_every_index_below_its_entries_and_nothing_else() {
-        let m = Map::new(MapDef { kind: MapKind::Array, key_size: 4, value_size: 8, entries: 3 }).expect("valid");
-        assert_eq!(m.get(&2u32.to_le_bytes()), Some(vec![0; 8]));
-        assert_eq!(m.get(&3u32.to_le_bytes()), None);
-        m.update(&1u32.to_le_bytes(), &7u64.to_le_bytes()).expect("in range");
-        assert!(m.update(&3u32.to_le_bytes(), &[0; 8]).unwrap_err().contains("holds 3 entries"));
-        assert!(m.update(&1u32.to_le_bytes(), &[0; 4]).unwrap_err().contains("8-byte values"));
-        assert!(m.delete(&1u32.to_le_bytes()), "an array's value is zeroed");
-        assert_eq!(m.get(&1u32.to_le_bytes()), Some(vec![0; 8]));
-        assert_eq!(m.entries().len(), 3);
-    }
-
-    #[test]
-    fn a_ring_buffer_keeps_records_in_order_and_counts_what_it_drops() {
-        let m = Map::new(MapDef { kind: MapKind::RingBuf, key_size: 4, value_size: 8, entries: 3 }).expect("valid");
-        assert_eq!(m.output(&[1, 2, 3]), Ok(()));
-        assert_eq!(m.output(&[4; 8]), Ok(()));
-        assert_eq!(m.output(&[5; 9]), Err(RingFull::TooBig), "longer than a record");
-        assert_eq!(m.output(&[6]), Ok(()));
-        assert_eq!(m.output(&[7]), Err(RingFull::Full));
-        assert_eq!(m.output(&[8]), Err(RingFull::Full));
-        assert!(m.lookup_ptr(&0u32.to_le_bytes()).is_null() && m.entries().is_empty(), "records are not reached by key");
-        assert_eq!(m.take_records(), (vec![vec![1, 2, 3], vec![4; 8], vec![6]], 2));
-        assert_eq!(m.take_records(), (Vec::<Vec<u8>>::new(), 0), "taken once");
-        // Around the end of the slab, a shorter record after a longer one in its slot.
-        for r in [[9u8; 8].as_slice(), &[10, 11], &[12]] {
-            m.output(r).expect("room");
-        }
-        assert_eq!(m.take_records(), (vec![vec![9; 8], vec![10, 11], vec![12]], 0));
-        let arr = Map::new(MapDef { kind: MapKind::Array, key_size: 4, value_size: 8, entries: 3 }).expect("valid");
-        assert_eq!(arr.output(&[1]), Err(RingFull::TooBig), "only a ring buffer takes records");
-        let bad = MapDef { kind: MapKind::RingBuf, key_size: 8, value_size: 8, entries: 3 };
-        assert!(bad.check().unwrap_err().contains("a ring buffer's key is 4 bytes"));
-        let lengths_too = MapDef { kind: MapKind::RingBuf, key_size: 4, value_size: 4, entries: 12 << 20 };
-        assert!(lengths_too.check().unwrap_err().contains("at most 64 MiB"), "each record's length counts too");
-        assert_eq!(MapDef { kind: MapKind::Array, ..lengths_too }.check(), Ok(()));
-    }
-
-    /// A reader outside the programs sees a hash map's entries and an array's that are
-    /// not zero, counted in full and listed up to the number asked for.
-    #[test]
-    fn a_sample_counts_every_entry_and_lists_the_first() {
-        let h = Map::new(MapDef { kind: MapKind::Hash, key_size: 8, value_size: 8, entries: 64 }).expect("hash");
-        for k in 0u64..10 {
-            h.update(&k.to_le_bytes(), &(k * 3).to_le_bytes()).expect("update");
-        }
-        let (total, some) = h.sample(4);
-        assert_eq!((total, some.len()), (10, 4));
-        assert!(some.iter().all(|(k, v)| u64::from_le_bytes(v[..].try_into().unwrap()) == 3 * u64::from_le_bytes(k[..].try_into().unwrap())));
-        let a = Map::new(MapDef { kind: MapKind::Array, key_size: 4, value_size: 4, entries: 100 }).expect("array");
-        for i in [3u32, 50, 99] {
-            a.update(&i.to_le_bytes(), &7u32.to_le_bytes()).expect("update");
-        }
-        let (total, all) = a.sample(100);
-        assert_eq!(total, 3);
-        assert_eq!(all.iter().map(|(k, _)| u32::from_le_bytes(k[..].try_into().unwrap())).collect::<Vec<_>>(), vec![3, 50, 99]);
-        let r = Map::new(MapDef { kind: MapKind::RingBuf, key_size: 4, value_size: 8, entries: 4 }).expect("ring");
-        assert_eq!(r.sample(10), (0, Vec::new()));
-    }
-}
+mod tests;

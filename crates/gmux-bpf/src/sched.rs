@@ -129,7 +129,7 @@ impl SchedHooks for SchedPolicy {
             held: j.held,
             budget: j.budget,
         };
-        match p.run(crate::hooks::bytes_of(&mut ctx), self.now) {
+        match p.run_for(crate::hooks::bytes_of(&mut ctx), self.now, j.tenant.0) {
             Ok(verdict) => Admission {
                 refuse: verdict != 0,
                 priority: (ctx.priority != j.priority).then_some(ctx.priority),
@@ -145,14 +145,14 @@ impl SchedHooks for SchedPolicy {
     fn task_destroy(&mut self, tenant: TenantId) {
         if let Some(p) = self.task_destroy.as_mut() {
             let mut ctx = TenantCtx { tenant: tenant.0, pad: 0 };
-            self.failures += u64::from(p.run(crate::hooks::bytes_of(&mut ctx), self.now).is_err());
+            self.failures += u64::from(p.run_for(crate::hooks::bytes_of(&mut ctx), self.now, tenant.0).is_err());
         }
     }
 
     fn timeslice(&mut self, tenant: TenantId, slice: Nanos, switch_cost: Option<Nanos>) -> Nanos {
         let Some(p) = self.timeslice.as_mut() else { return slice };
         let mut ctx = SliceCtx { tenant: tenant.0, pad: 0, slice, switch_cost: switch_cost.unwrap_or(0) };
-        p.run(crate::hooks::bytes_of(&mut ctx), self.now).unwrap_or_else(|_| {
+        p.run_for(crate::hooks::bytes_of(&mut ctx), self.now, tenant.0).unwrap_or_else(|_| {
             self.failures += 1;
             slice
         })

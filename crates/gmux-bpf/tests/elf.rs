@@ -130,3 +130,38 @@ fn a_map_reference_that_is_not_a_whole_lddw_is_refused() {
         assert!(e.contains(what), "{e}");
     }
 }
+
+/// A per-tenant array through a scheduling hook: the program counts each tenant's turns
+/// in its own copy and gives a tenant that has had three turns a longer slice.
+#[test]
+fn a_per_tenant_array_keeps_each_tenants_own_count() {
+    use gmux_bpf::Policy;
+    use gmux_core::hooks::SchedHooks;
+    use gmux_core::TenantId;
+    let src = r#"
+        #include "gmux_bpf.h"
+        GMUX_MAP(turns, GMUX_MAP_TENANT_ARRAY, u32, u64, 1);
+        SEC("gmux/timeslice") u64 slice(struct gmux_slice_ctx *c) {
+            u32 k = 0;
+            u64 *n = map_lookup_elem(&turns, &k);
+            if (!n)
+                return c->slice;
+            *n += 1;
+            return *n > 3 ? 2 * c->slice : c->slice;
+        }
+    "#;
+    let Some(obj) = compile(src, "bpf") else { return };
+    let mut p = Policy::load(&obj).expect("loaded").into_sched();
+    let ms = 1_000_000;
+    let turns = |p: &mut gmux_bpf::sched::SchedPolicy, t: u32, n: usize| (0..n).map(|_| p.timeslice(TenantId(t), 10 * ms, None)).last().expect("a turn");
+    assert_eq!(turns(&mut p, 1, 4), 20 * ms, "tenant 1's fourth turn is doubled");
+    assert_eq!(turns(&mut p, 2, 1), 10 * ms, "tenant 2 counts from its own zero");
+    let m = p.maps().find(|m| m.0 == "turns").expect("turns").1;
+    assert_eq!(m.def.kind, MapKind::TenantArray);
+    assert_eq!(m.tenants(), vec![1, 2]);
+    let count = |t: u32| {
+        m.set_tenant(t);
+        m.get(&0u32.to_le_bytes()).map(|v| u64::from_le_bytes(v[..].try_into().expect("8")))
+    };
+    assert_eq!((count(1), count(2)), (Some(4), Some(1)));
+}

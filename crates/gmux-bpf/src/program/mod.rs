@@ -119,6 +119,15 @@ impl Program {
         r.map_err(|e| e.to_string())
     }
 
+    /// [`Program::run`] for a decision about tenant `tenant`: its per-tenant arrays reach
+    /// that tenant's copy.
+    pub fn run_for(&mut self, ctx: &mut [u8], now_ns: u64, tenant: u32) -> Result<u64, String> {
+        for m in self.maps.iter().filter(|m| m.def.kind == crate::map::MapKind::TenantArray) {
+            m.set_tenant(tenant);
+        }
+        self.run(ctx, now_ns)
+    }
+
     /// Its maps, in the order they were declared.
     pub fn maps(&self) -> impl Iterator<Item = &Map> {
         self.maps.iter().map(|m| &**m)

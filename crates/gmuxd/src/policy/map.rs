@@ -18,7 +18,27 @@ pub(super) fn answer(id: u32, p: &SchedPolicy, has_memory: bool, name: &str, act
     if m.def.kind == MapKind::RingBuf {
         return ring(id, m, has_memory, name, action);
     }
+    // A per-tenant array's key is written TENANT:INDEX; its dump lists each tenant's copy.
+    let key_of = |text: &'_ str| -> Result<Vec<u8>, String> {
+        if m.def.kind != MapKind::TenantArray {
+            return bytes(text, ks, "key");
+        }
+        let (t, k) = text.split_once(':').ok_or_else(|| format!("map {name} is a per-tenant array: write its key as TENANT:INDEX, e.g. 3:0"))?;
+        let t: u32 = t.parse().map_err(|_| format!("{t:?} is not a tenant number (`gmux ps --json` gives them)"))?;
+        m.set_tenant(t);
+        bytes(k, ks, "key")
+    };
     match action {
+        MapAction::Dump if m.def.kind == MapKind::TenantArray => {
+            let mut out = format!("map {name} of policy {id}: per-tenant array, {ks}-byte keys, {vs}-byte values, by tenant number (TENANT:INDEX VALUE)");
+            for t in m.tenants() {
+                m.set_tenant(t);
+                for (k, v) in m.entries().into_iter().filter(|(_, v)| v.iter().any(|b| *b != 0)) {
+                    out += &format!("\n{t}:{} {}", show(&k), show(&v));
+                }
+            }
+            Reply::ok(out)
+        }
         MapAction::Dump => {
             let kind = m.def.kind.name();
             let mut out = format!("map {name} of policy {id}: {kind}, {ks}-byte keys, {vs}-byte values");
@@ -31,7 +51,7 @@ pub(super) fn answer(id: u32, p: &SchedPolicy, has_memory: bool, name: &str, act
             Reply::ok(out)
         }
         MapAction::Update { key, value } => {
-            let (k, v) = match (bytes(key, ks, "key"), bytes(value, vs, "value")) {
+            let (k, v) = match (key_of(key), bytes(value, vs, "value")) {
                 (Ok(k), Ok(v)) => (k, v),
                 (Err(e), _) | (_, Err(e)) => return Reply::error(e),
             };
@@ -40,7 +60,7 @@ pub(super) fn answer(id: u32, p: &SchedPolicy, has_memory: bool, name: &str, act
                 Err(e) => Reply::error(format!("map {name}: {e}")),
             }
         }
-        MapAction::Delete { key } => match bytes(key, ks, "key") {
+        MapAction::Delete { key } => match key_of(key) {
             Ok(k) if m.delete(&k) => Reply::ok(String::new()),
             Ok(_) => Reply::error(format!("map {name} has no key {key}")),
             Err(e) => Reply::error(e),
@@ -94,5 +114,42 @@ pub(super) fn show(b: &[u8]) -> String {
         u64::from_le_bytes(w).to_string()
     } else {
         format!("0x{}", gmux_core::protocol::hex(b))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gmux_bpf::elf::Object;
+    use gmux_bpf::{MapDef, Policy};
+
+    fn policy(kind: MapKind) -> SchedPolicy {
+        let maps = vec![("m".to_string(), MapDef { kind, key_size: 4, value_size: 8, entries: 2 })];
+        Policy::from_object(&Object { programs: Vec::new(), maps }).expect("maps alone").into_sched()
+    }
+
+    fn run(p: &SchedPolicy, action: MapAction) -> Reply {
+        answer(1, p, false, "m", &action)
+    }
+
+    /// A per-tenant array is written TENANT:INDEX, and its dump lists each tenant's values
+    /// that are not zero.
+    #[test]
+    fn a_per_tenant_array_is_read_and_written_by_tenant() {
+        let p = policy(MapKind::TenantArray);
+        let update = |key: &str, value: &str| run(&p, MapAction::Update { key: key.into(), value: value.into() });
+        assert!(update("3:1", "70").ok && update("5:0", "9").ok);
+        let bad = update("1", "2");
+        assert!(!bad.ok && bad.text.contains("write its key as TENANT:INDEX, e.g. 3:0"), "{}", bad.text);
+        assert!(update("x:0", "2").text.contains("\"x\" is not a tenant number"));
+        assert!(update("3:2", "1").text.contains("no room for this key"), "index 2 of 2 entries");
+        let dump = run(&p, MapAction::Dump);
+        assert_eq!(dump.text, "map m of policy 1: per-tenant array, 4-byte keys, 8-byte values, by tenant number (TENANT:INDEX VALUE)\n3:1 70\n5:0 9");
+        assert!(run(&p, MapAction::Delete { key: "3:1".into() }).ok);
+        assert!(!run(&p, MapAction::Dump).text.contains("3:1"));
+        // A plain array's keys stay plain numbers.
+        let a = policy(MapKind::Array);
+        assert!(run(&a, MapAction::Update { key: "1".into(), value: "4".into() }).ok);
+        assert!(run(&a, MapAction::Dump).text.ends_with("\n0 0\n1 4"));
     }
 }

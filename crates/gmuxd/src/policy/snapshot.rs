@@ -56,7 +56,8 @@ pub(super) fn check(m: &Map, total: u64, entries: &[(String, String)]) -> Result
     for (k, v) in entries {
         let key = unhex(k).filter(|b| b.len() == ks).ok_or_else(|| format!("a key that is not {ks} bytes in hex"))?;
         let value = unhex(v).filter(|b| b.len() == vs).ok_or_else(|| format!("a value that is not {vs} bytes in hex"))?;
-        if m.def.kind == MapKind::Array && key.as_slice().try_into().map(u32::from_le_bytes).map_or(true, |i| i >= m.def.entries) {
+        if matches!(m.def.kind, MapKind::Array | MapKind::TenantArray) && key.as_slice().try_into().map(u32::from_le_bytes).map_or(true, |i| i >= m.def.entries)
+        {
             return Err(format!("an array index past its {} entries", m.def.entries));
         }
         if !seen.insert(key.clone()) {
