@@ -142,6 +142,23 @@ pub struct Refused {
     pub refused: String,
 }
 
+/// Daemon → shim: write a key of map `map` of the daemon's policy `policy` in the
+/// process's copy (`gmux policy map … update|delete`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MapWrite {
+    /// The policy (`gmux policy list`).
+    pub policy: u32,
+    /// The map's name.
+    pub map: String,
+    /// For a per-tenant array, the tenant whose copy is written.
+    pub tenant: Option<u32>,
+    /// The key, in hex.
+    pub key: String,
+    /// The value, in hex; `None`: delete the key.
+    pub value: Option<String>,
+}
+
 /// Daemon → shim: the whole grant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

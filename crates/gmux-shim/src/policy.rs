@@ -9,7 +9,7 @@
 use gmux_bpf::hooks::PolicyHooks;
 use gmux_bpf::{AttachedMemory, AttachedPolicy, Policy};
 use gmux_core::hooks::{Candidate, MemoryHooks, NoHooks};
-use gmux_core::protocol::{hex, snapshot_entries, unhex, FromShim, Policies, PolicyObject, MAX_SNAPSHOT_NAME};
+use gmux_core::protocol::{hex, snapshot_entries, unhex, FromShim, MapWrite, Policies, PolicyObject, MAX_SNAPSHOT_NAME};
 use gmux_core::{ChunkId, TenantId};
 use gmux_cuda::device::CudaDevice;
 use gmux_runtime::TenantMemory;
@@ -169,6 +169,9 @@ pub fn attach(memory: &mut TenantMemory<CudaDevice>, dev: usize) -> Vec<(u32, St
         }
         memory.set_hooks(if s.is_empty() { Box::new(NoHooks) } else { Box::new(Planned) });
     }
+    if let Some(s) = set.as_mut() {
+        apply_writes(s);
+    }
     let mut theirs = Vec::new();
     for (p, line) in set.as_mut().map(AttachedMemory::take_traces).unwrap_or_default() {
         crate::log!(Info, "policy {}: {line}", p.name);
@@ -177,6 +180,54 @@ pub fn attach(memory: &mut TenantMemory<CudaDevice>, dev: usize) -> Vec<(u32, St
         }
     }
     theirs
+}
+
+/// Writes to the daemon's policies' maps (`gmux policy map … update|delete`) for the
+/// worker to apply between two plans, at most [`MAX_WRITES`].
+static WRITES: Mutex<Vec<MapWrite>> = Mutex::new(Vec::new());
+
+/// Most writes waiting at once; more are dropped, and logged.
+const MAX_WRITES: usize = 256;
+
+/// Takes a write to a map of one of the daemon's policies (on the thread that reads from
+/// the daemon), for the worker to apply.
+pub fn receive_write(dev: usize, w: MapWrite) {
+    if !serves(dev) {
+        return;
+    }
+    let mut q = lock(&WRITES);
+    if q.len() >= MAX_WRITES {
+        crate::log!(Warn, "a write to map {} of policy {} is dropped: {MAX_WRITES} writes wait already", w.map, w.policy);
+        return;
+    }
+    q.push(w);
+    drop(q);
+    crate::agent::poke(dev);
+}
+
+/// Applies the writes waiting to the attached policies' maps (the caller holds the state
+/// lock, between two plans).
+fn apply_writes(set: &mut AttachedMemory) {
+    for w in std::mem::take(&mut *lock(&WRITES)) {
+        let Some(p) = set.policies().iter().find(|p| p.key != OWN && p.key as u32 == w.policy) else { continue };
+        let Some((_, m)) = p.hooks.maps.iter().find(|(n, _)| *n == w.map) else { continue };
+        if let Some(t) = w.tenant {
+            m.set_tenant(t);
+        }
+        let Some(key) = unhex(&w.key) else { continue };
+        let done = match w.value.as_deref().map(unhex) {
+            Some(Some(v)) => m.update(&key, &v),
+            Some(None) => Err("its value is not hex".into()),
+            None => {
+                m.delete(&key);
+                Ok(())
+            }
+        };
+        match done {
+            Ok(()) => crate::log!(Info, "policy {}: map {} written by `gmux policy map`", p.name, w.map),
+            Err(e) => crate::log!(Warn, "policy {}: a write to map {} failed: {e}", p.name, w.map),
+        }
+    }
 }
 
 /// How often the maps of the daemon's policies are sent to it.

@@ -290,3 +290,46 @@ fn a_memory_programs_maps_are_read_from_the_processes_that_run_it() {
     assert_eq!(uses.len(), 6, "{text}");
     assert!(uses.iter().all(|n| (100..=155).contains(n)), "each chunk's uses, 150 rounds: {uses:?}");
 }
+
+/// `gmux policy map … update|delete` on a policy with memory programs writes the copy
+/// in each process that runs them as well as the daemon's: the process's next snapshot
+/// shows it.
+#[test]
+fn a_map_write_reaches_the_processes_that_run_the_policy() {
+    let d = Daemon::start("policy-writes", &["--hbm", "256M"]);
+    let dir = d.sb.dir.path();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let Some(lfu) = compile(&root.join("policies/lfu.c"), &dir.join("lfu.o")) else { return };
+    let cli = |args: &[&str]| run_within(&mut d.sb.gmux_cli(args), Duration::from_secs(20));
+    assert!(cli(&["policy", "load", lfu.to_str().expect("utf-8")]).status.success());
+    let mut c = d.sb.gmux(Some("8M"), ["loop", "--buffers", "3", "--bytes", "4M", "--rounds", "1000000"]);
+    c.env("GMUX_TENANT", "a").env("GMUX_LOG", "info").stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let mut running = Tenant(Some(c.spawn().expect("tenant")));
+    d.wait_commands("a", 10);
+    // The copy in the process: its snapshot, once the write has reached it (or not).
+    let shows = |line: &str| {
+        (0..60).any(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            cli(&["policy", "map", "1", "uses", "dump"]).stdout.split_once("\nin process ").is_some_and(|(_, p)| p.lines().any(|l| l == line))
+        })
+    };
+    let copied = (0..60).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        cli(&["policy", "map", "1", "uses", "dump"]).stdout.contains("\nin process ")
+    });
+    assert!(copied, "the process's first snapshot");
+    let r = cli(&["policy", "map", "1", "uses", "update", "4000000", "77"]);
+    assert!(r.status.success() && r.stdout.contains("written in the daemon's copy and sent to 1 process running its memory programs"), "{}", r.describe());
+    assert!(shows("4000000 77"), "the process's copy holds the write");
+    let r = cli(&["policy", "map", "1", "uses", "delete", "4000000"]);
+    assert!(r.status.success(), "{}", r.describe());
+    assert!((0..60).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        let dump = cli(&["policy", "map", "1", "uses", "dump"]).stdout;
+        dump.contains("\nin process ") && !dump.contains("\n4000000 ")
+    }));
+    let _ = running.child().kill();
+    let out = running.0.take().expect("running").wait_with_output().expect("a's output");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(text.matches("map uses written by `gmux policy map`").count(), 2, "{text}");
+}

@@ -147,7 +147,16 @@ async fn serve_conn(s: Arc<Shared>, stream: UnixStream, slot: Slot) {
                 }
                 Ok(Request::Events { tenant }) => return super::stream::events(&s, reader, write, who, tenant).await,
                 Ok(Request::Watch { tenant, trigger }) => return super::stream::watch(&s, reader, write, who, &tenant, trigger).await,
-                Ok(req @ Request::PolicyMap { .. }) => lock(&s.policies).answer_map(&req, who, s.owner, s.tenant_policies),
+                Ok(req @ Request::PolicyMap { .. }) => {
+                    let (mut answer, write) = lock(&s.policies).answer_map(&req, who, s.owner, s.tenant_policies);
+                    if let Some(w) = write {
+                        let d = s.lock();
+                        let n = lock(&s.policies).post_write(&d, &lock(&s.out), &w);
+                        answer.text =
+                            format!("written in the daemon's copy and sent to {n} process{} running its memory programs", if n == 1 { "" } else { "es" });
+                    }
+                    answer
+                }
                 Ok(req @ (Request::PolicyLoad { .. } | Request::PolicyList { .. } | Request::PolicyUnload { .. })) => {
                     // A load is verified and compiled before the decision lock is taken.
                     let prepared = match &req {

@@ -1,8 +1,9 @@
-//! Each tenant connection's outgoing grants and policy lists. The daemon posts a
-//! connection's newest line of either kind and goes on; a writer task of the connection's
-//! own sends it. Each is whole state, so only the newest unsent one of a kind matters, and a process that stops reading its socket
-//! costs its own writer, never the daemon: no daemon lock is held while a socket is
-//! written.
+//! Each tenant connection's outgoing grants, policy lists and map writes. The daemon
+//! posts a connection's newest line of a kind and goes on; a writer task of the
+//! connection's own sends it. A grant and a policy list are whole state, so only the
+//! newest unsent one of a kind matters; map writes each count, the newest
+//! [`MAX_WRITES`] kept. A process that stops reading its socket costs its own writer,
+//! never the daemon: no daemon lock is held while a socket is written.
 
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
@@ -16,13 +17,18 @@ pub struct Outbox {
     next: watch::Sender<Unsent>,
 }
 
-/// The newest line of each kind, numbered in posting order.
+/// The newest line of each kind, numbered in posting order, and the newest map writes.
 #[derive(Debug, Default, Clone)]
 struct Unsent {
     grant: Option<(u64, String)>,
     policies: Option<(u64, String)>,
+    writes: std::collections::VecDeque<(u64, String)>,
     posted: u64,
 }
+
+/// Most map writes kept for a connection's writer: a process that reads none of them
+/// loses the oldest.
+pub const MAX_WRITES: usize = 64;
 
 impl Outbox {
     /// Replaces the unsent grant, if any, with `line`; never waits for the socket.
@@ -30,6 +36,18 @@ impl Outbox {
         self.next.send_modify(|u| {
             u.posted += 1;
             u.grant = Some((u.posted, line));
+        });
+    }
+
+    /// Queues map-write line `line` after the lines posted before it (each write counts,
+    /// unlike grants and policy lists); never waits for the socket.
+    pub fn post_write(&self, line: String) {
+        self.next.send_modify(|u| {
+            u.posted += 1;
+            if u.writes.len() >= MAX_WRITES {
+                u.writes.pop_front();
+            }
+            u.writes.push_back((u.posted, line));
         });
     }
 
@@ -56,7 +74,7 @@ where
         let mut sent = 0u64;
         while rx.changed().await.is_ok() {
             let u = rx.borrow_and_update().clone();
-            let mut lines: Vec<(u64, String)> = [u.policies, u.grant].into_iter().flatten().filter(|(n, _)| *n > sent).collect();
+            let mut lines: Vec<(u64, String)> = [u.policies, u.grant].into_iter().flatten().chain(u.writes).filter(|(n, _)| *n > sent).collect();
             lines.sort_by_key(|l| l.0);
             sent = u.posted;
             for (_, line) in lines {
@@ -171,5 +189,29 @@ mod tests {
         assert!(at.windows(2).all(|w| w[0] < w[1]) && at.contains(&1), "in posting order, the policies line among them: {got:?}");
         outbox.post("grant 3\n".into());
         assert_eq!(next(), "grant 3", "a policies line already sent is not sent again");
+    }
+
+    /// Every map write arrives, in posting order among the other lines, unlike grants,
+    /// which coalesce; a write sent is not sent again.
+    #[test]
+    fn every_map_write_arrives_in_posting_order() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let outbox = rt.block_on(async {
+            let ours = tokio::net::UnixStream::from_std(ours).unwrap();
+            let outbox = start(ours, Duration::from_secs(5), |_| {});
+            outbox.post_write("write 1\n".into());
+            outbox.post("grant 1\n".into());
+            outbox.post_write("write 2\n".into());
+            outbox.post_write("write 3\n".into());
+            outbox
+        });
+        let mut lines = BufReader::new(theirs).lines();
+        let mut next = || lines.next().expect("a line").unwrap();
+        let got: Vec<String> = (0..4).map(|_| next()).collect();
+        assert_eq!(got, ["write 1", "grant 1", "write 2", "write 3"]);
+        outbox.post("grant 2\n".into());
+        assert_eq!(next(), "grant 2", "the writes are not sent again");
     }
 }

@@ -6,7 +6,7 @@
 use super::{agent, apply, Agent};
 use crate::config::config;
 use crate::devices::MAX_DEVICES;
-use gmux_core::protocol::{FromShim, Grant, Policies, Refused, Resume, PROTOCOL};
+use gmux_core::protocol::{FromShim, Grant, MapWrite, Policies, Refused, Resume, PROTOCOL};
 use gmux_core::size::format_size;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -164,6 +164,8 @@ pub(super) fn read_grants(dev: usize, mut reader: BufReader<UnixStream>) {
             apply(a, g);
         } else if let Ok(p) = serde_json::from_str::<Policies>(line.trim()) {
             crate::policy::receive(dev, p);
+        } else if let Ok(w) = serde_json::from_str::<MapWrite>(line.trim()) {
+            crate::policy::receive_write(dev, w);
         } else {
             crate::log!(Warn, "gmuxd: {}", line.trim());
         }

@@ -4,7 +4,7 @@
 use crate::ctl::{MapAction, Reply};
 use gmux_bpf::sched::SchedPolicy;
 use gmux_bpf::MapKind;
-use gmux_core::protocol::unhex;
+use gmux_core::protocol::{hex, unhex, MapWrite};
 
 /// Answers `gmux policy map` on map `name` of policy `id`, whose daemon-side programs and
 /// maps are `p`; `has_memory`: it also has memory programs, which keep maps of their own
@@ -18,15 +18,12 @@ pub(super) fn answer(id: u32, p: &SchedPolicy, has_memory: bool, name: &str, act
     if m.def.kind == MapKind::RingBuf {
         return ring(id, m, has_memory, name, action);
     }
-    // A per-tenant array's key is written TENANT:INDEX; its dump lists each tenant's copy.
     let key_of = |text: &'_ str| -> Result<Vec<u8>, String> {
-        if m.def.kind != MapKind::TenantArray {
-            return bytes(text, ks, "key");
+        let (t, k) = key(m, name, text)?;
+        if let Some(t) = t {
+            m.set_tenant(t);
         }
-        let (t, k) = text.split_once(':').ok_or_else(|| format!("map {name} is a per-tenant array: write its key as TENANT:INDEX, e.g. 3:0"))?;
-        let t: u32 = t.parse().map_err(|_| format!("{t:?} is not a tenant number (`gmux ps --json` gives them)"))?;
-        m.set_tenant(t);
-        bytes(k, ks, "key")
+        Ok(k)
     };
     match action {
         MapAction::Dump if m.def.kind == MapKind::TenantArray => {
@@ -66,6 +63,30 @@ pub(super) fn answer(id: u32, p: &SchedPolicy, has_memory: bool, name: &str, act
             Err(e) => Reply::error(e),
         },
     }
+}
+
+/// A key as `gmux policy map` writes it for map `m` (named `name`): the tenant, for a
+/// per-tenant array (written TENANT:INDEX), and the key's bytes.
+fn key(m: &gmux_bpf::Map, name: &str, text: &str) -> Result<(Option<u32>, Vec<u8>), String> {
+    if m.def.kind != MapKind::TenantArray {
+        return Ok((None, bytes(text, m.def.key_size, "key")?));
+    }
+    let (t, k) = text.split_once(':').ok_or_else(|| format!("map {name} is a per-tenant array: write its key as TENANT:INDEX, e.g. 3:0"))?;
+    let t: u32 = t.parse().map_err(|_| format!("{t:?} is not a tenant number (`gmux ps --json` gives them)"))?;
+    Ok((Some(t), bytes(k, m.def.key_size, "key")?))
+}
+
+/// What an update or delete (`action`) of map `name` of policy `id` sends the processes
+/// that run its memory programs, once the daemon's copy took it; `None` for a dump.
+pub(super) fn write(id: u32, p: &SchedPolicy, name: &str, action: &MapAction) -> Option<MapWrite> {
+    let m = p.maps().find(|m| m.0 == name)?.1;
+    let (text, value) = match action {
+        MapAction::Update { key, value } => (key, Some(bytes(value, m.def.value_size, "value").ok()?)),
+        MapAction::Delete { key } => (key, None),
+        MapAction::Dump => return None,
+    };
+    let (tenant, k) = key(m, name, text).ok()?;
+    Some(MapWrite { policy: id, map: name.into(), tenant, key: hex(&k), value: value.map(|v| hex(&v)) })
 }
 
 /// `gmux policy map` on a ring buffer: a dump takes its records, oldest first; they are
