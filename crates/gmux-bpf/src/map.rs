@@ -18,7 +18,8 @@ pub enum MapKind {
     /// record written while it is full is dropped, and counted.
     RingBuf,
     /// An array per tenant (up to [`TENANT_COPIES`] tenants): a program reaches the copy
-    /// of the tenant its hook is about ([`Map::set_tenant`]).
+    /// of the tenant its hook is about ([`Map::set_tenant`]), made zeroed by its first
+    /// lookup or update; a copy, once made, stays for the map's life.
     TenantArray,
 }
 
@@ -200,7 +201,7 @@ impl Map {
                 let t = self.tenant.get();
                 let copy = match tenants.iter().position(|x| *x == t) {
                     Some(c) => c,
-                    None if tenants.len() < TENANT_COPIES as usize => {
+                    None if insert && tenants.len() < TENANT_COPIES as usize => {
                         tenants.push(t);
                         tenants.len() - 1
                     }
@@ -262,22 +263,24 @@ impl Map {
     #[allow(clippy::mut_from_ref)]
     unsafe fn value(&self, s: u32) -> &mut [u8] {
         let size = self.def.value_size as usize;
-        // SAFETY: `s` is below `entries`, so its value lies inside the slab; exclusive
-        // per this function's contract.
+        // SAFETY: `s` is a slot `slot` gave, below `entries` times the copies the slab
+        // holds, so its value lies inside the slab; exclusive per this function's contract.
         unsafe { std::slice::from_raw_parts_mut((*self.slab.get()).as_mut_ptr().add(s as usize * size), size) }
     }
 
     /// A pointer to the value under `key`, or null.
     pub fn lookup_ptr(&self, key: &[u8]) -> *mut u8 {
+        // A program's lookup in a per-tenant array makes the tenant's copy: it may write
+        // through the pointer.
+        let make = self.def.kind == MapKind::TenantArray;
         // SAFETY: only the pointer is taken.
-        self.slot(key, false).map_or(std::ptr::null_mut(), |s| unsafe { self.value(s) }.as_mut_ptr())
+        self.slot(key, make).map_or(std::ptr::null_mut(), |s| unsafe { self.value(s) }.as_mut_ptr())
     }
 
-    /// The value under `key`, if any.
+    /// The value under `key`, if any (a per-tenant array's, if the tenant has a copy).
     pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
-        let p = self.lookup_ptr(key);
-        // SAFETY: a non-null pointer from `lookup_ptr` points to `value_size` bytes.
-        (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p, self.def.value_size as usize) }.to_vec())
+        // SAFETY: one user at a time (see `slot`); the slot is in the slab.
+        self.slot(key, false).map(|s| unsafe { self.value(s) }.to_vec())
     }
 
     /// Sets the value under `key`; `Err` if the key is out of range or the map is full.

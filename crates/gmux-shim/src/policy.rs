@@ -152,6 +152,9 @@ pub fn attach(memory: &mut TenantMemory<CudaDevice>, dev: usize) -> Vec<(u32, St
     if !serves(dev) {
         return Vec::new();
     }
+    // The writes first: one the reader takes after them may be to a policy of a list it
+    // takes after them too, which stays for the next call with it.
+    let writes = std::mem::take(&mut *lock(&WRITES));
     let pending = lock(&PENDING).take();
     let mut set = lock(&ATTACHED);
     if let Some(p) = pending {
@@ -170,7 +173,7 @@ pub fn attach(memory: &mut TenantMemory<CudaDevice>, dev: usize) -> Vec<(u32, St
         memory.set_hooks(if s.is_empty() { Box::new(NoHooks) } else { Box::new(Planned) });
     }
     if let Some(s) = set.as_mut() {
-        apply_writes(s);
+        apply_writes(s, writes);
     }
     let mut theirs = Vec::new();
     for (p, line) in set.as_mut().map(AttachedMemory::take_traces).unwrap_or_default() {
@@ -205,10 +208,10 @@ pub fn receive_write(dev: usize, w: MapWrite) {
     crate::agent::poke(dev);
 }
 
-/// Applies the writes waiting to the attached policies' maps (the caller holds the state
-/// lock, between two plans).
-fn apply_writes(set: &mut AttachedMemory) {
-    for w in std::mem::take(&mut *lock(&WRITES)) {
+/// Applies `writes` to the attached policies' maps (the caller holds the state lock,
+/// between two plans).
+fn apply_writes(set: &mut AttachedMemory, writes: Vec<MapWrite>) {
+    for w in writes {
         let Some(p) = set.policies().iter().find(|p| p.key != OWN && p.key as u32 == w.policy) else { continue };
         let Some((_, m)) = p.hooks.maps.iter().find(|(n, _)| *n == w.map) else { continue };
         if let Some(t) = w.tenant {

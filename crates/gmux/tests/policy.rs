@@ -328,8 +328,16 @@ fn a_map_write_reaches_the_processes_that_run_the_policy() {
         let dump = cli(&["policy", "map", "1", "uses", "dump"]).stdout;
         dump.contains("\nin process ") && !dump.contains("\n4000000 ")
     }));
+    // A key only the process's copy holds (its programs wrote it) is deleted there.
+    let r = cli(&["policy", "map", "1", "uses", "delete", "1"]);
+    assert!(
+        r.status.success() && r.stdout.contains("sent to 1 process running its memory programs; the daemon's copy: map uses has no key 1"),
+        "{}",
+        r.describe()
+    );
+    std::thread::sleep(Duration::from_millis(300));
     let _ = running.child().kill();
     let out = running.0.take().expect("running").wait_with_output().expect("a's output");
     let text = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(text.matches("map uses written by `gmux policy map`").count(), 2, "{text}");
+    assert_eq!(text.matches("map uses written by `gmux policy map`").count(), 3, "{text}");
 }

@@ -147,15 +147,25 @@ async fn serve_conn(s: Arc<Shared>, stream: UnixStream, slot: Slot) {
                 }
                 Ok(Request::Events { tenant }) => return super::stream::events(&s, reader, write, who, tenant).await,
                 Ok(Request::Watch { tenant, trigger }) => return super::stream::watch(&s, reader, write, who, &tenant, trigger).await,
+                // A dump needs no decision of the daemon; a write holds the arbiter and the
+                // policies from the daemon's copy to its posting, so that writes reach the
+                // processes in the order the daemon's copy took them.
+                Ok(req @ Request::PolicyMap { action: ctl::MapAction::Dump, .. }) => lock(&s.policies).answer_map(&req, who, s.owner, s.tenant_policies).0,
                 Ok(req @ Request::PolicyMap { .. }) => {
-                    let (mut answer, write) = lock(&s.policies).answer_map(&req, who, s.owner, s.tenant_policies);
-                    if let Some(w) = write {
-                        let d = s.lock();
-                        let n = lock(&s.policies).post_write(&d, &lock(&s.out), &w);
-                        answer.text =
-                            format!("written in the daemon's copy and sent to {n} process{} running its memory programs", if n == 1 { "" } else { "es" });
+                    let d = s.lock();
+                    let policies = lock(&s.policies);
+                    let (answer, write) = policies.answer_map(&req, who, s.owner, s.tenant_policies);
+                    match write {
+                        Some(w) => {
+                            let n = policies.post_write(&d, &lock(&s.out), &w);
+                            let to = format!("sent to {n} process{} running its memory programs", if n == 1 { "" } else { "es" });
+                            match answer.ok {
+                                true => ctl::Reply::ok(format!("written in the daemon's copy and {to}")),
+                                false => ctl::Reply { ok: n > 0, text: format!("{to}; the daemon's copy: {}", answer.text) },
+                            }
+                        }
+                        None => answer,
                     }
-                    answer
                 }
                 Ok(req @ (Request::PolicyLoad { .. } | Request::PolicyList { .. } | Request::PolicyUnload { .. })) => {
                     // A load is verified and compiled before the decision lock is taken.

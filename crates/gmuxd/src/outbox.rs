@@ -15,14 +15,17 @@ use tokio::sync::watch;
 #[derive(Debug)]
 pub struct Outbox {
     next: watch::Sender<Unsent>,
+    /// Map writes not taken by the writer yet, numbered as the other lines.
+    writes: Writes,
 }
 
-/// The newest line of each kind, numbered in posting order, and the newest map writes.
+type Writes = std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<(u64, String)>>>;
+
+/// The newest line of each kind, numbered in posting order.
 #[derive(Debug, Default, Clone)]
 struct Unsent {
     grant: Option<(u64, String)>,
     policies: Option<(u64, String)>,
-    writes: std::collections::VecDeque<(u64, String)>,
     posted: u64,
 }
 
@@ -44,10 +47,11 @@ impl Outbox {
     pub fn post_write(&self, line: String) {
         self.next.send_modify(|u| {
             u.posted += 1;
-            if u.writes.len() >= MAX_WRITES {
-                u.writes.pop_front();
+            let mut q = self.writes.lock().unwrap_or_else(|p| p.into_inner());
+            if q.len() >= MAX_WRITES {
+                q.pop_front();
             }
-            u.writes.push_back((u.posted, line));
+            q.push_back((u.posted, line));
         });
     }
 
@@ -69,12 +73,25 @@ where
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let (next, mut rx) = watch::channel(Unsent::default());
+    let writes = Writes::default();
+    let queued = writes.clone();
     tokio::spawn(async move {
         let mut stuck = false;
         let mut sent = 0u64;
         while rx.changed().await.is_ok() {
             let u = rx.borrow_and_update().clone();
-            let mut lines: Vec<(u64, String)> = [u.policies, u.grant].into_iter().flatten().chain(u.writes).filter(|(n, _)| *n > sent).collect();
+            // The writes posted up to this state; those posted since come with the next.
+            let taken: Vec<(u64, String)> = {
+                let mut q = queued.lock().unwrap_or_else(|p| p.into_inner());
+                let upto = q.iter().take_while(|w| w.0 <= u.posted).count();
+                q.drain(..upto).collect()
+            };
+            // A policies line goes no later than the first write: a write may be to a
+            // policy that line attaches.
+            let first_write = taken.first().map_or(u64::MAX, |w| w.0);
+            let policies = u.policies.filter(|(n, _)| *n > sent).map(|(n, l)| ((n.min(first_write), 0), l));
+            let grant = u.grant.filter(|(n, _)| *n > sent).map(|(n, l)| ((n, 1), l));
+            let mut lines: Vec<((u64, u8), String)> = policies.into_iter().chain(grant).chain(taken.into_iter().map(|(n, l)| ((n, 1), l))).collect();
             lines.sort_by_key(|l| l.0);
             sent = u.posted;
             for (_, line) in lines {
@@ -100,7 +117,7 @@ where
             }
         }
     });
-    Outbox { next }
+    Outbox { next, writes }
 }
 
 #[cfg(test)]
@@ -213,5 +230,32 @@ mod tests {
         assert_eq!(got, ["write 1", "grant 1", "write 2", "write 3"]);
         outbox.post("grant 2\n".into());
         assert_eq!(next(), "grant 2", "the writes are not sent again");
+    }
+
+    /// A policies line posted after a write replaces the one before it, and still goes
+    /// first: the write may be to a policy that only a policies line attaches.
+    #[test]
+    fn a_write_never_arrives_before_the_policies_line_posted_ahead_of_it() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let outbox = rt.block_on(async {
+            let ours = tokio::net::UnixStream::from_std(ours).unwrap();
+            let outbox = start(ours, Duration::from_secs(5), |_| {});
+            outbox.post_policies("policies 1\n".into());
+            outbox.post_write("write 1\n".into());
+            outbox.post_policies("policies 2\n".into());
+            outbox.post("grant 1\n".into());
+            outbox
+        });
+        let mut lines = BufReader::new(theirs).lines();
+        let mut got = Vec::new();
+        while got.last().map(String::as_str) != Some("grant 1") {
+            got.push(lines.next().expect("a line").unwrap());
+        }
+        let write = got.iter().position(|l| l == "write 1").expect("the write");
+        assert!(got[..write].iter().any(|l| l.starts_with("policies")), "{got:?}");
+        assert_eq!(got.last().map(String::as_str), Some("grant 1"));
+        drop(outbox);
     }
 }

@@ -96,6 +96,9 @@ fn a_per_tenant_array_keeps_a_copy_per_tenant() {
     assert_eq!(m.get(&key), Some(900u64.to_le_bytes().to_vec()));
     assert_eq!(m.sample(10), (1, vec![(key.to_vec(), 900u64.to_le_bytes().to_vec())]));
     assert_eq!(m.tenants(), vec![7, 9]);
+    m.set_tenant(11);
+    assert!(m.get(&key).is_none() && !m.delete(&key), "reading or deleting makes no copy");
+    assert_eq!(m.tenants(), vec![7, 9]);
     assert!(m.get(&4u32.to_le_bytes()).is_none(), "an index past its entries");
     for t in 100..100 + TENANT_COPIES - 2 {
         m.set_tenant(t);

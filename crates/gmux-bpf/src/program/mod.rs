@@ -97,7 +97,8 @@ impl Program {
     }
 
     /// Runs the program on `ctx` (the hook's context, `ctx_size` bytes) at decision time
-    /// `now_ns`; returns `r0`.
+    /// `now_ns`; returns `r0`. Its per-tenant arrays reach the tenant the last
+    /// [`Program::run_for`] named (tenant 0 before any): hooks run it through that.
     pub fn run(&mut self, ctx: &mut [u8], now_ns: u64) -> Result<u64, String> {
         if ctx.len() != self.hook.ctx_size as usize {
             return Err(format!("the {} hook's context is {} bytes, not {}", self.hook.name, self.hook.ctx_size, ctx.len()));

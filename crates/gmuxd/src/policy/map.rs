@@ -1,15 +1,21 @@
-//! `gmux policy map`: reading and writing a loaded policy's maps in the daemon, keys and
-//! values written as numbers or hex.
+//! `gmux policy map`: reading and writing a loaded policy's maps, the daemon's copy and,
+//! for a policy with memory programs, the copies in the processes that run them; keys
+//! and values written as numbers or hex.
 
-use crate::ctl::{MapAction, Reply};
+use super::{admin, is_admin, lock, snapshot};
+use crate::ctl::{MapAction, Reply, Request};
+use crate::outbox::Outbox;
+use crate::server::Peer;
 use gmux_bpf::sched::SchedPolicy;
 use gmux_bpf::MapKind;
+use gmux_core::arbiter::Arbiter;
 use gmux_core::protocol::{hex, unhex, MapWrite};
+use std::collections::HashMap;
 
 /// Answers `gmux policy map` on map `name` of policy `id`, whose daemon-side programs and
 /// maps are `p`; `has_memory`: it also has memory programs, which keep maps of their own
 /// in the tenants' processes (a dump's caller adds what those said).
-pub(super) fn answer(id: u32, p: &SchedPolicy, has_memory: bool, name: &str, action: &MapAction) -> Reply {
+fn answer(id: u32, p: &SchedPolicy, has_memory: bool, name: &str, action: &MapAction) -> Reply {
     let Some((_, m)) = p.maps().find(|m| m.0 == name) else {
         let names: Vec<&str> = p.maps().map(|m| m.0).collect();
         return Reply::error(format!("policy {id} has no map {name:?}; its maps: {}", if names.is_empty() { "none".into() } else { names.join(", ") }));
@@ -65,6 +71,51 @@ pub(super) fn answer(id: u32, p: &SchedPolicy, has_memory: bool, name: &str, act
     }
 }
 
+impl super::Policies {
+    /// Answers `gmux policy map` (`req`) from `who`: it needs no decision of the daemon,
+    /// so the caller need not hold the arbiter. The processes' copies are formatted after
+    /// the policy's lock is let go. With the answer, a write the daemon's copy took, for
+    /// the processes that run the policy's memory programs ([`Policies::post_write`]).
+    pub(crate) fn answer_map(&self, req: &Request, who: Peer, owner: u32, tenant_policies: bool) -> (Reply, Option<MapWrite>) {
+        let Request::PolicyMap { id, map, action } = req else { return (Reply::error("not a map request".into()), None) };
+        if let Err(e) = admin(who, owner, tenant_policies) {
+            return (e, None);
+        }
+        let Some(l) = self.list.iter().find(|l| l.id == *id && (is_admin(who, owner) || l.uid == who.uid)) else {
+            return (Reply::error(format!("no policy {id} of yours: list them with `gmux policy list`")), None);
+        };
+        let copies = l.object.is_some().then(|| self.snapshots.of(*id, map));
+        let p = lock(&l.policy);
+        let mut reply = answer(l.id, &p, copies.is_some(), map, action);
+        // The processes' copies take a write their own way: a key their programs wrote may be
+        // in none of the daemon's.
+        let write = if l.object.is_some() { write(l.id, &p, map, action) } else { None };
+        drop(p);
+        if let (Some((shown, older)), true, MapAction::Dump) = (copies, reply.ok, action) {
+            reply.text += &snapshot::dump(&shown, older, show);
+        }
+        (reply, write)
+    }
+
+    /// Posts write `w` to the processes that run policy `w.policy`'s memory programs (of
+    /// `d`'s tenants, through `out`): those of its tenants, or for a per-tenant array's
+    /// key, of that tenant. Returns how many.
+    pub(crate) fn post_write(&self, d: &Arbiter, out: &HashMap<u64, Outbox>, w: &MapWrite) -> usize {
+        let Some(l) = self.list.iter().find(|l| l.id == w.policy) else { return 0 };
+        let mut line = serde_json::to_string(w).expect("serializable");
+        line.push('\n');
+        let mut n = 0;
+        for (c, o) in out {
+            let Some(t) = d.tenant_of_conn(*c) else { continue };
+            if l.scope.covers(t) && w.tenant.is_none_or(|x| x == t.0) {
+                o.post_write(line.clone());
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
 /// A key as `gmux policy map` writes it for map `m` (named `name`): the tenant, for a
 /// per-tenant array (written TENANT:INDEX), and the key's bytes.
 fn key(m: &gmux_bpf::Map, name: &str, text: &str) -> Result<(Option<u32>, Vec<u8>), String> {
@@ -78,7 +129,7 @@ fn key(m: &gmux_bpf::Map, name: &str, text: &str) -> Result<(Option<u32>, Vec<u8
 
 /// What an update or delete (`action`) of map `name` of policy `id` sends the processes
 /// that run its memory programs, once the daemon's copy took it; `None` for a dump.
-pub(super) fn write(id: u32, p: &SchedPolicy, name: &str, action: &MapAction) -> Option<MapWrite> {
+fn write(id: u32, p: &SchedPolicy, name: &str, action: &MapAction) -> Option<MapWrite> {
     let m = p.maps().find(|m| m.0 == name)?.1;
     let (text, value) = match action {
         MapAction::Update { key, value } => (key, Some(bytes(value, m.def.value_size, "value").ok()?)),
@@ -128,7 +179,7 @@ fn bytes(text: &str, size: u32, what: &str) -> Result<Vec<u8>, String> {
 }
 
 /// A key or value as `gmux policy map dump` prints it: a number up to 8 bytes, else hex.
-pub(super) fn show(b: &[u8]) -> String {
+fn show(b: &[u8]) -> String {
     if b.len() <= 8 {
         let mut w = [0u8; 8];
         w[..b.len()].copy_from_slice(b);

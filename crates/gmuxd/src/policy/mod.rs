@@ -7,14 +7,14 @@
 mod map;
 mod snapshot;
 
-use super::ctl::{MapAction, Reply};
+use super::ctl::Reply;
 use super::outbox::Outbox;
 use super::server::{lock, Peer};
 use gmux_bpf::sched::SchedPolicy;
 use gmux_bpf::Policy;
 use gmux_core::arbiter::Arbiter;
 use gmux_core::hooks::{Admission, Joining, SchedHooks};
-use gmux_core::protocol::{unhex, MapWrite, PolicyObject};
+use gmux_core::protocol::{unhex, PolicyObject};
 use gmux_core::{Nanos, TenantId};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -222,47 +222,6 @@ impl Policies {
             Request::PolicyMap { .. } => (self.answer_map(req, who, owner, tenant_policies).0, false),
             _ => (Reply::error("not a policy request".into()), false),
         }
-    }
-
-    /// Answers `gmux policy map` (`req`) from `who`: it needs no decision of the daemon,
-    /// so the caller need not hold the arbiter. The processes' copies are formatted after
-    /// the policy's lock is let go. With the answer, a write the daemon's copy took, for
-    /// the processes that run the policy's memory programs ([`Policies::post_write`]).
-    pub(crate) fn answer_map(&self, req: &super::ctl::Request, who: Peer, owner: u32, tenant_policies: bool) -> (Reply, Option<MapWrite>) {
-        let super::ctl::Request::PolicyMap { id, map, action } = req else { return (Reply::error("not a map request".into()), None) };
-        if let Err(e) = admin(who, owner, tenant_policies) {
-            return (e, None);
-        }
-        let Some(l) = self.list.iter().find(|l| l.id == *id && (is_admin(who, owner) || l.uid == who.uid)) else {
-            return (Reply::error(format!("no policy {id} of yours: list them with `gmux policy list`")), None);
-        };
-        let copies = l.object.is_some().then(|| self.snapshots.of(*id, map));
-        let p = lock(&l.policy);
-        let mut reply = map::answer(l.id, &p, copies.is_some(), map, action);
-        let write = if reply.ok && l.object.is_some() { map::write(l.id, &p, map, action) } else { None };
-        drop(p);
-        if let (Some((shown, older)), true, MapAction::Dump) = (copies, reply.ok, action) {
-            reply.text += &snapshot::dump(&shown, older, map::show);
-        }
-        (reply, write)
-    }
-
-    /// Posts write `w` to the processes that run policy `w.policy`'s memory programs (of
-    /// `d`'s tenants, through `out`): those of its tenants, or for a per-tenant array's
-    /// key, of that tenant. Returns how many.
-    pub(crate) fn post_write(&self, d: &Arbiter, out: &HashMap<u64, Outbox>, w: &MapWrite) -> usize {
-        let Some(l) = self.list.iter().find(|l| l.id == w.policy) else { return 0 };
-        let mut line = serde_json::to_string(w).expect("serializable");
-        line.push('\n');
-        let mut n = 0;
-        for (c, o) in out {
-            let Some(t) = d.tenant_of_conn(*c) else { continue };
-            if l.scope.covers(t) && w.tenant.is_none_or(|x| x == t.0) {
-                o.post_write(line.clone());
-                n += 1;
-            }
-        }
-        n
     }
 
     fn load(&mut self, d: &mut Arbiter, p: Prepared, who: Peer, owner: u32, tenant: Option<&str>) -> (Reply, bool) {
