@@ -373,13 +373,16 @@ pub fn farewell() {
     for dev in crate::devices::in_use() {
         let Some(a) = agent(dev) else { continue };
         crate::log!(Debug, "agent {:.6}: exit", stamp());
-        let Some(mut g) = crate::devices::try_on(dev) else { continue };
-        let Some(st) = g.as_mut() else { continue };
-        let wants = st.memory.wants();
-        let mut report = st.report(0, wants);
-        report.launches_held_ns = a.held_ns.load(Ordering::Relaxed);
-        drop(g);
-        a.send(&FromShim::Report(report));
+        let report = crate::devices::try_on(dev).and_then(|mut g| {
+            let st = g.as_mut()?;
+            let wants = st.memory.wants();
+            Some(st.report(0, wants))
+        });
+        if let Some(mut report) = report {
+            report.launches_held_ns = a.held_ns.load(Ordering::Relaxed);
+            a.send(&FromShim::Report(report));
+        }
+        // The policies' maps need no state lock.
         for m in crate::policy::snapshots(dev, true) {
             a.send(&m);
         }

@@ -236,22 +236,31 @@ fn apply_writes(set: &mut AttachedMemory, writes: Vec<MapWrite>) {
 /// How often the maps of the daemon's policies are sent to it.
 const SNAPSHOT_EVERY: Duration = Duration::from_secs(1);
 
+/// Longest the last snapshots, at exit, wait for a plan or the worker to let go of the
+/// maps (a thread that never does, stopped by the exit, must not hold the exit up).
+const EXIT_WAIT: Duration = Duration::from_millis(200);
+
 /// When they were sent last.
 static SNAPSHOT_AT: Mutex<Option<Instant>> = Mutex::new(None);
 
 /// What the maps of the daemon's policies hold in this process, for the daemon to show
-/// (`gmux policy map dump`): once every [`SNAPSHOT_EVERY`], or now if `now`; nothing
-/// while none of its policies is attached, or while a plan runs them (then next time).
-/// Plans wait while the maps are read.
+/// (`gmux policy map dump`): once every [`SNAPSHOT_EVERY`], or now if `now` (at exit);
+/// nothing while none of its policies is attached, or while a plan or the worker runs
+/// them (then next time; at exit, after waiting up to [`EXIT_WAIT`] for them). Plans
+/// wait while the maps are read.
 pub fn snapshots(dev: usize, now: bool) -> Vec<FromShim> {
     let mut at = lock(&SNAPSHOT_AT);
     if !serves(dev) || (!now && at.is_some_and(|t| t.elapsed() < SNAPSHOT_EVERY)) {
         return Vec::new();
     }
-    let set = match ATTACHED.try_lock() {
-        Ok(g) => g,
-        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-        Err(std::sync::TryLockError::WouldBlock) => return Vec::new(),
+    let waited = Instant::now();
+    let set = loop {
+        match ATTACHED.try_lock() {
+            Ok(g) => break g,
+            Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) if now && waited.elapsed() < EXIT_WAIT => std::thread::sleep(Duration::from_millis(1)),
+            Err(std::sync::TryLockError::WouldBlock) => return Vec::new(),
+        }
     };
     let Some(set) = set.as_ref().filter(|s| !s.is_empty()) else { return Vec::new() };
     *at = Some(Instant::now());

@@ -266,9 +266,10 @@ fn a_memory_programs_maps_are_read_from_the_processes_that_run_it() {
     let cli = |args: &[&str]| run_within(&mut d.sb.gmux_cli(args), Duration::from_secs(20));
     let r = cli(&["policy", "load", lfu.to_str().expect("utf-8")]);
     assert!(r.status.success(), "{}", r.describe());
-    // Three 4 MiB buffers (two chunks each) under an 8 MiB limit: each command uses its
-    // buffer's two chunks, and `uses` counts them.
-    let mut c = d.sb.gmux(Some("8M"), ["loop", "--buffers", "3", "--bytes", "4M", "--rounds", "150"]);
+    // Three 4 MiB buffers (two chunks each): each command uses its buffer's two chunks,
+    // and `uses` counts them from the policy's attachment, which comes while the process
+    // runs (it loads the policy when it registers).
+    let mut c = d.sb.gmux(Some("16M"), ["loop", "--buffers", "3", "--bytes", "4M", "--rounds", "400"]);
     c.env("GMUX_TENANT", "a").env("GMUX_LOG", "info");
     let r = run_within(&mut c, Duration::from_secs(60));
     assert!(r.status.success() && r.stdout.contains("mismatches: 0") && r.stderr.contains("policy 1 (lfu.o) attached"), "{}", r.describe());
@@ -288,7 +289,8 @@ fn a_memory_programs_maps_are_read_from_the_processes_that_run_it() {
     assert!(said.contains("of tenant \"a\", exited, as it said") && said.ends_with(" s ago: 6 entries"), "{text}");
     let uses: Vec<u64> = lines.map(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{l:?}"))).collect();
     assert_eq!(uses.len(), 6, "{text}");
-    assert!(uses.iter().all(|n| (100..=155).contains(n)), "each chunk's uses, 150 rounds: {uses:?}");
+    let (least, most) = (uses.iter().min().copied().unwrap_or(0), uses.iter().max().copied().unwrap_or(0));
+    assert!(least >= 1 && most <= 402 && most - least <= 2, "each chunk's uses since the policy attached, alike: {uses:?}");
 }
 
 /// `gmux policy map … update|delete` on a policy with memory programs writes the copy
