@@ -74,8 +74,9 @@ fn answer(id: u32, p: &SchedPolicy, has_memory: bool, name: &str, action: &MapAc
 impl super::Policies {
     /// Answers `gmux policy map` (`req`) from `who`: it needs no decision of the daemon,
     /// so the caller need not hold the arbiter. The processes' copies are formatted after
-    /// the policy's lock is let go. With the answer, a write the daemon's copy took, for
-    /// the processes that run the policy's memory programs ([`Policies::post_write`]).
+    /// the policy's lock is let go. With the answer, an update's or delete's write for the
+    /// processes that run the policy's memory programs, whether or not the daemon's copy
+    /// took it ([`Policies::post_write`]).
     pub(crate) fn answer_map(&self, req: &Request, who: Peer, owner: u32, tenant_policies: bool) -> (Reply, Option<MapWrite>) {
         let Request::PolicyMap { id, map, action } = req else { return (Reply::error("not a map request".into()), None) };
         if let Err(e) = admin(who, owner, tenant_policies) {
@@ -128,9 +129,10 @@ fn key(m: &gmux_bpf::Map, name: &str, text: &str) -> Result<(Option<u32>, Vec<u8
 }
 
 /// What an update or delete (`action`) of map `name` of policy `id` sends the processes
-/// that run its memory programs, once the daemon's copy took it; `None` for a dump.
+/// that run its memory programs; `None` for a dump, a ring buffer or a key or value that
+/// does not parse.
 fn write(id: u32, p: &SchedPolicy, name: &str, action: &MapAction) -> Option<MapWrite> {
-    let m = p.maps().find(|m| m.0 == name)?.1;
+    let m = p.maps().find(|m| m.0 == name && m.1.def.kind != MapKind::RingBuf)?.1;
     let (text, value) = match action {
         MapAction::Update { key, value } => (key, Some(bytes(value, m.def.value_size, "value").ok()?)),
         MapAction::Delete { key } => (key, None),
