@@ -407,18 +407,21 @@ fn the_profile_counts_every_call_of_each_entry_point() {
     assert!(steps > 0 && near(forecasts) && near(calls("(agent:report)")), "{}", r.stderr);
 }
 
+/// The calls `GMUX_DEBUG=profile`'s table in `stderr` counts for entry or phase `name`.
+fn profiled_calls(stderr: &str, name: &str) -> Option<u64> {
+    stderr.lines().filter_map(|l| l.strip_prefix("profile: ")).find_map(|l| {
+        let c: Vec<&str> = l.split_whitespace().collect();
+        (c[0] == name).then(|| c[1].parse::<u64>().expect("calls"))
+    })
+}
+
 /// A forecast walks the history under the state lock, which the application's launches
 /// wait for: between two grants, with no command waiting for memory, one serves the
 /// agent's steps for 100 ms (its steps report every 20 ms).
 #[test]
 fn a_forecast_serves_the_agent_steps_after_it() {
     let r = ok_with("1G", "loop --buffers 100 --bytes 64K --rounds 400 --sync-every 50", "GMUX_DEBUG", "profile");
-    let calls = |name: &str| {
-        r.stderr.lines().filter_map(|l| l.strip_prefix("profile: ")).find_map(|l| {
-            let c: Vec<&str> = l.split_whitespace().collect();
-            (c[0] == name).then(|| c[1].parse::<u64>().expect("calls"))
-        })
-    };
+    let calls = |name: &str| profiled_calls(&r.stderr, name);
     let (made, kept) = (calls("(agent:forecast)").unwrap_or(0), calls("(agent:forecast-kept)").unwrap_or(0));
     assert!(made > 0 && made + kept >= 10, "{made} forecasts made and {kept} kept: too few steps to tell\n{}", r.describe());
     assert!(made * 2 <= made + kept, "{made} forecasts made and {kept} kept: most steps forecast anew\n{}", r.stderr);
@@ -431,12 +434,7 @@ fn a_forecast_serves_the_agent_steps_after_it() {
 #[test]
 fn going_busy_and_idle_does_not_step_the_agent() {
     let r = ok_with("1G", "loop --buffers 100 --bytes 64K --rounds 100 --sync-every 5", "GMUX_DEBUG", "profile");
-    let calls = |name: &str| {
-        r.stderr.lines().filter_map(|l| l.strip_prefix("profile: ")).find_map(|l| {
-            let c: Vec<&str> = l.split_whitespace().collect();
-            (c[0] == name).then(|| c[1].parse::<u64>().expect("calls"))
-        })
-    };
+    let calls = |name: &str| profiled_calls(&r.stderr, name);
     let (syncs, steps) = (calls("cuStreamSynchronize").unwrap_or(0), calls("(agent:step-held)").unwrap_or(0));
     assert!(syncs >= 2000, "{syncs} synchronizes:\n{}", r.describe());
     assert!(steps > 0 && steps * 4 < syncs, "{steps} agent steps for {syncs} synchronizes:\n{}", r.stderr);

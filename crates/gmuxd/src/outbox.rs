@@ -181,21 +181,29 @@ mod tests {
         assert!(lines.next().is_none());
     }
 
-    #[test]
-    fn a_policies_line_and_a_grant_both_arrive_in_posting_order_and_neither_replaces_the_other() {
+    /// An outbox writing to a socket pair, on a runtime of its own (returned, so that the
+    /// writer lives), with `post` done on it before the writer first runs or as it runs;
+    /// and the lines the peer reads.
+    fn posted(post: impl FnOnce(&Outbox)) -> (tokio::runtime::Runtime, Outbox, std::io::Lines<BufReader<std::os::unix::net::UnixStream>>) {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
         let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
         ours.set_nonblocking(true).unwrap();
         let outbox = rt.block_on(async {
-            let ours = tokio::net::UnixStream::from_std(ours).unwrap();
-            let outbox = start(ours, Duration::from_secs(5), |_| {});
+            let outbox = start(tokio::net::UnixStream::from_std(ours).unwrap(), Duration::from_secs(5), |_| {});
+            post(&outbox);
+            outbox
+        });
+        (rt, outbox, BufReader::new(theirs).lines())
+    }
+
+    #[test]
+    fn a_policies_line_and_a_grant_both_arrive_in_posting_order_and_neither_replaces_the_other() {
+        let (_rt, outbox, mut lines) = posted(|outbox| {
             // A later grant may replace an unsent one, never the policies line.
             outbox.post("grant 1\n".into());
             outbox.post_policies("policies 1\n".into());
             outbox.post("grant 2\n".into());
-            outbox
         });
-        let mut lines = BufReader::new(theirs).lines();
         let mut next = || lines.next().expect("a line").unwrap();
         let mut got = vec![next()];
         while got.last().map(String::as_str) != Some("grant 2") {
@@ -212,19 +220,12 @@ mod tests {
     /// which coalesce; a write sent is not sent again.
     #[test]
     fn every_map_write_arrives_in_posting_order() {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
-        ours.set_nonblocking(true).unwrap();
-        let outbox = rt.block_on(async {
-            let ours = tokio::net::UnixStream::from_std(ours).unwrap();
-            let outbox = start(ours, Duration::from_secs(5), |_| {});
+        let (_rt, outbox, mut lines) = posted(|outbox| {
             outbox.post_write("write 1\n".into());
             outbox.post("grant 1\n".into());
             outbox.post_write("write 2\n".into());
             outbox.post_write("write 3\n".into());
-            outbox
         });
-        let mut lines = BufReader::new(theirs).lines();
         let mut next = || lines.next().expect("a line").unwrap();
         let got: Vec<String> = (0..4).map(|_| next()).collect();
         assert_eq!(got, ["write 1", "grant 1", "write 2", "write 3"]);
@@ -236,19 +237,12 @@ mod tests {
     /// first: the write may be to a policy that only a policies line attaches.
     #[test]
     fn a_write_never_arrives_before_the_policies_line_posted_ahead_of_it() {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
-        ours.set_nonblocking(true).unwrap();
-        let outbox = rt.block_on(async {
-            let ours = tokio::net::UnixStream::from_std(ours).unwrap();
-            let outbox = start(ours, Duration::from_secs(5), |_| {});
+        let (_rt, outbox, mut lines) = posted(|outbox| {
             outbox.post_policies("policies 1\n".into());
             outbox.post_write("write 1\n".into());
             outbox.post_policies("policies 2\n".into());
             outbox.post("grant 1\n".into());
-            outbox
         });
-        let mut lines = BufReader::new(theirs).lines();
         let mut got = Vec::new();
         while got.last().map(String::as_str) != Some("grant 1") {
             got.push(lines.next().expect("a line").unwrap());
