@@ -2,7 +2,7 @@
 # eBPF policies on a lent GPU, after scripts/gpu-pack.sh (which also compiles policies/
 # into .gpu-bin/policies/); carry .gpu-bin (and .gpu-bin-base for `overhead`):
 #
-#   bash scripts/gpu-policy.sh [overhead] [micro] [hooks] [stream] [churn] [rt]
+#   bash scripts/gpu-policy.sh [overhead] [micro] [hooks] [stream] [churn] [maps] [rt]
 #
 #   overhead  what the hooks cost: `gmux bench launch` of this build with no policy, of
 #             the baseline build (.gpu-bin-base, skipped without it), and of this build
@@ -18,6 +18,10 @@
 #   churn     the checksum program as 4 tenants at 300% of 16 GiB while a loop loads
 #             and unloads policies 100 times (lfu.o into every tenant's process, then
 #             rt_boost.o into the daemon): 0 mismatches                        ~2 min
+#   maps      gpu/stream.py as a tenant of a 2 GiB gmuxd with policies/lfu.c loaded: its
+#             `uses` map is read from the process (`gmux policy map 1 uses dump`), a key
+#             is written into the process's copy and deleted, and the copy sent at exit
+#             is shown after the process ends                                  ~1 min
 #   rt        `gmux bench priority --rt-policy policies/rt_boost.o`: the real-time
 #             tenant's latency under round robin with rt_boost against the built-in
 #             strict priority                                                  ~4 min
@@ -124,6 +128,42 @@ churn() {
   unset GMUX_SOCKET
 }
 
+maps() {
+  export GMUX_SOCKET=$WORK/maps.sock
+  "$GMUX" daemon --socket "$GMUX_SOCKET" --hbm 2G >"$LOGS/maps.daemon.log" 2>&1 &
+  local daemon=$! t0=$SECONDS
+  for _ in $(seq 100); do [[ -S $GMUX_SOCKET ]] && break; sleep 0.05; done
+  "$GMUX" policy load "$POL/lfu.o" >"$LOGS/maps.cli.log" 2>&1
+  GMUX_LOG=info timeout 300 "$GMUX" run --tenant s -- python3 gpu/stream.py --buffers 48 --mib 64 --work 32 --passes "${MAP_PASSES:-30}" \
+    >"$LOGS/maps.stream.log" 2>"$LOGS/maps.stream.stderr" &
+  local tenant=$!
+  # until: waits up to 30 s for the dump to hold (or, with !, to lack) a line matching $2.
+  until_dump() {
+    for _ in $(seq 300); do
+      "$GMUX" policy map 1 uses dump >"$LOGS/maps.dump" 2>&1
+      if [[ $1 == has ]]; then grep -qE "$2" "$LOGS/maps.dump" && return 0; else grep -qE "$2" "$LOGS/maps.dump" || return 0; fi
+      sleep 0.1
+    done
+    return 1
+  }
+  local steps=()
+  until_dump has '^in process ' && steps+=("snapshot=$(grep -m1 '^in process ' "$LOGS/maps.dump" | grep -o '[0-9]* entries')") || steps+=("snapshot=none")
+  cp "$LOGS/maps.dump" "$LOGS/maps.dump.first"
+  "$GMUX" policy map 1 uses update 4000000000 77 >>"$LOGS/maps.cli.log" 2>&1
+  until_dump has '^4000000000 77$' && steps+=(write=ok) || steps+=(write=missing)
+  "$GMUX" policy map 1 uses delete 4000000000 >>"$LOGS/maps.cli.log" 2>&1
+  until_dump lacks '^4000000000 ' && steps+=(delete=ok) || steps+=(delete=missing)
+  kill -0 "$tenant" 2>/dev/null && steps+=(written_while_running) || steps+=(TENANT_ENDED_TOO_SOON)
+  wait "$tenant"; local rc=$?
+  until_dump has 'exited, as it said' && steps+=(exit_snapshot=ok) || steps+=(exit_snapshot=missing)
+  "$GMUX" stop >/dev/null 2>&1; wait "$daemon" 2>/dev/null
+  local verdict=FAIL
+  [[ $rc == 0 && " ${steps[*]} " == *" write=ok delete=ok written_while_running exit_snapshot=ok "* && ${steps[0]} != snapshot=none ]] \
+    && grep -q 'verify=ok' "$LOGS/maps.stream.log" && verdict=PASS
+  SUMMARY+=("maps   $verdict  ${steps[*]} exit=$rc $(cat "$LOGS/maps.stream.log") time=$((SECONDS - t0))s")
+  unset GMUX_SOCKET
+}
+
 rt() {
   timeout 420 "$GMUX" bench priority --duration "${DURATION:-10}" --warmup 30 --rt-policy "$POL/rt_boost.o" --out "$WORK/prio" \
     >"$LOGS/priority.txt" 2>"$LOGS/priority.stderr"
@@ -132,11 +172,11 @@ rt() {
 }
 
 parts=("$@")
-[[ ${#parts[@]} == 0 ]] && parts=(overhead micro hooks stream churn rt)
+[[ ${#parts[@]} == 0 ]] && parts=(overhead micro hooks stream churn maps rt)
 for p in "${parts[@]}"; do
   case $p in
-    overhead | micro | hooks | stream | churn | rt) "$p" ;;
-    *) echo "gpu-policy: unknown part $p (overhead, micro, hooks, stream, churn, rt)"; exit 2 ;;
+    overhead | micro | hooks | stream | churn | maps | rt) "$p" ;;
+    *) echo "gpu-policy: unknown part $p (overhead, micro, hooks, stream, churn, maps, rt)"; exit 2 ;;
   esac
 done
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$LOGS/gpu.txt" 2>&1
