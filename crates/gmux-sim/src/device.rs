@@ -37,8 +37,13 @@ pub struct SimDevice {
     /// of it).
     unmapped_at: HashMap<ChunkId, f64>,
     /// The caller's thread waits until then: it mapped an address whose unmap was not
-    /// done, which gmux-cuda finishes first, on the host (`settle_at`).
+    /// done, which gmux-cuda finishes first, on the host (`settle_at`), or its batch's
+    /// mappings are not done (the driver's mapping calls return when they are).
     host_waits_until: f64,
+    /// This batch's mappings.
+    mapping: Vec<usize>,
+    /// A mapping's `cuMemSetAccess` costs `set_access_busy_us` while eviction copies run.
+    busy_access: bool,
 }
 
 /// A device call that cannot happen in the model (a mover bug).
@@ -73,7 +78,16 @@ impl SimDevice {
             unmapping: Vec::new(),
             unmapped_at: HashMap::new(),
             host_waits_until: 0.0,
+            mapping: Vec::new(),
+            busy_access: false,
         }
+    }
+
+    /// A device of processes that map their memory through the driver's VMM API, as the
+    /// shim does: granting access to a mapping costs `set_access_busy_us` while eviction
+    /// copies run. (The other systems model migration inside the driver.)
+    pub fn of_processes(model: DeviceModel) -> Self {
+        SimDevice { busy_access: true, ..SimDevice::new(model) }
     }
 
     /// Starts a batch of calls issued at time `at`.
@@ -83,7 +97,8 @@ impl SimDevice {
     }
 
     /// Until when the calls made since [`SimDevice::begin`] held their caller's thread (0
-    /// if they did not): the time the last unmap of an address they mapped again is done.
+    /// if they did not): the time the last unmap of an address they mapped again is done,
+    /// or, after the batch ran, the time its last mapping is done.
     pub fn host_waits_until(&self) -> f64 {
         self.host_waits_until
     }
@@ -108,6 +123,9 @@ impl SimDevice {
         }
         for (c, i) in self.unmapping.drain(..) {
             self.unmapped_at.insert(c, done[i]);
+        }
+        for i in self.mapping.drain(..) {
+            self.host_waits_until = self.host_waits_until.max(done[i]);
         }
         for (c, i) in self.chunk_last.drain() {
             let t = done[i];
@@ -138,7 +156,14 @@ impl SimDevice {
     }
 
     fn push(&mut self, lane: Lane, bytes: u64, fixed_us: f64, deps: [Option<usize>; 2], earliest: f64) -> usize {
-        self.batch.push(Item { lane, queue: self.queue, bytes, fixed_ns: fixed_us * 1e3, deps, earliest: earliest.max(self.at) });
+        self.push_busy(lane, bytes, [fixed_us, fixed_us], deps, earliest)
+    }
+
+    /// [`SimDevice::push`] with a fixed cost that differs while the device→host lane moves
+    /// data: `fixed_us` is (idle, busy).
+    fn push_busy(&mut self, lane: Lane, bytes: u64, fixed_us: [f64; 2], deps: [Option<usize>; 2], earliest: f64) -> usize {
+        let [idle, busy] = fixed_us.map(|us| us * 1e3);
+        self.batch.push(Item { lane, queue: self.queue, bytes, fixed_ns: idle, busy_fixed_ns: busy, deps, earliest: earliest.max(self.at) });
         self.batch.len() - 1
     }
 
@@ -173,11 +198,17 @@ impl Device for SimDevice {
     }
 
     /// One mapping costs `map_us + set_access_us` whatever its length (measured: the
-    /// driver's cost is per mapping). Mapping an address whose last unmap is not done holds
-    /// the caller until it is ([`SimDevice::host_waits_until`]).
+    /// driver's cost is per mapping), on a device [`SimDevice::of_processes`]
+    /// `map_us + set_access_busy_us` while eviction copies run, and holds the caller until
+    /// it is done; mapping an address whose last unmap is
+    /// not done holds it until that is done first ([`SimDevice::host_waits_until`]).
     fn map(&mut self, first: ChunkId, chunks: u32, phys: PhysChunk) -> Result<(), SimDeviceError> {
         let dep = self.phys_free.get(&phys.0).copied();
-        let i = self.push(Lane::Ctl, 0, self.model.map_us + self.model.set_access_us, [dep, None], 0.0);
+        let m = &self.model;
+        let busy = if self.busy_access { m.set_access_busy_us } else { m.set_access_us };
+        let cost = [m.map_us + m.set_access_us, m.map_us + busy];
+        let i = self.push_busy(Lane::Ctl, 0, cost, [dep, None], 0.0);
+        self.mapping.push(i);
         for c in (first.0..first.0 + chunks).map(ChunkId) {
             if let Some(t) = self.unmapped_at.remove(&c).filter(|t| *t > self.at) {
                 self.host_waits_until = self.host_waits_until.max(t);
@@ -308,5 +339,34 @@ mod tests {
         let phys = d.create_chunk(1).unwrap();
         d.map(ChunkId(0), 1, phys).unwrap();
         assert_eq!(d.host_waits_until(), 0.0, "an unmap already done holds nobody");
+    }
+
+    /// A mapping holds its caller until it is done, and costs `set_access_busy_us` when it
+    /// starts while an eviction copy (another process's here) moves data: 4 GiB leaving
+    /// the device keep the link busy for 78 ms.
+    #[test]
+    fn a_mapping_holds_its_caller_and_costs_more_beside_an_eviction() {
+        let mut d = SimDevice::of_processes(DeviceModel::default());
+        let m = d.model.clone();
+        let idle_us = m.create_us + m.map_us + m.set_access_us;
+        d.begin(0.0);
+        let phys = d.create_chunk(1).unwrap();
+        d.map(ChunkId(0), 1, phys).unwrap();
+        d.run_batch();
+        assert!((d.host_waits_until() - idle_us * 1e3).abs() < 1e-6, "held {} ns", d.host_waits_until());
+
+        d.set_queue(1);
+        d.begin(1e6);
+        for c in 0..2048 {
+            d.copy(CopyStream::Evict, ChunkId(100 + c), Tier::Gpu, Tier::Host).unwrap();
+        }
+        d.run_batch();
+        d.set_queue(0);
+        d.begin(2e6);
+        let phys = d.create_chunk(1).unwrap();
+        d.map(ChunkId(1), 1, phys).unwrap();
+        d.run_batch();
+        let busy_us = m.create_us + m.map_us + m.set_access_busy_us;
+        assert!((d.host_waits_until() - (2e6 + busy_us * 1e3)).abs() < 1e-6, "held until {} ns", d.host_waits_until());
     }
 }

@@ -40,6 +40,9 @@ pub struct Item {
     pub bytes: u64,
     /// Fixed latency before the transfer, ns.
     pub fixed_ns: f64,
+    /// The fixed latency instead, when the item starts while the device→host lane moves
+    /// data (a mapping's `cuMemSetAccess` under eviction copies), ns.
+    pub busy_fixed_ns: f64,
     /// Indices of earlier items that must complete first.
     pub deps: [Option<usize>; 2],
     /// Earliest start, ns.
@@ -141,6 +144,7 @@ impl Lanes {
         let mut earlier = Cursor { profile: &self.held, next: 0 };
         let mut t = start;
         loop {
+            let (held, change) = earlier.at(t);
             for (k, q) in queues.iter_mut() {
                 if cur.contains_key(k) || t < floor_of(k) {
                     continue;
@@ -149,14 +153,15 @@ impl Lanes {
                     let it = &items[i];
                     if it.deps.iter().flatten().all(|&d| done[d] <= t) && it.earliest <= t {
                         q.pop_front();
-                        cur.insert(*k, (i, it.fixed_ns, it.bytes as f64));
+                        let d2h = Lane::D2H as usize;
+                        let evicting = held[d2h] > 0.0 || cur.keys().any(|c| c.0 == d2h);
+                        cur.insert(*k, (i, if evicting { it.busy_fixed_ns } else { it.fixed_ns }, it.bytes as f64));
                     }
                 }
             }
             if cur.is_empty() && queues.values().all(VecDeque::is_empty) {
                 break;
             }
-            let (held, change) = earlier.at(t);
             let rate = rates(model, &cur, held);
             // What earlier batches hold changes at the next step of their profile.
             let mut dt = change.map_or(f64::INFINITY, |c| c - t);
@@ -235,7 +240,7 @@ mod tests {
     use super::*;
 
     fn item(lane: Lane, bytes: u64) -> Item {
-        Item { lane, queue: 0, bytes, fixed_ns: 0.0, deps: [None, None], earliest: 0.0 }
+        Item { lane, queue: 0, bytes, fixed_ns: 0.0, busy_fixed_ns: 0.0, deps: [None, None], earliest: 0.0 }
     }
 
     #[test]

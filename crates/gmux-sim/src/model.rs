@@ -21,6 +21,10 @@ pub struct DeviceModel {
     pub map_us: f64,
     /// `cuMemSetAccess` per chunk when batched (0.49 ms per 4 GiB), µs.
     pub set_access_us: f64,
+    /// `cuMemSetAccess` per mapping while the device→host lane moves data, µs: the driver
+    /// then takes about a millisecond a handle (H200, 2026-11-28: 1.05 ms a call over a
+    /// decoder's fill steps during another tenant's eviction, 0.03 ms once it ended).
+    pub set_access_busy_us: f64,
     /// `cuMemUnmap` per chunk, µs.
     pub unmap_us: f64,
     /// `cuMemRelease` per chunk, µs.
@@ -53,6 +57,7 @@ impl Default for DeviceModel {
             create_us: 10.8,
             map_us: 1.2,
             set_access_us: 0.24,
+            set_access_busy_us: 1000.0,
             unmap_us: 18.0,
             release_us: 12.0,
             disk_read_gbps: 1.8,
@@ -90,6 +95,7 @@ impl DeviceModel {
             ("create_us", self.create_us),
             ("map_us", self.map_us),
             ("set_access_us", self.set_access_us),
+            ("set_access_busy_us", self.set_access_busy_us),
             ("unmap_us", self.unmap_us),
             ("release_us", self.release_us),
             ("switch_us", self.switch_us),

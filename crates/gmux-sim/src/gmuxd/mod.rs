@@ -42,7 +42,7 @@ const ROUNDS_AT_ONCE: usize = 8;
 
 /// Runs the tenants of `spec` under the daemon's decisions to the end of its duration.
 pub fn run(spec: RunSpec) -> Result<Outcome, String> {
-    let dev = Rc::new(RefCell::new(SimDevice::new(spec.model.clone())));
+    let dev = Rc::new(RefCell::new(SimDevice::of_processes(spec.model.clone())));
     let mut arbiter = Arbiter::new(spec.caps.gpu, spec.caps.host, spec.policy, Switch::Msched);
     if let Some(t) = spec.tenants.first() {
         arbiter.settings.timeslice = t.timeslice;

@@ -295,7 +295,8 @@ mod tests {
     }
 
     /// While its thread is held, a process releases nothing, even a command whose memory
-    /// is in; it goes on when the wait ends.
+    /// is in; it goes on when the wait ends, held again only by the mappings of its four
+    /// allocations' first uses (µs each), and runs ahead to the in-flight bound.
     #[test]
     fn a_held_process_releases_nothing_until_the_wait_ends() {
         let mut p = process(1 << 30);
@@ -304,7 +305,16 @@ mod tests {
         p.issue(0.0, &mut gpu_free).unwrap();
         assert!(p.inflight.is_empty(), "released {} while held", p.inflight.len());
         assert_eq!(p.next_event(0.0), Some(5.0 * MS), "it wakes when the wait ends");
-        p.issue(5.0 * MS, &mut gpu_free).unwrap();
+        let mut now = 5.0 * MS;
+        let mut holds = 0;
+        while p.inflight.len() < INFLIGHT && holds <= 4 {
+            p.issue(now, &mut gpu_free).unwrap();
+            if p.host_until > now {
+                holds += 1;
+                now = p.host_until;
+            }
+        }
         assert_eq!(p.inflight.len(), INFLIGHT, "then it runs ahead to the in-flight bound");
+        assert!(holds <= 4 && now < 5.0 * MS + 0.1 * MS, "held {holds} times, until {now} ns, by mappings alone");
     }
 }
