@@ -21,11 +21,20 @@ impl Arbiter {
         // lost), all it holds counts.
         let granted: HashMap<TenantId, u64> =
             live.iter().map(|t| (*t, self.procs_of(*t).map(|(_, p)| p.sent.map_or(u64::MAX, |g| g.cap)).fold(0, u64::saturating_add))).collect();
-        // Running at once (`whole`) needs each tenant's whole period, not a slice's worth.
+        // Running at once (`whole`) needs each tenant's whole period, not a slice's worth;
+        // when every tenant's allocations fit, all of them: a program still touching its
+        // memory for the first time uses more than its history has seen so far.
+        let whole_of = |u: &ShimReport| u.period.max(u.allocated);
+        let allocations_fit = self.settings.hbm.is_none_or(|h| live.iter().map(|t| whole_of(&usage[t])).fold(0u64, u64::saturating_add) <= h);
         let claim = |tenants: &Tenants, t: TenantId, next_run: u64, whole: bool| {
             let k = &tenants.get(t).limits;
             let u = &usage[&t];
-            Claim { id: t, held: u.held.min(granted[&t]), want: if whole { u.period } else { u.want }, low: k.low, high: k.high, next_run }
+            let want = match (whole, allocations_fit) {
+                (true, true) => whole_of(u),
+                (true, false) => u.period,
+                (false, _) => u.want,
+            };
+            Claim { id: t, held: u.held.min(granted[&t]), want, low: k.low, high: k.high, next_run }
         };
         let flat: Vec<Claim> = live.iter().map(|t| claim(&self.tenants, *t, 0, true)).collect();
         let concurrent = self.settings.policy == Policy::Priority || (!self.settings.always_slice && all_fit(self.settings.hbm, &flat));

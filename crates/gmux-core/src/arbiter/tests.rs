@@ -100,6 +100,33 @@ fn everything_fits_so_everyone_runs_at_once() {
     assert!(g.values().map(|g| g.cap).sum::<u64>() <= 16 * G);
 }
 
+/// Four tenants of 4 GiB in 16 GiB; two have touched only 1.5 GiB of theirs so far, and
+/// their forecasts say so. Running at once, each is granted all it allocated, so that it
+/// never evicts its own memory while the others hold less than they may.
+#[test]
+fn running_at_once_grants_what_each_allocated_when_it_all_fits() {
+    let mut d = Arbiter::new(Some(16 * G), None, Policy::RoundRobin, Switch::Msched);
+    for c in 0..4 {
+        d.join(c, 100 + c as u32, &format!("t{c}"), 0);
+        let touched = if c < 2 { 4 * G } else { 3 * G / 2 };
+        rep(&mut d, c, ShimReport { period: touched, allocated: 4 * G, ..busy(touched, touched) });
+    }
+    let g = grants(&mut d, 0);
+    assert!(g.values().all(|g| g.run && g.fill == Fill::None), "at once");
+    for c in 0..4 {
+        assert_eq!(g[&c].cap, 4 * G, "t{c}'s cap");
+    }
+    // Over the budget, what each allocated is no claim: 20 GiB allocated, 10 GiB periods.
+    let mut d = Arbiter::new(Some(16 * G), None, Policy::RoundRobin, Switch::Msched);
+    for c in 0..4 {
+        d.join(c, 100 + c as u32, &format!("t{c}"), 0);
+        rep(&mut d, c, ShimReport { period: 5 * G / 2, allocated: 5 * G, ..busy(5 * G / 2, 5 * G / 2) });
+    }
+    let g = grants(&mut d, 0);
+    assert!(g.values().all(|g| g.run), "the periods fit: at once");
+    assert!(g.values().map(|g| g.cap).sum::<u64>() <= 16 * G);
+}
+
 #[test]
 fn priority_gates_best_effort_while_real_time_is_busy() {
     let mut d = Arbiter::new(Some(16 * G), None, Policy::Priority, Switch::Msched);
