@@ -103,8 +103,9 @@ pub struct Map {
     slots: UnsafeCell<Slots>,
     /// A ring buffer's records.
     ring: UnsafeCell<Ring>,
-    /// A per-tenant array's tenants, by copy, and the tenant a program reaches now.
-    tenants: UnsafeCell<Vec<u32>>,
+    /// A per-tenant array's tenants, by copy (`None`: a copy free for the next tenant),
+    /// and the tenant a program reaches now.
+    tenants: UnsafeCell<Vec<Option<u32>>>,
     tenant: std::cell::Cell<u32>,
 }
 
@@ -150,10 +151,32 @@ impl Map {
         self.tenant.set(t);
     }
 
-    /// The tenants a per-tenant array holds a copy for, in the order they came.
+    /// The tenants a per-tenant array holds a copy for, in the order of their copies.
     pub fn tenants(&self) -> Vec<u32> {
         // SAFETY: one user at a time (see `slot`).
-        unsafe { &*self.tenants.get() }.clone()
+        unsafe { &*self.tenants.get() }.iter().flatten().copied().collect()
+    }
+
+    /// The copy of a per-tenant array that tenant `t` has, if any.
+    fn copy_of(&self, t: u32) -> Option<usize> {
+        // SAFETY: one user at a time (see `slot`).
+        unsafe { &*self.tenants.get() }.iter().position(|x| *x == Some(t))
+    }
+
+    /// Drops tenant `t`'s copy of a per-tenant array (its values are zeroed, and the
+    /// copy goes to the next tenant that needs one); whether it had one. The daemon
+    /// calls it when the tenant's last process has left.
+    pub fn forget_tenant(&self, t: u32) -> bool {
+        let Some(c) = self.copy_of(t) else { return false };
+        // SAFETY: one user at a time (see `slot`).
+        let tenants = unsafe { &mut *self.tenants.get() };
+        tenants[c] = None;
+        let len = self.def.entries as usize * self.def.value_size as usize;
+        // SAFETY: one user at a time (see `slot`); copy `c` is inside the slab, which
+        // holds TENANT_COPIES copies.
+        let slab = unsafe { &mut *self.slab.get() };
+        slab[c * len..(c + 1) * len].fill(0);
+        true
     }
 
     /// The slab's address range, for the interpreter's memory checks.
@@ -196,14 +219,23 @@ impl Map {
                 if i >= self.def.entries {
                     return None;
                 }
-                // SAFETY: one user at a time, as above.
-                let tenants = unsafe { &mut *self.tenants.get() };
                 let t = self.tenant.get();
-                let copy = match tenants.iter().position(|x| *x == t) {
+                let copy = match self.copy_of(t) {
                     Some(c) => c,
-                    None if insert && tenants.len() < TENANT_COPIES as usize => {
-                        tenants.push(t);
-                        tenants.len() - 1
+                    None if insert => {
+                        // SAFETY: one user at a time, as above.
+                        let tenants = unsafe { &mut *self.tenants.get() };
+                        match tenants.iter().position(Option::is_none) {
+                            Some(c) => {
+                                tenants[c] = Some(t);
+                                c
+                            }
+                            None if tenants.len() < TENANT_COPIES as usize => {
+                                tenants.push(Some(t));
+                                tenants.len() - 1
+                            }
+                            None => return None,
+                        }
                     }
                     None => return None,
                 };
@@ -319,7 +351,7 @@ impl Map {
     pub fn entries(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
         let keys: Vec<Vec<u8>> = match self.def.kind {
             MapKind::Array => (0..self.def.entries).map(|i| i.to_le_bytes().to_vec()).collect(),
-            MapKind::TenantArray if !self.tenants().contains(&self.tenant.get()) => Vec::new(),
+            MapKind::TenantArray if self.copy_of(self.tenant.get()).is_none() => Vec::new(),
             MapKind::TenantArray => (0..self.def.entries).map(|i| i.to_le_bytes().to_vec()).collect(),
             // SAFETY: one user at a time (see `slot`).
             MapKind::Hash => unsafe { &*self.slots.get() }.of.keys().map(|k| k.to_vec()).collect(),
@@ -333,7 +365,7 @@ impl Map {
     /// [`Map::set_tenant`] named; a ring buffer's none), and the first `most` of them.
     pub fn sample(&self, most: usize) -> (usize, Vec<Entry>) {
         let copy = match self.def.kind {
-            MapKind::TenantArray => match self.tenants().iter().position(|t| *t == self.tenant.get()) {
+            MapKind::TenantArray => match self.copy_of(self.tenant.get()) {
                 Some(c) => c,
                 None => return (0, Vec::new()),
             },

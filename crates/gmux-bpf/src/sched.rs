@@ -142,10 +142,14 @@ impl SchedHooks for SchedPolicy {
         }
     }
 
+    /// Runs `task_destroy`, then drops the tenant's copies of the per-tenant arrays.
     fn task_destroy(&mut self, tenant: TenantId) {
         if let Some(p) = self.task_destroy.as_mut() {
             let mut ctx = TenantCtx { tenant: tenant.0, pad: 0 };
             self.failures += u64::from(p.run_for(crate::hooks::bytes_of(&mut ctx), self.now, tenant.0).is_err());
+        }
+        for (_, m) in &self.maps {
+            m.forget_tenant(tenant.0);
         }
     }
 

@@ -164,4 +164,11 @@ fn a_per_tenant_array_keeps_each_tenants_own_count() {
         m.get(&0u32.to_le_bytes()).map(|v| u64::from_le_bytes(v[..].try_into().expect("8")))
     };
     assert_eq!((count(1), count(2)), (Some(4), Some(1)));
+    // Tenant 1 leaves: its copy goes, and a tenant that comes after counts from zero in it.
+    p.task_destroy(TenantId(1));
+    let m = p.maps().find(|m| m.0 == "turns").expect("turns").1;
+    assert_eq!(m.tenants(), vec![2]);
+    assert_eq!(turns(&mut p, 3, 1), 10 * ms, "tenant 3 starts at zero");
+    let m = p.maps().find(|m| m.0 == "turns").expect("turns").1;
+    assert_eq!(m.tenants(), vec![3, 2], "in the copy tenant 1 had");
 }

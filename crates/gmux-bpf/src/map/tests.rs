@@ -109,4 +109,15 @@ fn a_per_tenant_array_keeps_a_copy_per_tenant() {
     assert!(m.update(&key, &[0; 8]).unwrap_err().contains("holds 64 tenants' copies"));
     let range = m.slab_range();
     assert_eq!(range.end - range.start, 4 * 8 * u64::from(TENANT_COPIES));
+    // A tenant that left gives its copy, zeroed, to the next one; the others keep theirs.
+    assert!(m.forget_tenant(7) && !m.forget_tenant(7), "7 had a copy, once");
+    m.set_tenant(1);
+    assert!(m.get(&key).is_none(), "no copy yet");
+    m.update(&3u32.to_le_bytes(), &5u64.to_le_bytes()).expect("the freed copy");
+    assert_eq!(m.sample(10), (1, vec![(3u32.to_le_bytes().to_vec(), 5u64.to_le_bytes().to_vec())]), "nothing of 7's values is left");
+    assert_eq!(m.tenants()[0], 1, "in 7's copy");
+    m.set_tenant(9);
+    assert_eq!(m.get(&key), Some(900u64.to_le_bytes().to_vec()));
+    m.set_tenant(7);
+    assert!(m.get(&key).is_none(), "7 has no copy now");
 }
