@@ -137,7 +137,7 @@ maps() {
   GMUX_LOG=info timeout 300 "$GMUX" run --tenant s -- python3 gpu/stream.py --buffers 48 --mib 64 --work 32 --passes "${MAP_PASSES:-30}" \
     >"$LOGS/maps.stream.log" 2>"$LOGS/maps.stream.stderr" &
   local tenant=$!
-  # until: waits up to 30 s for the dump to hold (or, with !, to lack) a line matching $2.
+  # until_dump has|lacks RE: waits up to 30 s for the dump to hold (or lack) a line matching RE.
   until_dump() {
     for _ in $(seq 300); do
       "$GMUX" policy map 1 uses dump >"$LOGS/maps.dump" 2>&1

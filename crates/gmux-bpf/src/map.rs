@@ -145,40 +145,6 @@ impl Map {
         })
     }
 
-    /// Makes a per-tenant array's lookups, updates and deletes reach tenant `t`'s copy
-    /// (no effect on other maps).
-    pub fn set_tenant(&self, t: u32) {
-        self.tenant.set(t);
-    }
-
-    /// The tenants a per-tenant array holds a copy for, in the order of their copies.
-    pub fn tenants(&self) -> Vec<u32> {
-        // SAFETY: one user at a time (see `slot`).
-        unsafe { &*self.tenants.get() }.iter().flatten().copied().collect()
-    }
-
-    /// The copy of a per-tenant array that tenant `t` has, if any.
-    fn copy_of(&self, t: u32) -> Option<usize> {
-        // SAFETY: one user at a time (see `slot`).
-        unsafe { &*self.tenants.get() }.iter().position(|x| *x == Some(t))
-    }
-
-    /// Drops tenant `t`'s copy of a per-tenant array (its values are zeroed, and the
-    /// copy goes to the next tenant that needs one); whether it had one. The daemon
-    /// calls it when the tenant's last process has left.
-    pub fn forget_tenant(&self, t: u32) -> bool {
-        let Some(c) = self.copy_of(t) else { return false };
-        // SAFETY: one user at a time (see `slot`).
-        let tenants = unsafe { &mut *self.tenants.get() };
-        tenants[c] = None;
-        let len = self.def.entries as usize * self.def.value_size as usize;
-        // SAFETY: one user at a time (see `slot`); copy `c` is inside the slab, which
-        // holds TENANT_COPIES copies.
-        let slab = unsafe { &mut *self.slab.get() };
-        slab[c * len..(c + 1) * len].fill(0);
-        true
-    }
-
     /// The slab's address range, for the interpreter's memory checks.
     pub fn slab_range(&self) -> std::ops::Range<u64> {
         // SAFETY: reading the box's address and length; nothing is dereferenced.
@@ -411,5 +377,6 @@ pub enum RingFull {
     Full,
 }
 
+mod tenant_copies;
 #[cfg(test)]
 mod tests;

@@ -9,6 +9,9 @@ use gmux_core::device::{CopyStream, Device, Event, PhysChunk};
 use gmux_core::{ChunkId, Tier, CHUNK_BYTES};
 use std::collections::HashMap;
 
+/// Threads of one process that call the driver (its application, its agent).
+const CALLING_THREADS: u32 = 2;
+
 /// A simulated GPU, host link and disk.
 pub struct SimDevice {
     model: DeviceModel,
@@ -31,6 +34,9 @@ pub struct SimDevice {
     at: f64,
     /// The lane queue of the calls now made (one per process).
     queue: u32,
+    /// The thread of that process making the driver calls now (create, map, unmap,
+    /// release): each thread's calls run in order, beside the other's.
+    thread: u32,
     /// Chunks this batch unmaps, with the batch item that does it.
     unmapping: Vec<(ChunkId, usize)>,
     /// When the unmap of each unmapped chunk is done (it waits for the eviction copy out
@@ -75,6 +81,7 @@ impl SimDevice {
             next_phys: 0,
             at: 0.0,
             queue: 0,
+            thread: 0,
             unmapping: Vec::new(),
             unmapped_at: HashMap::new(),
             host_waits_until: 0.0,
@@ -103,9 +110,12 @@ impl SimDevice {
         self.host_waits_until
     }
 
-    /// Puts the calls from now on in lane queue `queue` (a process's streams).
-    pub fn set_queue(&mut self, queue: u32) {
+    /// Puts the calls from now on in lane queue `queue` (a process's streams), its driver
+    /// calls on its thread `thread` (a process's application and its agent each call the
+    /// driver on their own).
+    pub fn set_queue(&mut self, queue: u32, thread: u32) {
         self.queue = queue;
+        self.thread = thread;
     }
 
     /// Runs the queued batch; afterwards every event recorded in it has a time.
@@ -163,7 +173,8 @@ impl SimDevice {
     /// data: `fixed_us` is (idle, busy).
     fn push_busy(&mut self, lane: Lane, bytes: u64, fixed_us: [f64; 2], deps: [Option<usize>; 2], earliest: f64) -> usize {
         let [idle, busy] = fixed_us.map(|us| us * 1e3);
-        self.batch.push(Item { lane, queue: self.queue, bytes, fixed_ns: idle, busy_fixed_ns: busy, deps, earliest: earliest.max(self.at) });
+        let queue = if lane == Lane::Ctl { self.queue * CALLING_THREADS + self.thread } else { self.queue };
+        self.batch.push(Item { lane, queue, bytes, fixed_ns: idle, busy_fixed_ns: busy, deps, earliest: earliest.max(self.at) });
         self.batch.len() - 1
     }
 
@@ -355,13 +366,13 @@ mod tests {
         d.run_batch();
         assert!((d.host_waits_until() - idle_us * 1e3).abs() < 1e-6, "held {} ns", d.host_waits_until());
 
-        d.set_queue(1);
+        d.set_queue(1, 0);
         d.begin(1e6);
         for c in 0..2048 {
             d.copy(CopyStream::Evict, ChunkId(100 + c), Tier::Gpu, Tier::Host).unwrap();
         }
         d.run_batch();
-        d.set_queue(0);
+        d.set_queue(0, 0);
         d.begin(2e6);
         let phys = d.create_chunk(1).unwrap();
         d.map(ChunkId(1), 1, phys).unwrap();

@@ -40,8 +40,8 @@ pub struct Item {
     pub bytes: u64,
     /// Fixed latency before the transfer, ns.
     pub fixed_ns: f64,
-    /// The fixed latency instead, when the item starts while the device→host lane moves
-    /// data (a mapping's `cuMemSetAccess` under eviction copies), ns.
+    /// The fixed latency instead, when the item starts while the device→host copies of
+    /// earlier batches move data (a mapping's `cuMemSetAccess` under eviction copies), ns.
     pub busy_fixed_ns: f64,
     /// Indices of earlier items that must complete first.
     pub deps: [Option<usize>; 2],
@@ -153,8 +153,9 @@ impl Lanes {
                     let it = &items[i];
                     if it.deps.iter().flatten().all(|&d| done[d] <= t) && it.earliest <= t {
                         q.pop_front();
-                        let d2h = Lane::D2H as usize;
-                        let evicting = held[d2h] > 0.0 || cur.keys().any(|c| c.0 == d2h);
+                        // Eviction copies of earlier batches: a batch's own copies are
+                        // issued after its mappings.
+                        let evicting = held[Lane::D2H as usize] > 0.0;
                         cur.insert(*k, (i, if evicting { it.busy_fixed_ns } else { it.fixed_ns }, it.bytes as f64));
                     }
                 }

@@ -19,7 +19,8 @@ pub struct DeviceModel {
     pub create_us: f64,
     /// `cuMemMap` per chunk, µs.
     pub map_us: f64,
-    /// `cuMemSetAccess` per chunk when batched (0.49 ms per 4 GiB), µs.
+    /// `cuMemSetAccess` per mapping on an idle link, µs (the engine's systems charge it
+    /// per chunk, batched: 0.49 ms per 4 GiB).
     pub set_access_us: f64,
     /// `cuMemSetAccess` per mapping while the device→host lane moves data, µs: the driver
     /// then takes about a millisecond a handle (H200, 2026-11-28: 1.05 ms a call over a

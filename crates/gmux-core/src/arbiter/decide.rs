@@ -21,25 +21,25 @@ impl Arbiter {
         // lost), all it holds counts.
         let granted: HashMap<TenantId, u64> =
             live.iter().map(|t| (*t, self.procs_of(*t).map(|(_, p)| p.sent.map_or(u64::MAX, |g| g.cap)).fold(0, u64::saturating_add))).collect();
-        // Running at once (`whole`) needs each tenant's whole period, not a slice's worth;
-        // when every tenant's allocations fit, all of them: a program still touching its
-        // memory for the first time uses more than its history has seen so far.
-        let whole_of = |u: &ShimReport| u.period.max(u.allocated);
-        let allocations_fit = self.settings.hbm.is_none_or(|h| live.iter().map(|t| whole_of(&usage[t])).fold(0u64, u64::saturating_add) <= h);
-        let claim = |tenants: &Tenants, t: TenantId, next_run: u64, whole: bool| {
+        let claim = |tenants: &Tenants, t: TenantId, next_run: u64, want: u64| {
             let k = &tenants.get(t).limits;
-            let u = &usage[&t];
-            let want = match (whole, allocations_fit) {
-                (true, true) => whole_of(u),
-                (true, false) => u.period,
-                (false, _) => u.want,
-            };
-            Claim { id: t, held: u.held.min(granted[&t]), want, low: k.low, high: k.high, next_run }
+            Claim { id: t, held: usage[&t].held.min(granted[&t]), want, low: k.low, high: k.high, next_run }
         };
-        let flat: Vec<Claim> = live.iter().map(|t| claim(&self.tenants, *t, 0, true)).collect();
-        let concurrent = self.settings.policy == Policy::Priority || (!self.settings.always_slice && all_fit(self.settings.hbm, &flat));
+        // Running at once needs each tenant's whole period, not a slice's worth; when
+        // every tenant's allocations fit too, all of them: a program still touching its
+        // memory for the first time uses more than its history has seen so far.
+        let periods: Vec<Claim> = live.iter().map(|t| claim(&self.tenants, *t, 0, usage[t].period)).collect();
+        let concurrent = self.settings.policy == Policy::Priority || (!self.settings.always_slice && all_fit(self.settings.hbm, &periods));
+        let whole_of = |u: &ShimReport| u.period.max(u.allocated);
+        let allocations: Vec<Claim> = live.iter().map(|t| claim(&self.tenants, *t, 0, whole_of(&usage[t]))).collect();
+        let allocations_fit = all_fit(self.settings.hbm, &allocations);
         let (runs, order) = if concurrent { self.concurrent(&live, &usage) } else { self.sliced(&live, &usage, now) };
-        let claims: Vec<Claim> = live.iter().map(|t| claim(&self.tenants, *t, order[t], concurrent)).collect();
+        let want = |u: &ShimReport| match (concurrent, allocations_fit) {
+            (true, true) => whole_of(u),
+            (true, false) => u.period,
+            (false, _) => u.want,
+        };
+        let claims: Vec<Claim> = live.iter().map(|t| claim(&self.tenants, *t, order[t], want(&usage[t]))).collect();
         let mut caps = divide(self.settings.hbm, &claims);
         if self.settings.switch == Switch::Whole && !concurrent {
             // The baseline keeps nothing of the tenants that do not run.

@@ -28,11 +28,21 @@ impl ProcessDevice {
         ChunkId(self.base + c.0)
     }
 
-    /// Starts the calls made at time `now`, on this process's own queues.
+    /// Starts the calls the application makes at time `now`, on this process's own queues.
     pub fn begin(&self, now: f64) {
+        self.begin_on(now, 0);
+    }
+
+    /// Starts the calls the agent makes at time `now`: its driver calls run beside the
+    /// application's, not behind them.
+    pub fn begin_agent(&self, now: f64) {
+        self.begin_on(now, 1);
+    }
+
+    fn begin_on(&self, now: f64, thread: u32) {
         let mut dev = self.dev.borrow_mut();
         dev.begin(now);
-        dev.set_queue(self.index);
+        dev.set_queue(self.index, thread);
     }
 
     /// When the work issued so far on `stream` is done.
