@@ -2,7 +2,7 @@
 //! by gmux-core's dispatcher, on one simulated GPU.
 
 use crate::workload::Arrivals;
-use gmux_core::sched::dispatch::{DispatchPolicy, JobView, KernelRecord, RemainingEstimator};
+use gmux_core::sched::dispatch::{DispatchPolicy, JobView, KernelKey, KernelRecord, RemainingEstimator};
 use gmux_core::TenantId;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -52,7 +52,7 @@ pub fn run(clients: &[(String, JobSpec)], policy: DispatchPolicy, duration_ns: f
     arrivals.sort_by(|a, b| a.0.total_cmp(&b.0));
     let mut est = RemainingEstimator::default();
     for (name, spec) in clients {
-        let profile = [KernelRecord { kernel: 0, count: spec.kernels as u64, time: (spec.kernels as f64 * spec.kernel_us * 1e3) as u64 }];
+        let profile = [KernelRecord { kernel: KernelKey::code(0), count: spec.kernels as u64, time: (spec.kernels as f64 * spec.kernel_us * 1e3) as u64 }];
         est.record(name, &profile);
     }
     let mut dispatcher = policy.build();
@@ -79,11 +79,13 @@ pub fn run(clients: &[(String, JobSpec)], policy: DispatchPolicy, duration_ns: f
             .iter()
             .map(|j| {
                 let (name, spec) = &clients[j.client];
+                let left = |done: u32| ((spec.kernels - done) as f64 * spec.kernel_us * 1e3) as u64;
                 JobView {
                     job: j.id,
                     client: TenantId(j.client as u32),
                     arrival: j.arrival as u64,
-                    remaining: est.estimate(name, &[(0, j.done as u64)]).unwrap_or(((spec.kernels - j.done) as f64 * spec.kernel_us * 1e3) as u64),
+                    remaining: est.estimate(name, &[(KernelKey::code(0), j.done as u64)]).unwrap_or(left(j.done)),
+                    total: est.total(name).unwrap_or(left(0)),
                 }
             })
             .collect();

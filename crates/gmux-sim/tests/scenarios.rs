@@ -59,6 +59,12 @@ fn paella_srpt_deficit_halves_short_job_p99() {
     let fifo = row(&r, "gmux-exact", "fifo", None).p99_ms.unwrap();
     let srpt = row(&r, "gmux-exact", "srpt-deficit", None).p99_ms.unwrap();
     assert!(srpt * 2.0 <= fifo, "SRPT+deficit P99 {srpt} ms vs FIFO {fifo} ms");
+    // Without a deficit bound, shortest-job-first favours the short jobs further; round
+    // robin over clients lands between FIFO and SRPT.
+    let sjf = row(&r, "gmux-exact", "sjf", None).p99_ms.unwrap();
+    let rr = row(&r, "gmux-exact", "rr", None).p99_ms.unwrap();
+    assert!(sjf <= srpt, "SJF P99 {sjf} ms vs SRPT+deficit {srpt} ms");
+    assert!(rr * 2.0 <= fifo && rr >= srpt, "round robin P99 {rr} ms between SRPT+deficit {srpt} and FIFO {fifo}");
 }
 
 #[test]

@@ -2,7 +2,14 @@
 //!
 //! [`SrptDeficit`] releases the kernel of the job with the shortest estimated remaining
 //! time unless a client's deficit counter shows it was starved past a threshold;
-//! [`RemainingEstimator`] learns the remaining-time estimate online.
+//! [`Fifo`], [`Sjf`] and [`ClientRoundRobin`] are the policies it is compared with.
+//! [`RemainingEstimator`] learns the time estimates online.
+
+mod estimate;
+#[cfg(test)]
+mod tests;
+
+pub use estimate::{KernelId, KernelKey, KernelRecord, RemainingEstimator};
 
 use crate::size::Nanos;
 use crate::tenant::TenantId;
@@ -20,11 +27,13 @@ pub struct JobView {
     pub arrival: Nanos,
     /// Estimated remaining processing time.
     pub remaining: Nanos,
+    /// Estimated processing time of the whole job.
+    pub total: Nanos,
 }
 
 /// A kernel-granular release policy.
 pub trait Dispatcher {
-    /// Fixed name (`fifo`, `srpt-deficit`).
+    /// Fixed name (`fifo`, `sjf`, `rr`, `srpt-deficit`).
     fn name(&self) -> &'static str;
     /// Index in `ready` of the job whose next kernel is released now (`None` when
     /// `ready` is empty); updates the state as if that kernel was dispatched.
@@ -47,6 +56,42 @@ impl Dispatcher for Fifo {
 
     fn pick(&mut self, ready: &[JobView]) -> Option<usize> {
         oldest(ready.iter().enumerate())
+    }
+}
+
+/// Shortest job first: the job with the least estimated total time (ties: oldest, then
+/// job id), whatever it has run; a shorter job that arrives takes the next kernel.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sjf;
+
+impl Dispatcher for Sjf {
+    fn name(&self) -> &'static str {
+        "sjf"
+    }
+
+    fn pick(&mut self, ready: &[JobView]) -> Option<usize> {
+        ready.iter().enumerate().min_by_key(|(_, j)| (j.total, j.arrival, j.job)).map(|(i, _)| i)
+    }
+}
+
+/// Round robin over clients, kernel by kernel: the oldest job of the next client with a
+/// ready job after the one served last (by client id, wrapping).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClientRoundRobin {
+    last: Option<TenantId>,
+}
+
+impl Dispatcher for ClientRoundRobin {
+    fn name(&self) -> &'static str {
+        "rr"
+    }
+
+    fn pick(&mut self, ready: &[JobView]) -> Option<usize> {
+        let present: BTreeSet<TenantId> = ready.iter().map(|j| j.client).collect();
+        let after = self.last.and_then(|l| present.range((std::ops::Bound::Excluded(l), std::ops::Bound::Unbounded)).next());
+        let client = *after.or_else(|| present.first())?;
+        self.last = Some(client);
+        oldest(ready.iter().enumerate().filter(|(_, j)| j.client == client))
     }
 }
 
@@ -109,6 +154,11 @@ impl Dispatcher for SrptDeficit {
 pub enum DispatchPolicy {
     /// `fifo`: oldest job first.
     Fifo,
+    /// `sjf`: least estimated total time first.
+    Sjf,
+    /// `rr`: clients in turn, a kernel each.
+    #[serde(rename = "rr")]
+    RoundRobin,
     /// `srpt-deficit`: shortest remaining time, fair past `threshold`.
     SrptDeficit {
         /// Deficit above which the most starved client goes first.
@@ -121,166 +171,9 @@ impl DispatchPolicy {
     pub fn build(self) -> Box<dyn Dispatcher> {
         match self {
             DispatchPolicy::Fifo => Box::new(Fifo),
+            DispatchPolicy::Sjf => Box::new(Sjf),
+            DispatchPolicy::RoundRobin => Box::new(ClientRoundRobin::default()),
             DispatchPolicy::SrptDeficit { threshold } => Box::new(SrptDeficit::new(threshold)),
-        }
-    }
-}
-
-/// Identifies a kernel within a job kind, e.g. a hash of its symbol name (Paella
-/// distinguishes kernels by their location in the shared library).
-pub type KernelId = u64;
-
-/// What one kernel did in one finished job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KernelRecord {
-    /// Which kernel.
-    pub kernel: KernelId,
-    /// How many times it ran in the job.
-    pub count: u64,
-    /// Total time of those runs.
-    pub time: Nanos,
-}
-
-#[derive(Debug, Clone, Default)]
-struct Profile {
-    jobs: u64,
-    kernels: BTreeMap<KernelId, (u64, Nanos)>,
-}
-
-/// Paella's remaining-time estimate, learned online per job kind.
-///
-/// A job kind is a string key (e.g. the model name): jobs of one kind run the same
-/// code. For each kind and kernel `k` it keeps `avgCount_k` (runs per finished job,
-/// counting 0 for jobs where `k` did not run) and `avgTime_k` (time per run), and
-/// estimates `remaining = Σ_k max(0, avgCount_k - count_k) * avgTime_k`.
-#[derive(Debug, Clone, Default)]
-pub struct RemainingEstimator {
-    kinds: BTreeMap<String, Profile>,
-}
-
-impl RemainingEstimator {
-    /// Adds a finished job of `kind` with its per-kernel counts and total times.
-    pub fn record(&mut self, kind: &str, kernels: &[KernelRecord]) {
-        let profile = self.kinds.entry(kind.to_string()).or_default();
-        profile.jobs += 1;
-        for k in kernels {
-            let (count, time) = profile.kernels.entry(k.kernel).or_insert((0, 0));
-            *count += k.count;
-            *time += k.time;
-        }
-    }
-
-    /// Remaining time of a running job of `kind` whose kernels have run `ran`
-    /// `(kernel, count so far)` times; `None` before any job of `kind` finished.
-    pub fn estimate(&self, kind: &str, ran: &[(KernelId, u64)]) -> Option<Nanos> {
-        let profile = self.kinds.get(kind)?;
-        let remaining: f64 = profile
-            .kernels
-            .iter()
-            .filter(|(_, (count, _))| *count > 0)
-            .map(|(kernel, &(count, time))| {
-                let avg_count = count as f64 / profile.jobs as f64;
-                let avg_time = time as f64 / count as f64;
-                let done: u64 = ran.iter().filter(|(k, _)| k == kernel).map(|(_, c)| c).sum();
-                (avg_count - done as f64).max(0.0) * avg_time
-            })
-            .sum();
-        Some(remaining.round() as Nanos)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-    use rand::{Rng, SeedableRng};
-    use rand_chacha::ChaCha8Rng;
-
-    fn job(job: u64, client: u32, arrival: Nanos, remaining: Nanos) -> JobView {
-        JobView { job, client: TenantId(client), arrival, remaining }
-    }
-
-    #[test]
-    fn fifo_picks_oldest_then_lowest_id() {
-        let ready = [job(4, 0, 30, 1), job(9, 1, 10, 50), job(2, 2, 10, 90)];
-        assert_eq!(Fifo.pick(&ready), Some(2));
-        assert_eq!(Fifo.pick(&ready[..2]), Some(1));
-        assert_eq!(Fifo.pick(&[]), None);
-    }
-
-    #[test]
-    fn srpt_picks_shortest() {
-        let mut d = SrptDeficit::new(10.0);
-        let ready = [job(1, 0, 0, 500), job(2, 1, 5, 20), job(3, 2, 1, 20), job(4, 0, 9, 300)];
-        assert_eq!(d.pick(&ready), Some(2));
-        assert!((d.deficit(TenantId(2)) + 2.0 / 3.0).abs() < 1e-12);
-        assert!((d.deficit(TenantId(0)) - 1.0 / 3.0).abs() < 1e-12);
-        assert_eq!(d.pick(&[]), None);
-    }
-
-    #[test]
-    fn deficit_forces_the_starved_client() {
-        let mut d = SrptDeficit::new(1.0);
-        let ready = [job(1, 0, 0, 1_000), job(2, 0, 3, 900), job(3, 1, 7, 10)];
-        let picks: Vec<usize> = (0..6).map(|_| d.pick(&ready).unwrap()).collect();
-        assert_eq!(picks, [2, 2, 2, 0, 2, 0]);
-        assert_eq!(d.deficit(TenantId(0)), 1.0);
-        assert_eq!(d.deficit(TenantId(0)) + d.deficit(TenantId(1)), 0.0);
-        assert_eq!(d.deficit(TenantId(7)), 0.0);
-    }
-
-    #[test]
-    fn policy_builds_by_name() {
-        assert_eq!(DispatchPolicy::Fifo.build().name(), "fifo");
-        let d = DispatchPolicy::SrptDeficit { threshold: 2.0 }.build();
-        assert_eq!(d.name(), "srpt-deficit");
-    }
-
-    #[test]
-    fn estimator_follows_paella_formula() {
-        let mut e = RemainingEstimator::default();
-        assert_eq!(e.estimate("resnet", &[]), None);
-        e.record("resnet", &[KernelRecord { kernel: 1, count: 2, time: 20 }, KernelRecord { kernel: 2, count: 1, time: 100 }]);
-        e.record("resnet", &[KernelRecord { kernel: 1, count: 4, time: 40 }, KernelRecord { kernel: 2, count: 1, time: 300 }]);
-        e.record("bert", &[KernelRecord { kernel: 1, count: 1, time: 7 }]);
-        // kernel 1: avgCount 3, avgTime 10; kernel 2: avgCount 1, avgTime 200.
-        assert_eq!(e.estimate("resnet", &[]), Some(3 * 10 + 200));
-        assert_eq!(e.estimate("resnet", &[(1, 1)]), Some(2 * 10 + 200));
-        assert_eq!(e.estimate("resnet", &[(1, 5), (2, 1)]), Some(0));
-        assert_eq!(e.estimate("resnet", &[(2, 1), (9, 4)]), Some(30));
-        e.record("resnet", &[KernelRecord { kernel: 1, count: 3, time: 30 }]);
-        // kernel 2 absent in the third job: avgCount 2/3.
-        assert_eq!(e.estimate("resnet", &[(1, 3)]), Some(133));
-    }
-
-    proptest! {
-        #[test]
-        fn deficit_never_exceeds_threshold_plus_one(
-            seed in any::<u64>(),
-            clients in 2u32..6,
-            threshold in prop::sample::select(vec![0.0, 0.5, 1.0, 2.0, 5.0]),
-        ) {
-            let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            let mut d = SrptDeficit::new(threshold);
-            let mut next = 0u64;
-            let mut jobs: Vec<JobView> = Vec::new();
-            for step in 0..2_000u64 {
-                for c in 0..clients {
-                    while !jobs.iter().any(|j| j.client.0 == c) || rng.gen_bool(0.05) {
-                        next += 1;
-                        jobs.push(job(next, c, step, rng.gen_range(1..100_000)));
-                    }
-                }
-                let i = d.pick(&jobs).unwrap();
-                jobs[i].remaining = jobs[i].remaining.saturating_sub(rng.gen_range(0..5_000));
-                if jobs[i].remaining == 0 {
-                    jobs.swap_remove(i);
-                }
-                for c in 0..clients {
-                    let deficit = d.deficit(TenantId(c));
-                    prop_assert!(deficit <= threshold + 1.0 + 1e-9, "client {} deficit {} at step {}", c, deficit, step);
-                }
-            }
         }
     }
 }
