@@ -52,6 +52,23 @@ struct Profile {
     kernels: BTreeMap<KernelKey, Stat>,
 }
 
+impl Profile {
+    /// Kernel `kernel`'s history, made if there is room for it.
+    fn stat(&mut self, kernel: KernelKey) -> Option<&mut Stat> {
+        if !self.kernels.contains_key(&kernel) && self.kernels.len() >= MAX_KERNELS {
+            return None;
+        }
+        Some(self.kernels.entry(kernel).or_default())
+    }
+}
+
+/// Most job kinds one estimator learns: kinds and kernels come from applications, so
+/// what they can make it keep is bounded; past the bound, new kinds are not learned.
+pub const MAX_KINDS: usize = 256;
+
+/// Most kernels (code and grid) one job kind keeps; past it, new ones are not learned.
+pub const MAX_KERNELS: usize = 4096;
+
 /// Paella's remaining-time estimate, learned online per job kind.
 ///
 /// A job kind is a string key (e.g. the model name): jobs of one kind run the same
@@ -67,18 +84,20 @@ pub struct RemainingEstimator {
 impl RemainingEstimator {
     /// A run of `kernel` in a job of `kind` took `time`, as measured when it completed.
     pub fn observe(&mut self, kind: &str, kernel: KernelKey, time: Nanos) {
-        let stat = self.profile(kind).kernels.entry(kernel).or_default();
-        stat.timed += 1;
-        stat.time = stat.time.saturating_add(time);
+        if let Some(stat) = self.profile(kind).and_then(|p| p.stat(kernel)) {
+            stat.timed += 1;
+            stat.time = stat.time.saturating_add(time);
+        }
     }
 
     /// A job of `kind` finished, having run each kernel `(kernel, count)` times.
     pub fn finish(&mut self, kind: &str, counts: &[(KernelKey, u64)]) {
-        let profile = self.profile(kind);
+        let Some(profile) = self.profile(kind) else { return };
         profile.jobs += 1;
         for (kernel, count) in counts {
-            let stat = profile.kernels.entry(*kernel).or_default();
-            stat.runs = stat.runs.saturating_add(*count);
+            if let Some(stat) = profile.stat(*kernel) {
+                stat.runs = stat.runs.saturating_add(*count);
+            }
         }
     }
 
@@ -86,9 +105,10 @@ impl RemainingEstimator {
     /// kernel's time observed as one run of the total, then the job finished.
     pub fn record(&mut self, kind: &str, kernels: &[KernelRecord]) {
         for k in kernels.iter().filter(|k| k.count > 0) {
-            let stat = self.profile(kind).kernels.entry(k.kernel).or_default();
-            stat.timed += k.count;
-            stat.time = stat.time.saturating_add(k.time);
+            if let Some(stat) = self.profile(kind).and_then(|p| p.stat(k.kernel)) {
+                stat.timed = stat.timed.saturating_add(k.count);
+                stat.time = stat.time.saturating_add(k.time);
+            }
         }
         let counts: Vec<(KernelKey, u64)> = kernels.iter().map(|k| (k.kernel, k.count)).collect();
         self.finish(kind, &counts);
@@ -118,10 +138,11 @@ impl RemainingEstimator {
         self.estimate(kind, &[])
     }
 
-    fn profile(&mut self, kind: &str) -> &mut Profile {
-        if !self.kinds.contains_key(kind) {
+    /// Kind `kind`'s profile, made if there is room for it.
+    fn profile(&mut self, kind: &str) -> Option<&mut Profile> {
+        if !self.kinds.contains_key(kind) && self.kinds.len() < MAX_KINDS {
             self.kinds.insert(kind.to_string(), Profile::default());
         }
-        self.kinds.get_mut(kind).expect("inserted")
+        self.kinds.get_mut(kind)
     }
 }

@@ -9,7 +9,7 @@ mod estimate;
 #[cfg(test)]
 mod tests;
 
-pub use estimate::{KernelId, KernelKey, KernelRecord, RemainingEstimator};
+pub use estimate::{KernelId, KernelKey, KernelRecord, RemainingEstimator, MAX_KERNELS, MAX_KINDS};
 
 use crate::size::Nanos;
 use crate::tenant::TenantId;

@@ -113,6 +113,24 @@ fn the_estimate_keys_kernels_by_grid_and_learns_each_run() {
     assert_eq!(e.total("llm"), Some(2 * 10 + 2_000));
 }
 
+/// Kinds and kernels past the bounds are not learned, and the ones learned keep working.
+#[test]
+fn the_estimate_keeps_at_most_its_bounds_of_kinds_and_kernels() {
+    let mut e = RemainingEstimator::default();
+    for i in 0..MAX_KINDS + 10 {
+        e.record(&format!("kind-{i}"), &[KernelRecord { kernel: k(1), count: 1, time: 5 }]);
+    }
+    assert_eq!(e.total("kind-0"), Some(5));
+    assert_eq!(e.total(&format!("kind-{}", MAX_KINDS - 1)), Some(5));
+    assert_eq!(e.total(&format!("kind-{MAX_KINDS}")), None, "past the bound of kinds");
+    for g in 0..MAX_KERNELS as u32 + 10 {
+        e.observe("kind-0", KernelKey { kernel: 2, grid: [g, 1, 1] }, 1);
+    }
+    let last = KernelKey { kernel: 2, grid: [MAX_KERNELS as u32 + 5, 1, 1] };
+    e.finish("kind-0", &[(k(1), 1), (last, 100)]);
+    assert_eq!(e.total("kind-0"), Some(5), "the kernel past the bound counts nothing");
+}
+
 proptest! {
     #[test]
     fn deficit_never_exceeds_threshold_plus_one(
