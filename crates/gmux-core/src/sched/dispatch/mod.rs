@@ -45,6 +45,11 @@ fn oldest<'a>(candidates: impl Iterator<Item = (usize, &'a JobView)>) -> Option<
     candidates.min_by_key(|(_, j)| (j.arrival, j.job)).map(|(i, _)| i)
 }
 
+/// Index of the job in `ready` with the least `time` (ties: oldest, then job id).
+fn least(ready: &[JobView], time: impl Fn(&JobView) -> Nanos) -> Option<usize> {
+    ready.iter().enumerate().min_by_key(|(_, j)| (time(j), j.arrival, j.job)).map(|(i, _)| i)
+}
+
 /// First come, first served: the oldest job (ties by job id).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Fifo;
@@ -70,7 +75,7 @@ impl Dispatcher for Sjf {
     }
 
     fn pick(&mut self, ready: &[JobView]) -> Option<usize> {
-        ready.iter().enumerate().min_by_key(|(_, j)| (j.total, j.arrival, j.job)).map(|(i, _)| i)
+        least(ready, |j| j.total)
     }
 }
 
@@ -126,7 +131,7 @@ impl SrptDeficit {
         let starved = present.iter().map(|&c| (c, self.deficit(c))).filter(|&(_, d)| d > self.threshold).max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
         match starved {
             Some((client, _)) => oldest(ready.iter().enumerate().filter(|(_, j)| j.client == client)),
-            None => ready.iter().enumerate().min_by_key(|(_, j)| (j.remaining, j.arrival, j.job)).map(|(i, _)| i),
+            None => least(ready, |j| j.remaining),
         }
     }
 }
