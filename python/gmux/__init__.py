@@ -16,6 +16,8 @@ import struct
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
+from .jobs import JobError, job, job_begin, job_end, jobs_tracked, ping
+
 __all__ = [
     "GmuxError",
     "daemon_sockets",
@@ -31,6 +33,12 @@ __all__ = [
     "on_pressure",
     "torch_empty_cache_on_pressure",
     "Watcher",
+    "job",
+    "job_begin",
+    "job_end",
+    "jobs_tracked",
+    "ping",
+    "JobError",
 ]
 
 Event = Dict[str, Any]

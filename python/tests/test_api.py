@@ -157,3 +157,59 @@ def test_current_names_this_process_tenant_under_gmux_run(daemon, monkeypatch):
 def test_a_missing_daemon_says_how_to_start_one(tmp_path):
     with pytest.raises(gmux.GmuxError, match="gmux daemon"):
         gmux.tenants(str(tmp_path / "none.sock"))
+
+
+SERVING = r"""
+import ctypes, sys, gmux
+cuda = ctypes.CDLL("libcuda.so.1")
+dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+assert cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0
+assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0 and cuda.cuCtxSetCurrent(ctx) == 0
+assert cuda.cuMemAlloc_v2(ctypes.byref(ptr), 1 << 20) == 0
+assert gmux.jobs_tracked()
+for i in range(20):
+    with gmux.job("small" if i % 2 else "large", expected_ms=2 + i % 2):
+        assert cuda.cuMemsetD32_v2(ptr, i, 1 << 18) == 0
+rtt = gmux.ping()
+assert rtt is not None and rtt > 0, rtt
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_jobs_marked_in_python_reach_the_daemon(daemon, tmp_path):
+    sock, _ = daemon
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GMUX_")}
+    env.update(
+        GMUX_SHIM=os.environ["GMUX_TEST_SHIM"],
+        GMUX_CUDA_LIB=str(tmp_path / "libcuda.so.1"),
+        LD_LIBRARY_PATH=str(tmp_path),
+        GMUX_STANDIN_MEM=str(1 << 30),
+        GMUX_SOCKET=sock,
+        GMUX_TENANT="py",
+        PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(gmux.__file__))),
+    )
+    p = subprocess.Popen([BIN, "run", "--", sys.executable, "-c", SERVING], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        assert line == "ready\n", p.stderr.read() if p.poll() is not None else line
+        jobs = next(t for t in gmux.tenants(sock) if t["name"] == "py")["jobs"]
+        assert (jobs["done"], jobs["running"], jobs["refused"]) == (20, 0, 0), jobs
+        kinds = {k["name"]: k for k in jobs["kinds"]}
+        assert kinds["large"]["done"] == 10 and kinds["large"]["expected_ms"] == 2.0, jobs
+        assert kinds["small"]["done"] == 10 and kinds["small"]["expected_ms"] == 3.0, jobs
+    finally:
+        p.stdin.close()
+        p.wait(timeout=20)
+
+
+def test_jobs_outside_gmux_mark_nothing_and_bad_marks_are_refused():
+    assert not gmux.jobs_tracked()
+    with gmux.job("anything", expected_ms=5) as j:
+        pass
+    assert j.number == 0 and gmux.ping() is None
+    for bad in (-1, float("nan"), float("inf")):
+        with pytest.raises(gmux.JobError, match="expected_ms"):
+            gmux.job_begin("x", bad)
+    with pytest.raises(gmux.JobError, match="text"):
+        gmux.job_begin(b"bytes")

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// Version of these messages. A `Hello` of another version is refused with a
 /// [`Refused`] that says so: a shim and a daemon of different builds never half-agree.
-pub const PROTOCOL: u32 = 5;
+pub const PROTOCOL: u32 = 6;
 
 /// Shim → daemon.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,6 +32,12 @@ pub enum FromShim {
     },
     /// The shim's state now.
     Report(ShimReport),
+    /// The first line of a second connection of a registered process: asks for its
+    /// serving channel, which the daemon hands over with a [`ChannelReady`] line.
+    Channel {
+        /// [`PROTOCOL`] of the shim.
+        version: u32,
+    },
     /// A trace line of a memory program of the daemon's policy `policy` (at most
     /// [`MAX_TRACE`] bytes; the daemon cuts and rate-limits what it is sent).
     Trace {
@@ -140,6 +146,15 @@ pub struct ShimReport {
 pub struct Refused {
     /// The cause and the fix, one line.
     pub refused: String,
+}
+
+/// Daemon → shim, on the connection that asked for a channel: the line that carries the
+/// channel's memfd and eventfd (`SCM_RIGHTS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelReady {
+    /// Slots of each of its rings.
+    pub slots: u32,
 }
 
 /// Daemon → shim: write a key of map `map` of the daemon's policy `policy` in the

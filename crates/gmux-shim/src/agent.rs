@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+pub use connect::{open_channel, registrations};
 pub use gate::{gate, wait_grant};
 
 /// How often the worker reports when nothing else wakes it.

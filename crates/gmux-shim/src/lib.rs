@@ -24,6 +24,7 @@ pub mod exports;
 pub mod graph;
 pub mod graph_split;
 pub mod intercept;
+pub mod jobs;
 pub mod policy;
 pub mod predict;
 pub mod profile;

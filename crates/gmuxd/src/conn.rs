@@ -139,6 +139,7 @@ async fn serve_conn(s: Arc<Shared>, stream: UnixStream, slot: Slot) {
             let hello = Hello { version, tenant: &tenant, priority, high, resume, gpu: gpu.as_deref() };
             serve_tenant(&s, reader, write, who, &hello).await;
         }
+        Ok(FromShim::Channel { version }) => super::channels::hand_over(&s, write, who, version).await,
         _ => {
             let answer = match serde_json::from_str::<Request>(line.trim()) {
                 Ok(Request::Stop) if who.uid == s.owner || who.uid == 0 => {
@@ -186,7 +187,7 @@ async fn serve_conn(s: Arc<Shared>, stream: UnixStream, slot: Slot) {
                 }
                 Ok(req) => {
                     let mut d = s.lock();
-                    let answer = ctl::answer(&mut d, &req, who, s.owner);
+                    let answer = ctl::answer(&mut d, &req, who, s.owner, &|t| s.channels.jobs(t));
                     if let (Request::Set { tenant, knob, value }, true) = (&req, answer.ok) {
                         let uid = d.tenants.find(tenant).ok().and_then(|t| d.tenants.get(t).owner);
                         s.publish(Notice { uid, event: Event::KnobSet { tenant: tenant.clone(), knob: knob.clone(), value: value.clone() } });

@@ -2,7 +2,7 @@
 //! client side, including starting a daemon on demand for `gmux run`.
 
 use super::server::Peer;
-use super::status::{status, table};
+use super::status::{status, table, Jobs};
 use crate::Failure;
 use gmux_core::arbiter::event::Event;
 use gmux_core::arbiter::Arbiter;
@@ -162,15 +162,16 @@ impl Reply {
 
 /// Answers `req` from `who`. Everyone may list and read the tenants of their own user;
 /// the daemon's owner (uid `owner`) and root may read all and write knobs. A tenant a user
-/// may not read gets the same answer as one that does not exist.
-pub fn answer(d: &mut Arbiter, req: &Request, who: Peer, owner: u32) -> Reply {
+/// may not read gets the same answer as one that does not exist. `jobs` gives the jobs
+/// a tenant's processes mark.
+pub fn answer(d: &mut Arbiter, req: &Request, who: Peer, owner: u32, jobs: Jobs<'_>) -> Reply {
     let admin = who.uid == owner || who.uid == 0;
     let may_read = |d: &Arbiter, t: TenantId| admin || d.tenants.get(t).owner == Some(who.uid);
     // Exited tenants stay readable by their user and the owner (their counters).
     let find = |d: &Arbiter, name: &str| d.tenants.find(name).ok().filter(|t| may_read(d, *t));
     match req {
         Request::Ps { json } => {
-            let s = status(d, &|t| may_read(d, t), admin);
+            let s = status(d, &|t| may_read(d, t), admin, jobs);
             Reply::ok(if *json { serde_json::to_string(&s).expect("serializable") } else { table(&s) })
         }
         Request::Get { tenant, knob, json } => {

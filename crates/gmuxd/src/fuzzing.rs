@@ -87,7 +87,7 @@ pub fn take(d: &mut Arbiter, step: Step, now: Nanos) -> Result<(), String> {
     }
     d.notices.clear();
     for json in [false, true] {
-        ctl::answer(d, &Request::Ps { json }, Peer { pid: 1, uid: 0 }, OWNER);
+        ctl::answer(d, &Request::Ps { json }, Peer { pid: 1, uid: 0 }, OWNER, &crate::status::no_jobs);
     }
     Ok(())
 }
@@ -104,10 +104,14 @@ fn take_line(d: &mut Arbiter, conn: u64, who: Peer, line: &str) {
         }
         // Told to `gmux events` or kept by the server's policies, never seen by the arbiter.
         Ok(FromShim::Trace { .. } | FromShim::MapSnapshot { .. }) => {}
+        // Answered outside the arbiter, which only finds the asker's connection.
+        Ok(FromShim::Channel { .. }) => {
+            let _ = d.conn_of_pid(who.pid);
+        }
         Err(_) => {
             if let Ok(req) = serde_json::from_str::<Request>(line) {
                 if req != Request::Stop {
-                    ctl::answer(d, &req, who, OWNER);
+                    ctl::answer(d, &req, who, OWNER, &crate::status::no_jobs);
                 }
             }
         }

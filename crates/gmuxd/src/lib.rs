@@ -4,6 +4,7 @@
 //! much GPU memory each process may hold) are `gmux_core::arbiter`'s. The `gmux` CLI runs
 //! it.
 
+mod channels;
 mod conn;
 pub mod ctl;
 #[cfg(test)]

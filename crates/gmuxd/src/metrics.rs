@@ -124,7 +124,7 @@ impl Metrics {
         daemon_gauge(&mut r, "swapped_bytes", "Memory all live tenants hold in host memory, evicted", Some(s.swapped));
         daemon_gauge(&mut r, "tenants", "Live tenants", Some(s.tenants.len() as u64));
 
-        let gauges: [Series<Option<u64>>; 8] = [
+        let gauges: [Series<Option<u64>>; 10] = [
             ("tenant_held_bytes", "GPU memory the tenant holds, mapped or spare (gmem.current)", |t| Some(t.held)),
             ("tenant_resident_bytes", "Bytes of the tenant's memory resident on the GPU", |t| Some(t.resident)),
             ("tenant_wanted_bytes", "Bytes the tenant's next slice is forecast to use", |t| Some(t.want)),
@@ -133,6 +133,10 @@ impl Metrics {
             ("tenant_limit_low_bytes", "gmem.limit.low", |t| Some(t.limit_low)),
             ("tenant_processes", "Processes of the tenant", |t| Some(t.pids.len() as u64)),
             ("tenant_running", "1 while the tenant's processes may release commands", |t| Some(u64::from(t.state == State::Running))),
+            ("tenant_jobs_running", "Jobs the tenant's live processes marked begun and not ended (absent: none marks jobs)", |t| {
+                t.jobs.as_ref().map(|j| j.running)
+            }),
+            ("tenant_jobs_done", "Jobs the tenant's live processes marked ended (absent: none marks jobs)", |t| t.jobs.as_ref().map(|j| j.done)),
         ];
         for (name, help, get) in gauges {
             let f = Family::<TenantLabels, Gauge<u64, AtomicU64>>::default();
@@ -260,7 +264,7 @@ async fn answer(mut conn: tokio::net::TcpStream, shared: &Shared) -> std::io::Re
     match (method, path) {
         (b"GET", b"/metrics") => {
             let Some(metrics) = shared.metrics.as_ref() else { return Ok(()) };
-            let s = status(&shared.lock(), &|_| true, true);
+            let s = status(&shared.lock(), &|_| true, true, &|t| shared.channels.jobs(t));
             respond(&mut conn, "200 OK", prometheus_text::CONTENT_TYPE, &metrics.encode(&s)).await
         }
         (b"GET", _) => respond(&mut conn, "404 Not Found", "text/plain", "gmuxd serves only /metrics\n").await,
@@ -301,6 +305,7 @@ mod tests {
             switches: 9,
             launches_held_ns: 1_500_000_000,
             gmem_events: gmux_core::arbiter::mem_events::MemEvents { high: 4, ..Default::default() },
+            jobs: None,
             pressure: gmux_core::pressure::Pressure {
                 some: gmux_core::pressure::Averages { avg10: 0.25, total_ns: 2_500_000_000, ..Default::default() },
                 ..Default::default()

@@ -4,6 +4,7 @@
 //! decisions themselves are [`Arbiter`]'s, under one lock that is never held across an
 //! await or a socket write.
 
+use super::channels::Channels;
 use super::journal::{self, Entry, Journal, Settings};
 use super::log::say;
 use super::metrics::{self, Metrics};
@@ -99,6 +100,8 @@ pub(crate) struct Shared {
     pub(crate) watches: Mutex<Vec<Watch>>,
     /// Refusals told to `gmux events` per uid in the current second, and when it began.
     pub(crate) refusals_told: Mutex<HashMap<u32, (Instant, u32)>>,
+    /// The processes' serving channels, read by the dispatcher thread.
+    pub(crate) channels: Channels,
 }
 
 /// Locks `m`, taking over from a holder that panicked.
@@ -195,6 +198,7 @@ impl Shared {
             conns.retain(|c| *c != conn);
         }
         lock(&self.out).remove(&conn);
+        self.channels.remove(conn);
         self.decide(&mut d);
         if d.live().is_empty() {
             *lock(&self.last_tenant) = Instant::now();
@@ -255,13 +259,20 @@ pub fn serve(path: &Path, settings: Settings, opts: &Options) -> Result<(), Fail
         events: broadcast::channel(EVENTS_KEPT).0,
         watches: Mutex::new(Vec::new()),
         refusals_told: Mutex::new(HashMap::new()),
+        channels: Channels::new().map_err(|e| Failure::Runtime(format!("cannot start the serving channels' dispatcher: {e}")))?,
     });
+    let dispatcher = {
+        let shared = shared.clone();
+        std::thread::Builder::new().name("gmuxd-dispatch".into()).spawn(move || shared.channels.dispatch())
+    }
+    .map_err(|e| Failure::Runtime(format!("cannot start the serving channels' dispatcher: {e}")))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("gmuxd")
         .enable_all()
         .build()
         .map_err(|e| Failure::Runtime(format!("cannot start the daemon's runtime: {e}")))?;
+    let channels = shared.clone();
     let served = rt.block_on(async move {
         let listener = tokio::net::UnixListener::from_std(listener).map_err(|e| Failure::Runtime(e.to_string()))?;
         for (pid, start) in awaited {
@@ -281,6 +292,8 @@ pub fn serve(path: &Path, settings: Settings, opts: &Options) -> Result<(), Fail
         Ok(())
     });
     rt.shutdown_timeout(Duration::from_millis(500));
+    channels.channels.stop();
+    let _ = dispatcher.join();
     super::log::flush();
     drop(held);
     served

@@ -109,14 +109,70 @@ pub struct TenantStatus {
     pub pressure: Pressure,
     /// `gmem.events`: how often it met each memory boundary.
     pub gmem_events: MemEvents,
+    /// The jobs its live processes mark through their serving channels (absent: none
+    /// opened one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<JobsStatus>,
+}
+
+/// The jobs a tenant's applications mark (`gmux_job_begin`/`gmux_job_end`, or
+/// `gmux.job` in Python).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobsStatus {
+    /// Jobs begun and not ended.
+    pub running: u64,
+    /// Jobs ended.
+    pub done: u64,
+    /// Marks refused: a job begun twice, ended without a begin, or past the bounds (1,024
+    /// running, 256 names per process).
+    pub refused: u64,
+    /// Per job name, the 32 with the most jobs ended.
+    pub kinds: Vec<JobKindStatus>,
+}
+
+/// The jobs of one name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobKindStatus {
+    /// The name the application gave.
+    pub name: String,
+    /// Jobs ended.
+    pub done: u64,
+    /// Their mean time from begin to end, in milliseconds.
+    pub mean_ms: f64,
+    /// The longest, in milliseconds.
+    pub max_ms: f64,
+    /// The newest estimate the application gave, in milliseconds.
+    pub expected_ms: Option<f64>,
+    #[serde(skip)]
+    total_ns: u64,
+}
+
+impl JobKindStatus {
+    /// One process's jobs of a name.
+    pub fn of(k: &gmux_core::sched::dispatch::JobKind) -> JobKindStatus {
+        let mut s = JobKindStatus { name: k.name.clone(), done: 0, mean_ms: 0.0, max_ms: 0.0, expected_ms: None, total_ns: 0 };
+        s.add(k);
+        s
+    }
+
+    /// Adds another process's jobs of the same name.
+    pub fn add(&mut self, k: &gmux_core::sched::dispatch::JobKind) {
+        self.done += k.done;
+        self.total_ns = self.total_ns.saturating_add(k.total_ns);
+        self.mean_ms = if self.done == 0 { 0.0 } else { self.total_ns as f64 / self.done as f64 / 1e6 };
+        self.max_ms = self.max_ms.max(k.max_ns as f64 / 1e6);
+        if k.expected_ns > 0 {
+            self.expected_ms = Some(k.expected_ns as f64 / 1e6);
+        }
+    }
 }
 
 /// The status of `d` with the tenants `visible` says the asker may read; `everyone` when
 /// that is all of them (the daemon-wide peak is shown only then: totals never tell of a
-/// tenant the asker may not read).
-pub fn status(d: &Arbiter, visible: &dyn Fn(TenantId) -> bool, everyone: bool) -> Status {
+/// tenant the asker may not read). `jobs` gives a tenant's marked jobs.
+pub fn status(d: &Arbiter, visible: &dyn Fn(TenantId) -> bool, everyone: bool, jobs: Jobs<'_>) -> Status {
     let live = d.live();
-    let tenants: Vec<TenantStatus> = live.iter().copied().filter(|t| visible(*t)).map(|t| tenant(d, t)).collect();
+    let tenants: Vec<TenantStatus> = live.iter().copied().filter(|t| visible(*t)).map(|t| TenantStatus { jobs: jobs(t), ..tenant(d, t) }).collect();
     let owner = live.iter().copied().find(|t| d.running_now(*t) && visible(*t));
     Status {
         gpu: d.settings.gpu.clone(),
@@ -130,6 +186,14 @@ pub fn status(d: &Arbiter, visible: &dyn Fn(TenantId) -> bool, everyone: bool) -
         slice_owner: owner.filter(|_| d.slice_end().is_some()).map(|t| d.tenants.get(t).name.clone()),
         tenants,
     }
+}
+
+/// The jobs a tenant's processes mark, from the serving channels.
+pub type Jobs<'a> = &'a dyn Fn(TenantId) -> Option<JobsStatus>;
+
+/// No jobs: for a status without serving channels.
+pub fn no_jobs(_: TenantId) -> Option<JobsStatus> {
+    None
 }
 
 fn tenant(d: &Arbiter, t: TenantId) -> TenantStatus {
@@ -167,6 +231,7 @@ fn tenant(d: &Arbiter, t: TenantId) -> TenantStatus {
         launches_held_ns: u.launches_held_ns,
         pressure: d.pressure(t),
         gmem_events: d.mem_events(t),
+        jobs: None,
     }
 }
 

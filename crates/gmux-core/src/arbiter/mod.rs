@@ -320,6 +320,11 @@ impl Arbiter {
         self.procs.get(&conn).map(|p| p.tenant)
     }
 
+    /// The newest connection of live process `pid`, and its tenant.
+    pub fn conn_of_pid(&self, pid: u32) -> Option<(u64, TenantId)> {
+        self.procs.iter().filter(|(_, p)| p.pid == pid).max_by_key(|(c, _)| **c).map(|(c, p)| (*c, p.tenant))
+    }
+
     /// Bytes of GPU memory the process on `conn` last reported holding.
     pub fn usage_of_conn(&self, conn: u64) -> u64 {
         self.procs.get(&conn).map_or(0, |p| p.report.held)

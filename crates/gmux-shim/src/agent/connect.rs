@@ -6,11 +6,12 @@
 use super::{agent, apply, Agent};
 use crate::config::config;
 use crate::devices::MAX_DEVICES;
-use gmux_core::protocol::{FromShim, Grant, MapWrite, Policies, Refused, Resume, PROTOCOL};
+use gmux_core::protocol::{ChannelReady, FromShim, Grant, MapWrite, Policies, Refused, Resume, PROTOCOL};
 use gmux_core::size::format_size;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -141,7 +142,36 @@ pub(super) fn register(dev: usize, path: &Path, gpu: Option<String>, resume: Opt
     }
     stream.set_read_timeout(None).map_err(unreachable)?;
     let grant = serde_json::from_str::<Grant>(first.trim()).map_err(|_| Failed::Refused(refusal(first.trim())))?;
+    REGISTRATIONS.fetch_add(1, Ordering::Release);
     Ok((stream, reader, grant))
+}
+
+/// Registrations so far, of every device: a serving channel opened before the newest
+/// one may be a daemon's that is gone.
+static REGISTRATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times this process registered with a daemon.
+pub fn registrations() -> u64 {
+    REGISTRATIONS.load(Ordering::Acquire)
+}
+
+/// Opens the serving channel with device `dev`'s daemon: on a second connection, which
+/// the daemon answers with the channel's memory and eventfd.
+pub fn open_channel(dev: usize) -> Result<gmux_channel::Client, String> {
+    let d = DAEMONS.get(dev).and_then(OnceLock::get).ok_or("the process has not registered with gmuxd")?;
+    let fail = |e: std::io::Error| format!("cannot open a serving channel with gmuxd at {}: {e}", d.socket.display());
+    let stream = UnixStream::connect(&d.socket).map_err(fail)?;
+    match peer_uid(&stream) {
+        // SAFETY: geteuid has no preconditions.
+        Ok(uid) if uid == 0 || uid == unsafe { libc::geteuid() } => {}
+        _ => return Err(format!("gmuxd at {} is not served by you or root; not talking to it", d.socket.display())),
+    }
+    let mut line = serde_json::to_string(&FromShim::Channel { version: PROTOCOL }).expect("serializable");
+    line.push('\n');
+    match gmux_channel::Client::ask(&stream, line.as_bytes(), ANSWER_WITHIN).map_err(fail)? {
+        (answer, Some(client)) if serde_json::from_str::<ChannelReady>(&answer).is_ok() => Ok(client),
+        (answer, _) => Err(format!("gmuxd at {} gave no serving channel: {}", d.socket.display(), refusal(&answer))),
+    }
 }
 
 /// Reads grants and policies from the daemon for the life of the process: when the

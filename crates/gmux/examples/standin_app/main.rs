@@ -27,7 +27,7 @@
 //! --buffers N --bytes B`, `graph-temp --bytes B`, `graph-nodes --bytes B --copy C` (CUDA graphs: see `graphs.rs`), `app-vmm --handles N --bytes B` and
 //! `big-copy --bytes B`, `global-refs --buffers N --bytes B --rounds R`, `opaque --buffers N --bytes B --rounds R` (see `memory.rs`),
 //! `packed-tables` and `large-table` (see `tables.rs`), `free-async` and `churn` (see
-//! `churn.rs`).
+//! `churn.rs`), `jobs --count N [--pings P]` (see `jobs.rs`).
 //!
 //! The driver binding is in `app.rs` and the kernels in `kernels.rs`; each scenario is
 //! documented in its file: `oversub.rs` (`oversub`, `shared-read`, `loop`), `sync.rs`
@@ -44,6 +44,7 @@ mod app;
 mod churn;
 mod devices;
 mod graphs;
+mod jobs;
 mod kernels;
 mod memory;
 mod oversub;
@@ -128,6 +129,7 @@ fn main() {
         "large-table" => tables::large_table(&app, &opts),
         "free-async" => churn::free_async(&app, &opts),
         "churn" => churn::churn(&app, &opts),
+        "jobs" => jobs::jobs(&app, &opts),
         other => fail(format!("unknown subcommand {other:?}")),
     };
     std::process::exit(if ok { 0 } else { 1 })

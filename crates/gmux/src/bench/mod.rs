@@ -1,7 +1,8 @@
 //! `gmux bench`: benchmarks of the daemon. The GPU ones run real tenant processes (the
 //! PyTorch programs in `gpu/`) and keep every process's log under `--out`; `daemon-scale`
-//! `daemon-fuzz`, `forecast` and `hooks` run on the CPU. Each prints a table and writes JSON.
+//! `daemon-fuzz`, `forecast`, `hooks` and `channel` run on the CPU. Each prints a table and writes JSON.
 
+mod channel;
 mod cooperate;
 mod forecast;
 mod fuzz;
@@ -39,6 +40,9 @@ pub enum BenchCommand {
     /// What one call of each hook costs with a policy's programs attached, compiled and
     /// interpreted (CPU only).
     Hooks(hooks::HooksArgs),
+    /// The serving channel's round trip through a real daemon's dispatcher, and what an
+    /// idle client and daemon cost (CPU only).
+    Channel(channel::ChannelArgs),
     /// What gmux adds to a kernel launch: native against `gmux run`, one GPU.
     Launch(launch::LaunchArgs),
     /// The launch loop `gmux bench launch` runs in each child process.
@@ -57,6 +61,7 @@ pub fn bench(cmd: &BenchCommand) -> Result<(), Failure> {
         BenchCommand::DaemonFuzz(a) => fuzz::run(a),
         BenchCommand::Forecast(a) => forecast::run(a),
         BenchCommand::Hooks(a) => hooks::run(a),
+        BenchCommand::Channel(a) => channel::run(a),
         BenchCommand::Launch(a) => launch::run(a),
         BenchCommand::LaunchLoop(a) => launch_loop::run(a),
     }

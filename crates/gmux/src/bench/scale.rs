@@ -79,7 +79,7 @@ pub fn run(a: &ScaleArgs) -> Result<(), Failure> {
     }
     times.sort_by(f64::total_cmp);
     let t = Instant::now();
-    let ps = ctl::answer(&mut d, &Request::Ps { json: false }, Peer { pid: 1, uid: 0 }, 0);
+    let ps = ctl::answer(&mut d, &Request::Ps { json: false }, Peer { pid: 1, uid: 0 }, 0, &gmuxd::status::no_jobs);
     let ps_ms = ms(t);
     if !ps.ok || ps.text.lines().count() < a.tenants {
         return Err(Failure::Runtime(format!("gmux ps listed {} lines for {} tenants", ps.text.lines().count(), a.tenants)));

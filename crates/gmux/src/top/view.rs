@@ -229,6 +229,7 @@ mod tests {
             launches_held_ns: 0,
             pressure: Pressure { some: Averages { avg10: 0.5, total_ns: held_ns, ..Default::default() }, ..Default::default() },
             gmem_events: Default::default(),
+            jobs: None,
         }
     }
 

@@ -99,6 +99,15 @@ impl Daemon {
         }
     }
 
+    /// Waits until tenant `name` is listed.
+    pub fn wait_tenant(&self, name: &str) {
+        let t0 = Instant::now();
+        while !self.ctl(&["ps"]).stdout.lines().any(|l| l.split_whitespace().next() == Some(name)) {
+            assert!(t0.elapsed() < Duration::from_secs(30), "tenant {name} never joined; gmuxd:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// What the daemon printed so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.sb.dir.path().join("daemon.log")).unwrap_or_default()

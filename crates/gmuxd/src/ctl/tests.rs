@@ -16,7 +16,7 @@ fn daemon() -> Arbiter {
 }
 
 fn ask(d: &mut Arbiter, req: Request, uid: u32, pid: u32) -> Reply {
-    answer(d, &req, Peer { pid, uid }, OWNER)
+    answer(d, &req, Peer { pid, uid }, OWNER, &crate::status::no_jobs)
 }
 
 #[test]

@@ -3,13 +3,16 @@
 //! [`SrptDeficit`] releases the kernel of the job with the shortest estimated remaining
 //! time unless a client's deficit counter shows it was starved past a threshold;
 //! [`Fifo`], [`Sjf`] and [`ClientRoundRobin`] are the policies it is compared with.
-//! [`RemainingEstimator`] learns the time estimates online.
+//! [`RemainingEstimator`] learns the time estimates online; [`Jobs`] keeps the jobs an
+//! application marks.
 
 mod estimate;
+mod jobs;
 #[cfg(test)]
 mod tests;
 
 pub use estimate::{KernelId, KernelKey, KernelRecord, RemainingEstimator, MAX_KERNELS, MAX_KINDS};
+pub use jobs::{JobKind, JobRefused, Jobs, MAX_RUNNING};
 
 use crate::size::Nanos;
 use crate::tenant::TenantId;

@@ -1,0 +1,93 @@
+//! The serving channel on the CPU stand-in: an application marks its requests as jobs
+//! through the shim's C functions, the daemon's dispatcher reads them from shared memory
+//! and `gmux ps --json` shows them; a process that forges its channel breaks only its
+//! own, and only a tenant's process gets one.
+
+mod common;
+
+use common::daemon::*;
+
+use gmux_channel::{Client, Message};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::process::Stdio;
+use std::time::Duration;
+
+/// The tenant `name` of `gmux ps --json`.
+fn tenant_json(d: &Daemon, name: &str) -> serde_json::Value {
+    let r = d.ctl(&["ps", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {}", r.describe()));
+    v["tenants"].as_array().and_then(|ts| ts.iter().find(|t| t["name"] == name).cloned()).unwrap_or_else(|| panic!("no tenant {name}: {}", r.stdout))
+}
+
+#[test]
+fn an_application_marks_jobs_and_gmux_ps_shows_them() {
+    let d = Daemon::start("jobs-marks", &["--hbm", "64M"]);
+    let mut c = d.sb.gmux(None, ["jobs", "--count", "50", "--pings", "200"]);
+    c.env_remove("GMUX_SOCKET").env("GMUX_SOCKET", d.sb.socket()).env("GMUX_TENANT", "serve");
+    c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut t = Tenant(Some(c.spawn().unwrap()));
+    let mut line = String::new();
+    BufReader::new(t.child().stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.starts_with("jobs: 50 marked, rtt p50 ") && line.trim_end().ends_with(", ready"), "{line:?}; gmuxd:\n{}", d.log());
+    // The pings came after every mark, through the same ring: the daemon has read them all.
+    let jobs = tenant_json(&d, "serve")["jobs"].clone();
+    assert_eq!((jobs["done"].as_u64(), jobs["running"].as_u64(), jobs["refused"].as_u64()), (Some(51), Some(1), Some(1)), "{jobs}");
+    let kinds = jobs["kinds"].as_array().unwrap();
+    let kind = |name: &str| kinds.iter().find(|k| k["name"] == name).unwrap_or_else(|| panic!("no kind {name}: {jobs}"));
+    assert_eq!(kind("small")["done"].as_u64(), Some(26), "{jobs}");
+    assert_eq!(kind("large")["done"].as_u64(), Some(25), "{jobs}");
+    assert_eq!(kind("large")["expected_ms"].as_f64(), Some(20.0), "{jobs}");
+    let (mean, max) = (kind("large")["mean_ms"].as_f64().unwrap(), kind("large")["max_ms"].as_f64().unwrap());
+    assert!(mean > 0.0 && mean <= max, "{jobs}");
+    assert!(d.logs("job ") && d.log().contains("ended but never began; refused"), "the refused mark is said once:\n{}", d.log());
+    drop(t.child().stdin.take());
+    let status = t.child().wait().unwrap();
+    assert!(status.success());
+    // The process left: so did its channel and its jobs.
+    let gone = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(20));
+        let r = d.ctl(&["ps", "--json"]);
+        !r.stdout.contains("\"jobs\"")
+    });
+    assert!(gone, "{}", d.ctl(&["ps", "--json"]).stdout);
+}
+
+/// Asks for a channel on a connection of its own: the answer line and the channel.
+fn ask_channel(d: &Daemon, version: u32) -> (String, Option<Client>) {
+    let s = UnixStream::connect(d.sb.socket()).unwrap();
+    Client::ask(&s, format!("{{\"op\":\"channel\",\"version\":{version}}}\n").as_bytes(), Duration::from_secs(10)).unwrap()
+}
+
+#[test]
+fn a_channel_goes_only_to_a_tenant_and_one_forged_breaks_only_itself() {
+    let d = Daemon::start("jobs-forged", &["--hbm", "64M"]);
+    let v = gmux_core::protocol::PROTOCOL;
+    // Not a tenant yet: refused, with the reason.
+    let (line, client) = ask_channel(&d, v);
+    assert!(client.is_none() && line.contains("is no tenant of this daemon"), "{line}");
+    // This test process registers as tenant "raw" (reading its grants meanwhile).
+    let hello = UnixStream::connect(d.sb.socket()).unwrap();
+    (&hello).write_all(format!("{{\"op\":\"hello\",\"version\":{v},\"tenant\":\"raw\",\"priority\":0,\"high\":null}}\n").as_bytes()).unwrap();
+    let reader = BufReader::new(hello.try_clone().unwrap());
+    std::thread::spawn(move || reader.lines().map_while(Result::ok).for_each(drop));
+    d.wait_tenant("raw");
+    let (line, client) = ask_channel(&d, v + 1);
+    assert!(client.is_none() && line.contains(&format!("protocol {v}, the shim {}", v + 1)), "{line}");
+    let (line, client) = ask_channel(&d, v);
+    let mut client = client.unwrap_or_else(|| panic!("no channel: {line}"));
+    assert_eq!(line, format!("{{\"slots\":{}}}", gmux_channel::SLOTS));
+    client.send(&Message::Ping { seq: 7 }).unwrap();
+    assert_eq!(client.recv(Duration::from_secs(5)), Ok(Some(Message::Pong { seq: 7 })));
+    // A message only the daemon sends: the channel is closed, and said so.
+    client.send(&Message::Pong { seq: 1 }).unwrap();
+    assert!(d.logs("broke its serving channel"), "{}", d.log());
+    client.send(&Message::Ping { seq: 8 }).unwrap();
+    assert_eq!(client.recv(Duration::from_millis(300)), Ok(None), "a closed channel is not read");
+    // The daemon serves on: a new channel, and a real tenant's jobs.
+    let (_, again) = ask_channel(&d, v);
+    let mut again = again.expect("a second channel");
+    again.send(&Message::Ping { seq: 9 }).unwrap();
+    assert_eq!(again.recv(Duration::from_secs(5)), Ok(Some(Message::Pong { seq: 9 })));
+    assert!(d.ctl(&["ps"]).status.success());
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The serving channel on a lent GPU, after scripts/gpu-pack.sh; carry .gpu-bin:
+#
+#   bash scripts/gpu-serving.sh [channel] [jobs]
+#
+#   channel  `gmux bench channel`: ping round trips through a real gmuxd's dispatcher,
+#            back to back and 1 ms apart, and the idle CPU of client and dispatcher ~20 s
+#   jobs     gpu/serve_jobs.py (ResNet-18 batch 1 and ResNet-50 batch 16, each request a
+#            `gmux.job`) natively, then as a tenant of an 8 GiB gmuxd, natively again:
+#            the daemon must count the jobs the loop marked                     ~1.5 min
+#
+# Full logs go to $OUT/serving-logs.tgz, the summary to $OUT/serving-summary.txt and is
+# printed last.
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+RESULTS=${OUT:-./out}
+mkdir -p "$RESULTS" && RESULTS=$(cd "$RESULTS" && pwd)
+cd "$ROOT" || exit 1
+GMUX=$ROOT/.gpu-bin/gmux
+WORK=/tmp/gmux-serving
+LOGS=$WORK/logs
+rm -rf "$LOGS" && mkdir -p "$LOGS"
+SUMMARY=()
+export PYTHONPATH=$ROOT/python${PYTHONPATH:+:$PYTHONPATH}
+
+channel() {
+  timeout 120 "$GMUX" bench channel --out "$WORK/channel" >"$LOGS/channel.txt" 2>&1
+  SUMMARY+=("channel (exit $?):")
+  while IFS= read -r l; do SUMMARY+=("  $l"); done < <(head -n 5 "$LOGS/channel.txt")
+}
+
+jobs() {
+  local t0=$SECONDS
+  timeout 200 python3 gpu/serve_jobs.py >"$LOGS/jobs.native1.txt" 2>&1
+  SUMMARY+=("jobs native  (exit $?): $(tail -n 1 "$LOGS/jobs.native1.txt")")
+  export GMUX_SOCKET=$WORK/serving.sock
+  "$GMUX" daemon --socket "$GMUX_SOCKET" --hbm 8G >"$LOGS/jobs.daemon.log" 2>&1 &
+  local daemon=$!
+  for _ in $(seq 100); do [[ -S $GMUX_SOCKET ]] && break; sleep 0.05; done
+  GMUX_LOG=info timeout 200 "$GMUX" run --tenant serve -- python3 gpu/serve_jobs.py >"$LOGS/jobs.gmux.txt" 2>"$LOGS/jobs.gmux.stderr"
+  SUMMARY+=("jobs gmux    (exit $?): $(tail -n 1 "$LOGS/jobs.gmux.txt")")
+  "$GMUX" stop >/dev/null 2>&1; wait "$daemon" 2>/dev/null
+  unset GMUX_SOCKET
+  timeout 200 python3 gpu/serve_jobs.py >"$LOGS/jobs.native2.txt" 2>&1
+  SUMMARY+=("jobs native  (exit $?): $(tail -n 1 "$LOGS/jobs.native2.txt") time=$((SECONDS - t0))s")
+}
+
+parts=("$@")
+[[ ${#parts[@]} == 0 ]] && parts=(channel jobs)
+for p in "${parts[@]}"; do
+  case $p in
+    channel | jobs) "$p" ;;
+    *) echo "gpu-serving: unknown part $p (channel, jobs)"; exit 2 ;;
+  esac
+done
+tar -czf "$RESULTS/serving-logs.tgz" -C "$WORK" logs 2>/dev/null
+printf '%s\n' "${SUMMARY[@]}" | tee "$RESULTS/serving-summary.txt"
