@@ -15,10 +15,16 @@ import os
 import statistics
 import time
 
+import sys
+
 import torch
 import torchvision
 
-import gmux
+try:
+    import gmux
+except ImportError:  # not installed: the repository's copy
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    import gmux
 
 
 def main():

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The serving channel on a lent GPU, after scripts/gpu-pack.sh; carry .gpu-bin:
 #
-#   bash scripts/gpu-serving.sh [channel] [jobs]
+#   bash scripts/gpu-serving.sh [channel] [jobs] [bench]
 #
 #   channel  `gmux bench channel`: ping round trips through a real gmuxd's dispatcher,
 #            back to back and 1 ms apart, and the idle CPU of client and dispatcher ~20 s
 #   jobs     gpu/serve_jobs.py (ResNet-18 batch 1 and ResNet-50 batch 16, each request a
 #            `gmux.job`) natively, then as a tenant of an 8 GiB gmuxd, natively again:
 #            the daemon must count the jobs the loop marked                     ~1.5 min
+#   bench    `gmux bench serving`: six torchvision models as tenants, lognormal arrivals
+#            (sigma 1.5 and 2) at loads 0.5 and 0.8, natively and under gmux round
+#            robin: short-job P50/P99, long-job throughput, fairness      ~6 min
 #
 # Full logs go to $OUT/serving-logs.tgz, the summary to $OUT/serving-summary.txt and is
 # printed last.
@@ -45,12 +48,21 @@ jobs() {
   SUMMARY+=("jobs native  (exit $?): $(tail -n 1 "$LOGS/jobs.native2.txt") time=$((SECONDS - t0))s")
 }
 
+bench() {
+  timeout 560 "$GMUX" bench serving --duration "${DURATION:-15}" --warmup "${WARMUP:-20}" --out "$WORK/bench" \
+    >"$LOGS/bench.txt" 2>"$LOGS/bench.stderr"
+  SUMMARY+=("serving bench (exit $?):")
+  while IFS= read -r l; do SUMMARY+=("  $l"); done < <(grep -v '^results:' "$LOGS/bench.txt")
+  cp "$WORK"/bench/*.json "$LOGS/" 2>/dev/null
+  cp "$WORK"/bench/*.log "$LOGS/" 2>/dev/null
+}
+
 parts=("$@")
 [[ ${#parts[@]} == 0 ]] && parts=(channel jobs)
 for p in "${parts[@]}"; do
   case $p in
-    channel | jobs) "$p" ;;
-    *) echo "gpu-serving: unknown part $p (channel, jobs)"; exit 2 ;;
+    channel | jobs | bench) "$p" ;;
+    *) echo "gpu-serving: unknown part $p (channel, jobs, bench)"; exit 2 ;;
   esac
 done
 tar -czf "$RESULTS/serving-logs.tgz" -C "$WORK" logs 2>/dev/null

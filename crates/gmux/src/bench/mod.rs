@@ -13,6 +13,7 @@ mod launch_loop;
 mod micro;
 mod priority;
 mod scale;
+mod serving;
 mod workloads;
 
 use crate::Failure;
@@ -25,6 +26,9 @@ pub enum BenchCommand {
     /// Real programs as tenants (LLM decoding, DNN training, fine-tuning) at several
     /// levels of a budget: native, in-GPU time-sliced, gmux and the whole-tenant swap.
     Workloads(workloads::WorkloadsArgs),
+    /// Six inference models as tenants, requests arriving with lognormal gaps: short-job
+    /// latency, long-job throughput and fairness, natively and under gmux.
+    Serving(serving::ServingArgs),
     /// A real-time inference tenant beside a best-effort training tenant.
     Priority(priority::PriorityArgs),
     /// A high-priority inference tenant beside a cache tenant that gives memory back on
@@ -56,6 +60,7 @@ pub fn bench(cmd: &BenchCommand) -> Result<(), Failure> {
         BenchCommand::MschedMicro(a) => micro::run(a),
         BenchCommand::Workloads(a) => workloads::run(a),
         BenchCommand::Priority(a) => priority::run(a),
+        BenchCommand::Serving(a) => serving::run(a),
         BenchCommand::Cooperate(a) => cooperate::run(a),
         BenchCommand::DaemonScale(a) => scale::run(a),
         BenchCommand::DaemonFuzz(a) => fuzz::run(a),
