@@ -151,11 +151,14 @@ async fn serve_conn(s: Arc<Shared>, stream: UnixStream, slot: Slot) {
                 // A dump needs no decision of the daemon; a write holds the arbiter and the
                 // policies from the daemon's copy to its posting, so that writes reach the
                 // processes in the order the daemon's copy took them.
-                Ok(req @ Request::PolicyMap { action: ctl::MapAction::Dump, .. }) => lock(&s.policies).answer_map(&req, who, s.owner, s.tenant_policies).0,
+                Ok(req @ Request::PolicyMap { action: ctl::MapAction::Dump, .. }) => {
+                    lock(&s.policies).answer_map(&req, who, s.owner, s.tenant_policies, &|_| true).0
+                }
                 Ok(req @ Request::PolicyMap { .. }) => {
                     let d = s.lock();
                     let policies = lock(&s.policies);
-                    let (answer, write) = policies.answer_map(&req, who, s.owner, s.tenant_policies);
+                    let live = d.live();
+                    let (answer, write) = policies.answer_map(&req, who, s.owner, s.tenant_policies, &|t| live.contains(&gmux_core::TenantId(t)));
                     match write {
                         Some(w) => {
                             let n = policies.post_write(&d, &lock(&s.out), &w);

@@ -102,7 +102,8 @@ pub fn run(a: &ServingArgs) -> Result<(), Failure> {
     print_table(&rows, &service_ms, mps);
     let out = lab.file("serving.json");
     let json = serde_json::json!({ "benchmark": "serving", "models": MODELS, "service_ms": service_ms, "mps_control_found": mps, "rows": rows });
-    std::fs::write(&out, serde_json::to_string_pretty(&json).expect("serializable")).map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", out.display())))?;
+    std::fs::write(&out, serde_json::to_string_pretty(&json).expect("serializable"))
+        .map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", out.display())))?;
     println!("results: {}", out.display());
     Ok(())
 }
@@ -120,9 +121,20 @@ fn one_run(lab: &Lab, a: &ServingArgs, system: &str, sigma: f64, load: f64, serv
         let out = lab.file(&format!("{run}.{model}.json"));
         let _ = std::fs::remove_file(&out);
         let rate = load / MODELS.len() as f64 / (ms / 1e3);
-        let mut args: Vec<String> = ["--model", model, "--rate", &format!("{rate:.3}"), "--sigma", &sigma.to_string(), "--seed", &(i + 1).to_string(), "--expected-ms", &format!("{ms:.3}")]
-            .map(String::from)
-            .to_vec();
+        let mut args: Vec<String> = [
+            "--model",
+            model,
+            "--rate",
+            &format!("{rate:.3}"),
+            "--sigma",
+            &sigma.to_string(),
+            "--seed",
+            &(i + 1).to_string(),
+            "--expected-ms",
+            &format!("{ms:.3}"),
+        ]
+        .map(String::from)
+        .to_vec();
         args.extend(lab::fixed_window(start, a.lab.duration, &out));
         children.push((model.to_string(), lab.tenant(model, &run, daemon.as_ref().map(|d| d.socket.as_path()), None, 0, "serve_load.py", &args)?));
         outs.push(out);

@@ -14,8 +14,10 @@ use std::collections::HashMap;
 
 /// Answers `gmux policy map` on map `name` of policy `id`, whose daemon-side programs and
 /// maps are `p`; `has_memory`: it also has memory programs, which keep maps of their own
-/// in the tenants' processes (a dump's caller adds what those said).
-fn answer(id: u32, p: &SchedPolicy, has_memory: bool, name: &str, action: &MapAction) -> Reply {
+/// in the tenants' processes (a dump's caller adds what those said). A per-tenant array's
+/// copy is written only for a tenant that `live` says has a process: a copy lives while
+/// its tenant runs, and goes when it leaves.
+fn answer(id: u32, p: &SchedPolicy, has_memory: bool, name: &str, action: &MapAction, live: &dyn Fn(u32) -> bool) -> Reply {
     let Some((_, m)) = p.maps().find(|m| m.0 == name) else {
         let names: Vec<&str> = p.maps().map(|m| m.0).collect();
         return Reply::error(format!("policy {id} has no map {name:?}; its maps: {}", if names.is_empty() { "none".into() } else { names.join(", ") }));
@@ -27,6 +29,11 @@ fn answer(id: u32, p: &SchedPolicy, has_memory: bool, name: &str, action: &MapAc
     let key_of = |text: &'_ str| -> Result<Vec<u8>, String> {
         let (t, k) = key(m, name, text)?;
         if let Some(t) = t {
+            if !live(t) {
+                return Err(format!(
+                    "tenant {t} has no process: a per-tenant array's copy lives while its tenant runs (`gmux ps --json` gives the live tenants' numbers)"
+                ));
+            }
             m.set_tenant(t);
         }
         Ok(k)
@@ -77,7 +84,8 @@ impl super::Policies {
     /// the policy's lock is let go. With the answer, an update's or delete's write for the
     /// processes that run the policy's memory programs, whether or not the daemon's copy
     /// took it ([`Policies::post_write`]).
-    pub(crate) fn answer_map(&self, req: &Request, who: Peer, owner: u32, tenant_policies: bool) -> (Reply, Option<MapWrite>) {
+    /// `live` says which tenants have a process (see [`answer`]).
+    pub(crate) fn answer_map(&self, req: &Request, who: Peer, owner: u32, tenant_policies: bool, live: &dyn Fn(u32) -> bool) -> (Reply, Option<MapWrite>) {
         let Request::PolicyMap { id, map, action } = req else { return (Reply::error("not a map request".into()), None) };
         if let Err(e) = admin(who, owner, tenant_policies) {
             return (e, None);
@@ -87,7 +95,7 @@ impl super::Policies {
         };
         let copies = l.object.is_some().then(|| self.snapshots.of(*id, map));
         let p = lock(&l.policy);
-        let mut reply = answer(l.id, &p, copies.is_some(), map, action);
+        let mut reply = answer(l.id, &p, copies.is_some(), map, action, live);
         // The processes' copies take a write their own way: a key their programs wrote may be
         // in none of the daemon's.
         let write = if l.object.is_some() { write(l.id, &p, map, action) } else { None };
@@ -202,8 +210,9 @@ mod tests {
         Policy::from_object(&Object { programs: Vec::new(), maps }).expect("maps alone").into_sched()
     }
 
+    /// Tenants 3 and 5 have processes.
     fn run(p: &SchedPolicy, action: MapAction) -> Reply {
-        answer(1, p, false, "m", &action)
+        answer(1, p, false, "m", &action, &|t| t == 3 || t == 5)
     }
 
     /// A per-tenant array is written TENANT:INDEX, and its dump lists each tenant's values
@@ -217,6 +226,11 @@ mod tests {
         assert!(!bad.ok && bad.text.contains("write its key as TENANT:INDEX, e.g. 3:0"), "{}", bad.text);
         assert!(update("x:0", "2").text.contains("\"x\" is not a tenant number"));
         assert!(update("3:2", "1").text.contains("no room for this key"), "index 2 of 2 entries");
+        // A tenant with no process gets no copy: none would ever be given back.
+        let gone = update("4:0", "1");
+        assert!(!gone.ok && gone.text.contains("tenant 4 has no process"), "{}", gone.text);
+        assert!(!run(&p, MapAction::Delete { key: "4:0".into() }).ok);
+        assert_eq!(p.maps().next().expect("one map").1.tenants(), vec![3, 5]);
         let dump = run(&p, MapAction::Dump);
         assert_eq!(dump.text, "map m of policy 1: per-tenant array, 4-byte keys, 8-byte values, by tenant number (TENANT:INDEX VALUE)\n3:1 70\n5:0 9");
         assert!(run(&p, MapAction::Delete { key: "3:1".into() }).ok);

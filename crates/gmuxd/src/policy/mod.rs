@@ -219,7 +219,10 @@ impl Policies {
                 }
                 None => (missing(*id), false),
             },
-            Request::PolicyMap { .. } => (self.answer_map(req, who, owner, tenant_policies).0, false),
+            Request::PolicyMap { .. } => {
+                let live = d.live();
+                (self.answer_map(req, who, owner, tenant_policies, &|t| live.contains(&gmux_core::TenantId(t))).0, false)
+            }
             _ => (Reply::error("not a policy request".into()), false),
         }
     }
