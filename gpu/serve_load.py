@@ -36,15 +36,15 @@ except ImportError:  # not installed: the repository's copy
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
     import gmux
 
-# name: (constructor, batch, kind). Short requests take about a millisecond alone, long
-# ones tens of milliseconds on an H100-class GPU.
+# name: (constructor, batch, kind). Short requests take 1.5-4 ms alone on an H200, long
+# ones about ten times as long.
 MODELS = {
     "resnet18": (torchvision.models.resnet18, 1, "short"),
     "mobilenet_v3_small": (torchvision.models.mobilenet_v3_small, 1, "short"),
     "squeezenet1_1": (torchvision.models.squeezenet1_1, 1, "short"),
-    "resnet50": (torchvision.models.resnet50, 32, "long"),
-    "vit_b_16": (torchvision.models.vit_b_16, 16, "long"),
-    "vgg16": (torchvision.models.vgg16, 16, "long"),
+    "resnet50": (torchvision.models.resnet50, 128, "long"),
+    "vit_b_16": (torchvision.models.vit_b_16, 32, "long"),
+    "vgg16": (torchvision.models.vgg16, 64, "long"),
 }
 MAX_LATENCIES = 5_000
 

@@ -9,8 +9,9 @@
 #            `gmux.job`) natively, then as a tenant of an 8 GiB gmuxd, natively again:
 #            the daemon must count the jobs the loop marked                     ~1.5 min
 #   bench    `gmux bench serving`: six torchvision models as tenants, lognormal arrivals
-#            (sigma 1.5 and 2) at loads 0.5 and 0.8, natively and under gmux round
-#            robin: short-job P50/P99, long-job throughput, fairness      ~6 min
+#            (SIGMAS, default 1.5,2) at LOADS (0.5,0.8), natively, under gmux round
+#            robin, and with --dispatch shallow (SYSTEMS): short-job P50/P99, long-job
+#            throughput, fairness                                            ~8 min
 #
 # Full logs go to $OUT/serving-logs.tgz, the summary to $OUT/serving-summary.txt and is
 # printed last.
@@ -50,6 +51,7 @@ jobs() {
 
 bench() {
   timeout 560 "$GMUX" bench serving --duration "${DURATION:-15}" --warmup "${WARMUP:-20}" --out "$WORK/bench" \
+    --loads "${LOADS:-0.5,0.8}" --sigmas "${SIGMAS:-1.5,2}" --systems "${SYSTEMS:-native,gmux-rr,gmux-shallow}" \
     >"$LOGS/bench.txt" 2>"$LOGS/bench.stderr"
   SUMMARY+=("serving bench (exit $?):")
   while IFS= read -r l; do SUMMARY+=("  $l"); done < <(grep -v '^results:' "$LOGS/bench.txt")

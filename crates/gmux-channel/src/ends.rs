@@ -87,6 +87,12 @@ impl Server {
         Ok(sent)
     }
 
+    /// Asks the application to keep at most `n` commands in flight per stream (0: no
+    /// bound).
+    pub fn set_inflight(&self, n: u32) {
+        self.region.layout().inflight.0.store(n, std::sync::atomic::Ordering::Release);
+    }
+
     /// Marks the daemon asleep on this channel unless a message waits: returns whether
     /// it may sleep. The application then rings [`Server::wake_fd`] after its next
     /// message.
@@ -146,6 +152,12 @@ impl Client {
             region::ring_eventfd(self.wake.as_raw_fd());
         }
         Ok(sent)
+    }
+
+    /// The most commands the daemon asks this process to keep in flight per stream (0: no
+    /// bound).
+    pub fn inflight(&self) -> u32 {
+        self.region.layout().inflight.0.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The next message from the daemon, if one is waiting.

@@ -40,6 +40,9 @@ pub(crate) struct Ring {
 #[repr(C)]
 pub(crate) struct Layout {
     pub magic: Line<AtomicU64>,
+    /// Daemon → application: the most commands the application should keep in flight per
+    /// stream (0: no bound from the daemon).
+    pub inflight: Line<AtomicU32>,
     /// Application → daemon.
     pub up: Ring,
     /// Daemon → application.

@@ -44,6 +44,10 @@ fn messages_travel_both_ways_in_order_and_a_full_ring_refuses_more() {
         assert_eq!(client.try_recv(), Ok(Some(Message::Pong { seq })));
     }
     assert_eq!(client.try_recv(), Ok(None));
+    // The in-flight bound the daemon asks for.
+    assert_eq!(client.inflight(), 0);
+    server.set_inflight(2);
+    assert_eq!(client.inflight(), 2);
 }
 
 #[test]

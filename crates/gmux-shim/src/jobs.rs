@@ -6,7 +6,7 @@
 
 use gmux_channel::{Client, JobName, Message};
 use std::ffi::{c_char, c_int, CStr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,32 @@ struct Opened {
 static CHANNEL: Mutex<Option<Opened>> = Mutex::new(None);
 static NEXT_JOB: AtomicU64 = AtomicU64::new(1);
 
+/// The device whose daemon the channel is with, plus one (0: no channel opened yet).
+static CHANNEL_DEV: AtomicUsize = AtomicUsize::new(0);
+
+/// The bound last read from the channel, for a launch that finds it locked.
+static BOUND: AtomicU32 = AtomicU32::new(0);
+
+/// The most commands the daemon's dispatcher asks device `dev`'s streams to keep in
+/// flight (`None`: no bound; always so for a process that marks no jobs). Read at every
+/// launch: an atomic load, and for a process with a channel an uncontended lock.
+pub fn dispatcher_bound(dev: usize) -> Option<u32> {
+    if CHANNEL_DEV.load(Ordering::Relaxed) != dev + 1 {
+        return None;
+    }
+    let b = match CHANNEL.try_lock() {
+        Ok(ch) => {
+            let b = ch.as_ref().and_then(|o| o.client.as_ref()).map_or(0, |c| c.inflight());
+            if BOUND.swap(b, Ordering::Relaxed) != b {
+                crate::log!(Debug, "the dispatcher asks for at most {b} commands in flight per stream (0: no bound)");
+            }
+            b
+        }
+        Err(_) => BOUND.load(Ordering::Relaxed),
+    };
+    (b > 0).then_some(b)
+}
+
 /// Runs `f` on the channel, opening it first when the process registered since the last
 /// try (a daemon that restarted hands out a new one).
 fn with_channel(f: impl FnOnce(&mut Client) -> c_int) -> c_int {
@@ -46,6 +72,9 @@ fn with_channel(f: impl FnOnce(&mut Client) -> c_int) -> c_int {
                 None
             }
         };
+        if client.is_some() {
+            CHANNEL_DEV.store(dev + 1, Ordering::Relaxed);
+        }
         *ch = Some(Opened { client, registration });
     }
     match ch.as_mut().and_then(|o| o.client.as_mut()) {

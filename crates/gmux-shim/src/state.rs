@@ -368,7 +368,10 @@ impl Shim {
         if crate::agent::attached(dev) && self.inflight.idle() {
             crate::agent::notice(dev, crate::agent::Notice { busy: true, ..self.notice() });
         }
-        let wait = self.inflight.released(stream, ptsz, &allocs, crate::agent::inflight_bound(dev))?;
+        // The grant's bound, at most what the dispatcher asks of a process that marks jobs.
+        let bound = crate::agent::inflight_bound(dev);
+        let bound = crate::jobs::dispatcher_bound(dev).map_or(bound, |b| bound.min(b as usize));
+        let wait = self.inflight.released(stream, ptsz, &allocs, bound)?;
         laps.lap(&INFLIGHT);
         self.memory.dev.reap(false)?;
         laps.lap(&REAP);

@@ -91,3 +91,63 @@ fn a_channel_goes_only_to_a_tenant_and_one_forged_breaks_only_itself() {
     assert_eq!(again.recv(Duration::from_secs(5)), Ok(Some(Message::Pong { seq: 9 })));
     assert!(d.ctl(&["ps"]).status.success());
 }
+
+#[test]
+fn long_jobs_keep_shallow_queues_while_a_much_shorter_job_runs() {
+    let d = Daemon::start("jobs-shallow", &["--hbm", "64M", "--dispatch", "shallow"]);
+    let mut c = d.sb.gmux(None, ["jobs", "--long"]);
+    c.env_remove("GMUX_SOCKET").env("GMUX_SOCKET", d.sb.socket()).env("GMUX_TENANT", "long").env("GMUX_LOG", "debug");
+    let err = d.sb.dir.path().join("long.err");
+    c.stderr(std::fs::File::create(&err).unwrap());
+    c.stdin(Stdio::piped()).stdout(Stdio::piped());
+    let mut t = Tenant(Some(c.spawn().unwrap()));
+    let mut input = t.child().stdin.take().unwrap();
+    let mut output = BufReader::new(t.child().stdout.take().unwrap());
+    let mut line = String::new();
+    output.read_line(&mut line).unwrap();
+    assert_eq!(line, "long: ready\n", "gmuxd:\n{}", d.log());
+    // Six 50 ms kernels on one stream: how long their launches took, in ms.
+    let mut launch = || -> f64 {
+        input.write_all(b"launch\n").unwrap();
+        let mut l = String::new();
+        output.read_line(&mut l).unwrap();
+        l.strip_prefix("launched in ").and_then(|r| r.trim().strip_suffix(" ms")).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{l:?}"))
+    };
+    let shallow = |name: &str| tenant_json(&d, name)["jobs"]["shallow"].as_bool();
+    assert!(launch() < 100.0, "alone, its launches do not wait");
+    assert_eq!(shallow("long"), Some(false));
+    // This test process registers as tenant "short" and runs a job of 10 s, beside the
+    // long one's 1,000 s (estimates long enough for a slow test machine).
+    let v = gmux_core::protocol::PROTOCOL;
+    let hello = UnixStream::connect(d.sb.socket()).unwrap();
+    (&hello).write_all(format!("{{\"op\":\"hello\",\"version\":{v},\"tenant\":\"short\",\"priority\":0,\"high\":null}}\n").as_bytes()).unwrap();
+    let reader = BufReader::new(hello.try_clone().unwrap());
+    std::thread::spawn(move || reader.lines().map_while(Result::ok).for_each(drop));
+    d.wait_tenant("short");
+    let (answer, client) = ask_channel(&d, v);
+    let mut client = client.unwrap_or_else(|| panic!("no channel: {answer}"));
+    let mut mark = |m: Message, seq: u64| {
+        client.send(&m).unwrap();
+        client.send(&Message::Ping { seq }).unwrap();
+        assert_eq!(client.recv(Duration::from_secs(5)), Ok(Some(Message::Pong { seq })));
+    };
+    mark(Message::JobBegin { job: 1, name: gmux_channel::JobName::new("short"), expected_ns: 10_000_000_000 }, 1);
+    assert_eq!((shallow("long"), shallow("short")), (Some(true), Some(false)), "{}", d.ctl(&["ps", "--json"]).stdout);
+    let held = launch();
+    let said = std::fs::read_to_string(&err).unwrap_or_default();
+    assert!(held >= 150.0, "held to 2 in flight, four of the six launches wait for a 50 ms kernel each: {held} ms");
+    assert!(said.contains("the dispatcher asks for at most 2 commands in flight per stream"), "{said}");
+    mark(Message::JobEnd { job: 1 }, 2);
+    assert_eq!(shallow("long"), Some(false));
+    assert!(launch() < 100.0, "the short job ended: no bound");
+    // A short job past twice its estimate holds nobody any more.
+    mark(Message::JobBegin { job: 2, name: gmux_channel::JobName::new("blip"), expected_ns: 20_000_000 }, 3);
+    assert_eq!(shallow("long"), Some(true));
+    let lifted = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(10));
+        shallow("long") == Some(false)
+    });
+    assert!(lifted, "still shallow after a 20 ms job ran a second");
+    drop(input);
+    assert!(t.child().wait().unwrap().success());
+}

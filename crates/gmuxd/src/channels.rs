@@ -3,8 +3,11 @@
 //! that reads them all. It sleeps in epoll on the channels' eventfds while they are
 //! idle, and polls for [`POLL`] after each message (notify-then-poll).
 //!
-//! Today the dispatcher keeps the jobs each application marks ([`Jobs`]) and answers
-//! pings. A channel whose application writes nonsense is closed, and said so once.
+//! The dispatcher keeps the jobs each application marks ([`Jobs`]) and answers pings.
+//! With `gmux daemon --dispatch shallow` it also keeps the queues of processes running
+//! long jobs shallow while a much shorter job runs ([`shallow_bounds`]), through a word
+//! of each channel that the shim reads at every launch. A channel whose application
+//! writes nonsense is closed, and said so once.
 
 use super::conn::FIRST_LINE;
 use super::log::say;
@@ -12,7 +15,7 @@ use super::server::{lock, Peer, Shared};
 use crate::status::{JobKindStatus, JobsStatus};
 use gmux_channel::{send_with_fds, Broken, Handover, Message, Server};
 use gmux_core::protocol::{ChannelReady, Refused, PROTOCOL};
-use gmux_core::sched::dispatch::Jobs;
+use gmux_core::sched::dispatch::{shallow_bounds, Jobs};
 use gmux_core::{Nanos, TenantId};
 use std::collections::HashMap;
 use std::io;
@@ -40,6 +43,8 @@ struct Open {
     jobs: Jobs,
     /// A refused mark was said already.
     told: bool,
+    /// The in-flight bound asked of it (0: none).
+    bound: u32,
 }
 
 /// Every open channel and the dispatcher's epoll set.
@@ -49,7 +54,15 @@ pub(crate) struct Channels {
     stop: OwnedFd,
     stopped: AtomicBool,
     start: Instant,
+    /// Keep long jobs' queues shallow while short jobs run (`--dispatch shallow`).
+    shallow: bool,
+    /// Some process is bounded now: what it has left is looked at again every
+    /// [`REBOUND`] while the dispatcher sleeps.
+    bounded: AtomicBool,
 }
+
+/// How often bounds are looked at again while one holds (an estimate runs out with time).
+const REBOUND: Duration = Duration::from_millis(1);
 
 fn check(r: libc::c_int) -> io::Result<libc::c_int> {
     if r < 0 {
@@ -61,7 +74,8 @@ fn check(r: libc::c_int) -> io::Result<libc::c_int> {
 
 impl Channels {
     /// No channels yet; the dispatcher runs once [`Channels::dispatch`] is called.
-    pub(crate) fn new() -> io::Result<Channels> {
+    /// `shallow`: keep long jobs' queues shallow while short ones run.
+    pub(crate) fn new(shallow: bool) -> io::Result<Channels> {
         // SAFETY: epoll_create1 has no pointer arguments.
         let epoll = check(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
         // SAFETY: a new descriptor that nothing else owns.
@@ -70,7 +84,15 @@ impl Channels {
         let stop = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
         // SAFETY: a new descriptor that nothing else owns.
         let stop = unsafe { OwnedFd::from_raw_fd(stop) };
-        let c = Channels { open: Mutex::new(HashMap::new()), epoll, stop, stopped: AtomicBool::new(false), start: Instant::now() };
+        let c = Channels {
+            open: Mutex::new(HashMap::new()),
+            epoll,
+            stop,
+            stopped: AtomicBool::new(false),
+            start: Instant::now(),
+            shallow,
+            bounded: AtomicBool::new(false),
+        };
         c.watch(c.stop.as_raw_fd(), STOP)?;
         Ok(c)
     }
@@ -97,7 +119,7 @@ impl Channels {
         self.watch(server.wake_fd(), conn)?;
         // The dispatcher may be asleep: the first message must wake it.
         let _ = server.sleep_unless_pending();
-        open.insert(conn, Open { server, tenant, pid, jobs: Jobs::default(), told: false });
+        open.insert(conn, Open { server, tenant, pid, jobs: Jobs::default(), told: false, bound: 0 });
         Ok(handed)
     }
 
@@ -116,6 +138,7 @@ impl Channels {
         let mut s = JobsStatus::default();
         let mut kinds: Vec<JobKindStatus> = Vec::new();
         for o in mine {
+            s.shallow |= o.bound > 0;
             s.running += o.jobs.running() as u64;
             s.refused += o.jobs.refused();
             for k in o.jobs.kinds() {
@@ -168,7 +191,26 @@ impl Channels {
                 say(&format!("pid {} broke its serving channel ({why}): closed it; its job marks are no longer read", o.pid));
             }
         }
+        if any {
+            self.rebound(&mut open, now);
+        }
         any
+    }
+
+    /// Sets each process's in-flight bound from how long its running jobs are at `now`.
+    fn rebound(&self, open: &mut HashMap<u64, Open>, now: Nanos) {
+        if !self.shallow {
+            return;
+        }
+        let sizes: Vec<_> = open.values().map(|o| o.jobs.sizes(now)).collect();
+        let bounds = shallow_bounds(&sizes);
+        for (o, b) in open.values_mut().zip(&bounds) {
+            if o.bound != *b {
+                o.bound = *b;
+                o.server.set_inflight(*b);
+            }
+        }
+        self.bounded.store(bounds.iter().any(|b| *b > 0), Ordering::Relaxed);
     }
 
     /// Marks every channel asleep unless one has a message waiting: whether the
@@ -193,14 +235,16 @@ impl Channels {
             if !self.may_sleep() {
                 continue;
             }
+            let timeout = if self.bounded.load(Ordering::Relaxed) { REBOUND.as_millis() as i32 } else { -1 };
             // SAFETY: `events` is a live array of 64 entries.
-            let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), events.as_mut_ptr(), events.len() as i32, -1) };
-            let open = lock(&self.open);
+            let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), events.as_mut_ptr(), events.len() as i32, timeout) };
+            let mut open = lock(&self.open);
             for ev in events.iter().take(n.max(0) as usize) {
                 if let Some(o) = open.get(&{ ev.u64 }) {
                     o.server.woken();
                 }
             }
+            self.rebound(&mut open, self.now());
             busy_at = Instant::now();
         }
     }

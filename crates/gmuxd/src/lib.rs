@@ -133,6 +133,11 @@ pub struct DaemonArgs {
     /// evictions. Scheduling policies stay the owner's and root's.
     #[arg(long)]
     pub allow_tenant_policies: bool,
+    /// What the dispatcher does with the jobs serving applications mark: `none` keeps
+    /// them (`gmux ps --json`), `shallow` also keeps the queues of processes running long
+    /// jobs shallow while a much shorter job runs elsewhere (docs/serving.md).
+    #[arg(long, value_enum, default_value_t = server::Dispatch::None)]
+    pub dispatch: server::Dispatch,
     /// Start this daemon in the background unless one answers on its socket, with the
     /// settings `gmux run` starts daemons with, and return once it answers (how a
     /// process starts its GPU's daemon).
@@ -198,6 +203,7 @@ pub fn daemon(args: &DaemonArgs) -> Result<(), Failure> {
             resume: args.resume,
             metrics,
             allow_tenant_policies: args.allow_tenant_policies,
+            dispatch: args.dispatch,
         },
     )
 }

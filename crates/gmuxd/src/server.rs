@@ -62,6 +62,19 @@ pub struct Options {
     pub resume: bool,
     /// Serve Prometheus metrics at this address ([`crate::metrics`]).
     pub metrics: Option<std::net::SocketAddr>,
+    /// What the dispatcher does with the jobs applications mark.
+    pub dispatch: Dispatch,
+}
+
+/// What the dispatcher does with the jobs applications mark (`gmux daemon --dispatch`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Dispatch {
+    /// Keeps them: `gmux ps --json` shows them.
+    #[default]
+    None,
+    /// Also keeps the queues of processes running long jobs shallow while a much shorter
+    /// job runs (docs/serving.md).
+    Shallow,
 }
 
 /// What every task of the daemon shares.
@@ -259,7 +272,8 @@ pub fn serve(path: &Path, settings: Settings, opts: &Options) -> Result<(), Fail
         events: broadcast::channel(EVENTS_KEPT).0,
         watches: Mutex::new(Vec::new()),
         refusals_told: Mutex::new(HashMap::new()),
-        channels: Channels::new().map_err(|e| Failure::Runtime(format!("cannot start the serving channels' dispatcher: {e}")))?,
+        channels: Channels::new(opts.dispatch == Dispatch::Shallow)
+            .map_err(|e| Failure::Runtime(format!("cannot start the serving channels' dispatcher: {e}")))?,
     });
     let dispatcher = {
         let shared = shared.clone();

@@ -128,6 +128,10 @@ pub struct JobsStatus {
     pub refused: u64,
     /// Per job name, the 32 with the most jobs ended.
     pub kinds: Vec<JobKindStatus>,
+    /// A process of it keeps its queues shallow now, because a much shorter job runs
+    /// elsewhere (`gmux daemon --dispatch shallow`).
+    #[serde(default)]
+    pub shallow: bool,
 }
 
 /// The jobs of one name.

@@ -6,6 +6,11 @@
 //! dispatcher. Prints `jobs: N marked, rtt p50 X us p99 Y us, ready`, then waits for its
 //! standard input to close, so that the daemon's view can be read meanwhile. Without the
 //! shim's functions it prints `jobs: untracked` and exits 0.
+//!
+//! `jobs --long`: begins one job named `long` (estimated 1,000 s), prints `long: ready`, and
+//! for each line `launch` on its standard input launches six 50 ms kernels on one
+//! stream and prints `launched in X ms` (the launches wait while the daemon holds the
+//! process to a shallow queue), then synchronizes. Ends the job when its input closes.
 
 use super::*;
 use std::io::Read;
@@ -26,6 +31,9 @@ pub fn jobs(app: &App, opts: &Opts) -> bool {
         println!("jobs: untracked");
         return true;
     };
+    if opts.get("long").is_some() {
+        return long(app, begin, end);
+    }
     let n = opts.num("count", 10);
     let pings = opts.num("pings", 100);
     let s = app.stream(0);
@@ -71,6 +79,36 @@ pub fn jobs(app: &App, opts: &Opts) -> bool {
     println!("jobs: {n} marked, rtt p50 {:.1} us p99 {:.1} us, ready", at(0.5), at(0.99));
     let mut rest = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut rest);
+    true
+}
+
+fn long(app: &App, begin: Begin, end: End) -> bool {
+    let s = app.stream(0);
+    let p = app.alloc(4096);
+    let mut job = 0;
+    // SAFETY: a NUL-terminated name and a writable job number.
+    let r = unsafe { begin(c"long".as_ptr(), 1_000_000.0, &mut job) };
+    // Standalone (1: untracked) its launches are timed all the same.
+    if r != 1 {
+        check_mark(r, "gmux_job_begin");
+    }
+    println!("long: ready");
+    for line in std::io::stdin().lines().map_while(Result::ok) {
+        if line.trim() != "launch" {
+            continue;
+        }
+        let t = std::time::Instant::now();
+        for _ in 0..6 {
+            app.slow(s, p, 50);
+        }
+        println!("launched in {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
+        app.sync(s);
+    }
+    // SAFETY: a job number from gmux_job_begin.
+    let r = unsafe { end(job) };
+    if r != 1 {
+        check_mark(r, "gmux_job_end");
+    }
     true
 }
 

@@ -4,7 +4,9 @@
 //! arrive open-loop with lognormal gaps. The loads and shapes (`--loads`, `--sigmas`)
 //! are run under each system (`--systems`), side by side in one run:
 //! - `native`: the processes share the GPU as the driver time-slices them;
-//! - `gmux-rr`: each a tenant of a gmuxd with round robin and no memory pressure.
+//! - `gmux-rr`: each a tenant of a gmuxd with round robin and no memory pressure;
+//! - `gmux-shallow`: the same with `--dispatch shallow`, which keeps the long jobs'
+//!   queues shallow while a short job runs.
 //!
 //! A load L gives each of the six tenants the rate L / 6 / its service time alone
 //! (measured first, each model alone), so that the GPU would be busy a share L of the
@@ -31,8 +33,8 @@ pub struct ServingArgs {
     /// Shapes of the lognormal gaps between arrivals.
     #[arg(long, value_delimiter = ',', default_value = "1.5,2")]
     sigmas: Vec<f64>,
-    /// Systems: native, gmux-rr.
-    #[arg(long, value_delimiter = ',', default_value = "native,gmux-rr")]
+    /// Systems: native, gmux-rr, gmux-shallow.
+    #[arg(long, value_delimiter = ',', default_value = "native,gmux-rr,gmux-shallow")]
     systems: Vec<String>,
 }
 
@@ -72,8 +74,8 @@ fn percentile(v: &[f64], p: f64) -> Option<f64> {
 /// Runs the benchmark: prints a table and writes `serving.json` under `--out`.
 pub fn run(a: &ServingArgs) -> Result<(), Failure> {
     for s in &a.systems {
-        if !matches!(s.as_str(), "native" | "gmux-rr") {
-            return Err(Failure::Usage(format!("unknown system {s:?}: the systems are native and gmux-rr")));
+        if !matches!(s.as_str(), "native" | "gmux-rr" | "gmux-shallow") {
+            return Err(Failure::Usage(format!("unknown system {s:?}: the systems are native, gmux-rr and gmux-shallow")));
         }
     }
     if let Some(l) = a.loads.iter().find(|l| !(**l > 0.0 && **l <= 2.0)) {
@@ -112,6 +114,7 @@ fn one_run(lab: &Lab, a: &ServingArgs, system: &str, sigma: f64, load: f64, serv
     let run = format!("serving-{system}-{load}-{sigma}");
     let daemon = match system {
         "gmux-rr" => Some(lab.daemon(&run, &["--policy".into(), "rr".into()])?),
+        "gmux-shallow" => Some(lab.daemon(&run, &["--policy".into(), "rr".into(), "--dispatch".into(), "shallow".into()])?),
         _ => None,
     };
     let start = lab::unix_now() + a.lab.warmup;
@@ -173,7 +176,7 @@ fn print_table(rows: &[Row], service_ms: &[f64], mps: bool) {
     let models: Vec<String> = MODELS.iter().zip(service_ms).map(|((m, _), ms)| format!("{m} {ms:.2}")).collect();
     println!("six tenants, ms per request alone: {}", models.join(", "));
     println!(
-        "{:<8} {:>5} {:>5} {:>12} {:>12} {:>11} {:>13} {:>11} {:>6} {:>8} {:>7}  failed",
+        "{:<12} {:>5} {:>5} {:>12} {:>12} {:>11} {:>13} {:>11} {:>6} {:>8} {:>7}  failed",
         "system", "sigma", "load", "short p50 ms", "short p99 ms", "p99 native/", "long req/s", "long /native", "jain", "arrived", "missed"
     );
     let native = |r: &Row| rows.iter().find(|n| n.system == "native" && n.sigma == r.sigma && n.load == r.load);
@@ -183,7 +186,7 @@ fn print_table(rows: &[Row], service_ms: &[f64], mps: bool) {
         let p99_ratio = base.and_then(|b| b.short_p99_ms.zip(r.short_p99_ms)).map(|(b, s)| b / s);
         let long_ratio = base.filter(|b| b.long_req_per_s > 0.0).map(|b| r.long_req_per_s / b.long_req_per_s);
         println!(
-            "{:<8} {:>5} {:>5} {:>12} {:>12} {:>11} {:>13.2} {:>11} {:>6.3} {:>8} {:>7}  {}",
+            "{:<12} {:>5} {:>5} {:>12} {:>12} {:>11} {:>13.2} {:>11} {:>6.3} {:>8} {:>7}  {}",
             r.system,
             r.sigma,
             r.load,

@@ -123,6 +123,34 @@ impl Jobs {
     pub fn refused(&self) -> u64 {
         self.refused
     }
+
+    /// How long the running jobs are, by estimate: a kind's mean time so far, else the
+    /// application's estimate. A job running past twice its estimate at `now` has none:
+    /// it is not what it was thought to be.
+    pub fn sizes(&self, now: Nanos) -> JobSizes {
+        let mut sizes = JobSizes { shortest: None, unknown: 0, running: self.running.len() };
+        for r in self.running.values() {
+            let k = &self.kinds[r.kind];
+            let estimate = k.total_ns.checked_div(k.done).unwrap_or(k.expected_ns);
+            if estimate == 0 || now.saturating_sub(r.began) > estimate.saturating_mul(2) {
+                sizes.unknown += 1;
+                continue;
+            }
+            sizes.shortest = Some(sizes.shortest.map_or(estimate, |s: Nanos| s.min(estimate)));
+        }
+        sizes
+    }
+}
+
+/// How long one process's running jobs are, by estimate ([`Jobs::sizes`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JobSizes {
+    /// The estimated length of its shortest running job that has an estimate.
+    pub shortest: Option<Nanos>,
+    /// Running jobs without an estimate.
+    pub unknown: usize,
+    /// Running jobs.
+    pub running: usize,
 }
 
 #[cfg(test)]
@@ -146,6 +174,21 @@ mod tests {
         // A clock that went back (never from the daemon's) takes 0, not a wrapped time.
         j.begin(3, "bert", 0, 50).unwrap();
         assert_eq!(j.end(3, 10), Ok(0));
+    }
+
+    #[test]
+    fn a_jobs_size_comes_from_its_kinds_mean_else_the_applications_estimate() {
+        let mut j = Jobs::default();
+        assert_eq!(j.sizes(0), JobSizes::default());
+        j.begin(1, "small", 2_000, 0).unwrap();
+        j.begin(2, "guess", 0, 0).unwrap();
+        assert_eq!(j.sizes(500), JobSizes { shortest: Some(2_000), unknown: 1, running: 2 });
+        // Learned: small jobs take 1,000 on average now, whatever the application said.
+        j.end(1, 1_000).unwrap();
+        j.begin(3, "small", 2_000, 10_000).unwrap();
+        assert_eq!(j.sizes(10_400).shortest, Some(1_000));
+        // Past twice its estimate a job has none.
+        assert_eq!(j.sizes(12_001), JobSizes { shortest: None, unknown: 2, running: 2 });
     }
 
     #[test]

@@ -4,15 +4,18 @@
 //! time unless a client's deficit counter shows it was starved past a threshold;
 //! [`Fifo`], [`Sjf`] and [`ClientRoundRobin`] are the policies it is compared with.
 //! [`RemainingEstimator`] learns the time estimates online; [`Jobs`] keeps the jobs an
-//! application marks.
+//! application marks, and [`shallow_bounds`] keeps other processes' queues shallow while
+//! a short job runs.
 
 mod estimate;
 mod jobs;
+mod shallow;
 #[cfg(test)]
 mod tests;
 
 pub use estimate::{KernelId, KernelKey, KernelRecord, RemainingEstimator, MAX_KERNELS, MAX_KINDS};
-pub use jobs::{JobKind, JobRefused, Jobs, MAX_RUNNING};
+pub use jobs::{JobKind, JobRefused, JobSizes, Jobs, MAX_RUNNING};
+pub use shallow::{shallow_bounds, SHALLOW, SHALLOW_RATIO};
 
 use crate::size::Nanos;
 use crate::tenant::TenantId;
