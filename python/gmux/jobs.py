@@ -21,11 +21,12 @@ UNTRACKED = 1
 EINVAL = -22
 EAGAIN = -11
 ECHANNEL = -32
+ETIMEDOUT = -110
 EINTERNAL = -14
 
 _WHY = {
-    EAGAIN: "gmuxd is behind and its channel is full; the mark was dropped",
-    ECHANNEL: "the channel to gmuxd could not be opened or broke (run with GMUX_LOG=info to see why)",
+    EAGAIN: "gmuxd is behind and its channel is full; the begin was dropped",
+    ECHANNEL: "the channel to gmuxd could not be opened or broke (run with GMUX_LOG=info to see why); asked again a second later",
     EINTERNAL: "gmux failed inside (run with GMUX_LOG=info to see where)",
 }
 
@@ -80,23 +81,31 @@ def _result(r: int, what: str) -> bool:
 
 
 def jobs_tracked() -> bool:
-    """Whether this process has gmux's functions (it runs under ``gmux run``)."""
+    """Whether this process has gmux's functions: it runs under ``gmux run``. Its marks
+    are sent once it has used the GPU under a daemon (not with ``--standalone``)."""
     return _functions().begin is not None
 
 
 def job_begin(name: str, expected_ms: float = 0.0) -> int:
     """A job of kind ``name`` begins (40 bytes of it are kept); ``expected_ms`` is the
     application's estimate of its GPU time. Returns the job's number for
-    :func:`job_end` (0 where the process is not under gmux)."""
+    :func:`job_end`: 0 where the begin was not sent (outside gmux, or the channel full),
+    which :func:`job_end` ignores."""
     if not isinstance(name, str):
         raise JobError(f"a job's name is text, not {type(name).__name__}")
+    try:
+        encoded = name.encode()
+    except UnicodeEncodeError as e:
+        raise JobError(f"a job's name must be valid UTF-8 text: {e}") from None
+    if b"\0" in encoded:
+        raise JobError("a job's name may not hold a NUL character")
     if not (isinstance(expected_ms, (int, float)) and expected_ms >= 0 and math.isfinite(expected_ms)):
         raise JobError(f"expected_ms must be a finite number of milliseconds >= 0, not {expected_ms!r}")
     f = _functions()
     if f.begin is None:
         return 0
     number = ctypes.c_uint64(0)
-    _result(f.begin(name.encode(), float(expected_ms), ctypes.byref(number)), f"gmux_job_begin({name!r})")
+    _result(f.begin(encoded, float(expected_ms), ctypes.byref(number)), f"gmux_job_begin({name!r})")
     return number.value
 
 

@@ -213,3 +213,7 @@ def test_jobs_outside_gmux_mark_nothing_and_bad_marks_are_refused():
             gmux.job_begin("x", bad)
     with pytest.raises(gmux.JobError, match="text"):
         gmux.job_begin(b"bytes")
+    with pytest.raises(gmux.JobError, match="UTF-8"):
+        gmux.job_begin("\ud800")
+    with pytest.raises(gmux.JobError, match="NUL"):
+        gmux.job_begin("a\0b")

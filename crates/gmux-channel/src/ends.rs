@@ -11,6 +11,7 @@ use crate::ring::{Corrupt, Reader, Writer};
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long [`Client::recv`] polls before it sleeps.
@@ -100,24 +101,27 @@ impl Server {
         Ok(self.up.sleep_unless_pending(&self.region.layout().up)?)
     }
 
-    /// The eventfd the application rings: readable after a wake-up.
+    /// The eventfd the application rings after a message while the daemon sleeps. The
+    /// daemon waits for it edge-triggered and never reads it: the application shares its
+    /// file description, and could make a read block (by clearing `O_NONBLOCK`) or find
+    /// nothing (by reading first).
     pub fn wake_fd(&self) -> RawFd {
         self.wake.as_raw_fd()
     }
 
-    /// After a wake-up: resets the eventfd and marks the daemon awake.
+    /// After a wake-up: marks the daemon awake.
     pub fn woken(&self) {
-        region::clear_eventfd(self.wake.as_raw_fd());
         Reader::awake(&self.region.layout().up);
     }
 }
 
-/// The application's end of its channel. One thread at a time uses it.
+/// The application's end of its channel. Any thread may use it: sending and receiving
+/// each take a lock of their own, so a thread waiting for an answer holds up no sender.
 pub struct Client {
     region: Region,
     wake: OwnedFd,
-    up: Writer,
-    down: Reader,
+    up: Mutex<Writer>,
+    down: Mutex<Reader>,
 }
 
 impl Client {
@@ -140,14 +144,14 @@ impl Client {
 
     /// Opens the end that the daemon handed over.
     pub fn open(h: Handover) -> io::Result<Client> {
-        Ok(Client { region: Region::open(&h.memory)?, wake: h.wake, up: Writer::default(), down: Reader::default() })
+        Ok(Client { region: Region::open(&h.memory)?, wake: h.wake, up: Mutex::default(), down: Mutex::default() })
     }
 
     /// Sends `m`, waking the daemon if it sleeps. `Ok(false)`: the ring is full (the
     /// daemon is behind), and `m` is not sent.
-    pub fn send(&mut self, m: &Message) -> Result<bool, Broken> {
+    pub fn send(&self, m: &Message) -> Result<bool, Broken> {
         let ring = &self.region.layout().up;
-        let sent = self.up.push(ring, &m.encode())?;
+        let sent = self.up.lock().unwrap_or_else(|p| p.into_inner()).push(ring, &m.encode())?;
         if sent && Writer::reader_sleeps(ring) {
             region::ring_eventfd(self.wake.as_raw_fd());
         }
@@ -161,8 +165,8 @@ impl Client {
     }
 
     /// The next message from the daemon, if one is waiting.
-    pub fn try_recv(&mut self) -> Result<Option<Message>, Broken> {
-        let Some(w) = self.down.pop(&self.region.layout().down)? else { return Ok(None) };
+    pub fn try_recv(&self) -> Result<Option<Message>, Broken> {
+        let Some(w) = self.down.lock().unwrap_or_else(|p| p.into_inner()).pop(&self.region.layout().down)? else { return Ok(None) };
         match Message::decode(&w).map_err(Broken::Message)? {
             m if !m.from_application() => Ok(Some(m)),
             _ => Err(Broken::Message(BadMessage::WrongWay)),
@@ -171,7 +175,7 @@ impl Client {
 
     /// The next message from the daemon, waiting at most `timeout`: polls for
     /// [`CLIENT_POLL`], then sleeps until the daemon wakes it.
-    pub fn recv(&mut self, timeout: Duration) -> Result<Option<Message>, Broken> {
+    pub fn recv(&self, timeout: Duration) -> Result<Option<Message>, Broken> {
         let start = Instant::now();
         loop {
             if let Some(m) = self.try_recv()? {
@@ -186,7 +190,8 @@ impl Client {
                 continue;
             }
             let ring = &self.region.layout().down;
-            if self.down.sleep_unless_pending(ring)? {
+            let sleeps = self.down.lock().unwrap_or_else(|p| p.into_inner()).sleep_unless_pending(ring)?;
+            if sleeps {
                 region::futex_wait(&ring.sleeping.0, 1, timeout - waited);
                 Reader::awake(ring);
             }

@@ -158,13 +158,6 @@ pub(crate) fn ring_eventfd(fd: RawFd) {
     let _ = unsafe { libc::write(fd, one.as_ptr().cast(), one.len()) };
 }
 
-/// Resets eventfd `fd`'s counter.
-pub(crate) fn clear_eventfd(fd: RawFd) {
-    let mut v = [0u8; 8];
-    // SAFETY: reads at most 8 bytes into a live buffer; the descriptor is non-blocking.
-    let _ = unsafe { libc::read(fd, v.as_mut_ptr().cast(), v.len()) };
-}
-
 /// Sleeps while `word` holds `expected`, at most `timeout`. Shared (not private): the
 /// word is in memory two processes map.
 pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {

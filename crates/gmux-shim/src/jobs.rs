@@ -7,30 +7,43 @@
 use gmux_channel::{Client, JobName, Message};
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The mark was sent.
+/// The mark was sent (an end may wait in the process to be sent with the next mark).
 pub const OK: c_int = 0;
 /// The process has no daemon to send it to: not sent.
 pub const UNTRACKED: c_int = 1;
 /// A null or non-UTF-8 name, a negative or NaN estimate, or a null out-pointer.
 pub const EINVAL: c_int = -libc::EINVAL;
-/// The channel is full (the daemon is behind): the mark is dropped.
+/// The channel is full (the daemon is behind): the begin is dropped.
 pub const EAGAIN: c_int = -libc::EAGAIN;
-/// The channel could not be opened, or broke (the log says why); a ping timed out.
+/// The channel could not be opened, or broke (the log says why).
 pub const ECHANNEL: c_int = -libc::EPIPE;
+/// A ping got no answer in time.
+pub const ETIMEDOUT: c_int = -libc::ETIMEDOUT;
 /// gmux failed inside (the log says where).
 pub const EINTERNAL: c_int = -libc::EFAULT;
 
-/// The channel, and the registration it was opened after (`None`: opening failed).
+/// How long after a failed try the channel is asked for again.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// Most ends that wait in the process for room in a full channel.
+const MAX_WAITING_ENDS: usize = 1024;
+
+/// The channel, the registration it was opened after, and when it was last asked for
+/// (`client` is `None` after a failed try).
 struct Opened {
-    client: Option<Client>,
+    client: Option<Arc<Client>>,
     registration: u64,
+    tried: Instant,
 }
 
 static CHANNEL: Mutex<Option<Opened>> = Mutex::new(None);
 static NEXT_JOB: AtomicU64 = AtomicU64::new(1);
+
+/// Ends the full channel had no room for, sent before the next mark.
+static WAITING_ENDS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 
 /// The device whose daemon the channel is with, plus one (0: no channel opened yet).
 static CHANNEL_DEV: AtomicUsize = AtomicUsize::new(0);
@@ -58,39 +71,55 @@ pub fn dispatcher_bound(dev: usize) -> Option<u32> {
     (b > 0).then_some(b)
 }
 
-/// Runs `f` on the channel, opening it first when the process registered since the last
-/// try (a daemon that restarted hands out a new one).
-fn with_channel(f: impl FnOnce(&mut Client) -> c_int) -> c_int {
-    let Some(dev) = crate::devices::in_use().find(|d| crate::agent::attached(*d)) else { return UNTRACKED };
+/// The channel, opened first when the process registered since the last try (a daemon
+/// that restarted hands out a new one), or a second after a try that failed.
+fn channel() -> Result<Arc<Client>, c_int> {
+    let Some(dev) = crate::devices::in_use().find(|d| crate::agent::attached(*d)) else { return Err(UNTRACKED) };
     let registration = crate::agent::registrations();
     let mut ch = CHANNEL.lock().unwrap_or_else(|p| p.into_inner());
-    if ch.as_ref().is_none_or(|o| o.registration != registration) {
+    let stale = ch.as_ref().is_none_or(|o| o.registration != registration || (o.client.is_none() && o.tried.elapsed() >= RETRY));
+    if stale {
         let client = match crate::agent::open_channel(dev) {
-            Ok(c) => Some(c),
+            Ok(c) => Some(Arc::new(c)),
             Err(why) => {
-                crate::log!(Warn, "{why}; job marks are not sent until the process registers again");
+                crate::log!(Warn, "{why}; job marks are not sent (asked again in a second)");
                 None
             }
         };
         if client.is_some() {
             CHANNEL_DEV.store(dev + 1, Ordering::Relaxed);
         }
-        *ch = Some(Opened { client, registration });
+        *ch = Some(Opened { client, registration, tried: Instant::now() });
     }
-    match ch.as_mut().and_then(|o| o.client.as_mut()) {
-        Some(c) => f(c),
-        None => ECHANNEL,
-    }
+    ch.as_ref().and_then(|o| o.client.clone()).ok_or(ECHANNEL)
 }
 
-fn send(c: &mut Client, m: &Message) -> c_int {
+/// Sends `m`, after the ends that waited for room.
+fn send(c: &Client, m: &Message) -> c_int {
+    let broke = |e: gmux_channel::Broken| {
+        crate::log!(Warn, "the serving channel broke ({e}); job marks are not sent");
+        ECHANNEL
+    };
+    let mut waiting = WAITING_ENDS.lock().unwrap_or_else(|p| p.into_inner());
+    while let Some(job) = waiting.first().copied() {
+        match c.send(&Message::JobEnd { job }) {
+            Ok(true) => drop(waiting.remove(0)),
+            Ok(false) => break,
+            Err(e) => return broke(e),
+        }
+    }
     match c.send(m) {
         Ok(true) => OK,
-        Ok(false) => EAGAIN,
-        Err(e) => {
-            crate::log!(Warn, "the serving channel broke ({e}); job marks are not sent");
-            ECHANNEL
-        }
+        Ok(false) => match *m {
+            // An end is never lost while there is room to keep it: the daemon would count
+            // the job running for ever.
+            Message::JobEnd { job } if waiting.len() < MAX_WAITING_ENDS => {
+                waiting.push(job);
+                OK
+            }
+            _ => EAGAIN,
+        },
+        Err(e) => broke(e),
     }
 }
 
@@ -104,30 +133,51 @@ fn guarded(what: &str, f: impl FnOnce() -> c_int) -> c_int {
 
 /// `gmux_job_begin(name, expected_ms, &job)`: a job of kind `name` (at most 40 bytes
 /// are kept) begins; `expected_ms` is the application's estimate of its GPU time (0:
-/// none). Writes the job's number to `*job` whatever the result, for `gmux_job_end`.
+/// none). Writes the job's number to `*job` when the begin was sent, else 0, which
+/// `gmux_job_end` takes and ignores.
 ///
 /// # Safety
 /// `name` is null or a NUL-terminated string; `job` is null or writable.
 #[no_mangle]
 pub unsafe extern "C" fn gmux_job_begin(name: *const c_char, expected_ms: f64, job: *mut u64) -> c_int {
     guarded("gmux_job_begin", || {
-        if name.is_null() || job.is_null() || expected_ms.is_nan() || expected_ms < 0.0 {
+        if job.is_null() {
+            return EINVAL;
+        }
+        // SAFETY: non-null and writable by the caller's contract.
+        unsafe { job.write(0) };
+        if name.is_null() || expected_ms.is_nan() || expected_ms < 0.0 {
             return EINVAL;
         }
         // SAFETY: non-null, and NUL-terminated by the caller's contract.
         let Ok(name) = unsafe { CStr::from_ptr(name) }.to_str() else { return EINVAL };
         let id = NEXT_JOB.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: non-null and writable by the caller's contract.
-        unsafe { job.write(id) };
         let expected_ns = (expected_ms * 1e6).min(u64::MAX as f64) as u64;
-        with_channel(|c| send(c, &Message::JobBegin { job: id, name: JobName::new(name), expected_ns }))
+        let r = match channel() {
+            Ok(c) => send(&c, &Message::JobBegin { job: id, name: JobName::new(name), expected_ns }),
+            Err(r) => r,
+        };
+        if r == OK {
+            // SAFETY: as above.
+            unsafe { job.write(id) };
+        }
+        r
     })
 }
 
-/// `gmux_job_end(job)`: job `job` (from `gmux_job_begin`) ended.
+/// `gmux_job_end(job)`: job `job` (from `gmux_job_begin`) ended. A job of number 0 (its
+/// begin was not sent) is ignored.
 #[no_mangle]
 pub extern "C" fn gmux_job_end(job: u64) -> c_int {
-    guarded("gmux_job_end", || with_channel(|c| send(c, &Message::JobEnd { job })))
+    guarded("gmux_job_end", || {
+        if job == 0 {
+            return OK;
+        }
+        match channel() {
+            Ok(c) => send(&c, &Message::JobEnd { job }),
+            Err(r) => r,
+        }
+    })
 }
 
 /// `gmux_ping(timeout_us, &rtt_ns)`: a round trip through gmuxd's dispatcher, timed.
@@ -138,28 +188,33 @@ pub extern "C" fn gmux_job_end(job: u64) -> c_int {
 pub unsafe extern "C" fn gmux_ping(timeout_us: u32, rtt_ns: *mut u64) -> c_int {
     guarded("gmux_ping", || {
         static SEQ: AtomicU64 = AtomicU64::new(1);
+        // One ping at a time: each waits for its own answer (marks do not wait for it).
+        static PINGING: Mutex<()> = Mutex::new(());
+        let _one = PINGING.lock().unwrap_or_else(|p| p.into_inner());
         let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-        with_channel(|c| {
-            let t = Instant::now();
-            match send(c, &Message::Ping { seq }) {
-                OK => {}
-                e => return e,
+        let c = match channel() {
+            Ok(c) => c,
+            Err(r) => return r,
+        };
+        let t = Instant::now();
+        match send(&c, &Message::Ping { seq }) {
+            OK => {}
+            e => return e,
+        }
+        let deadline = Duration::from_micros(timeout_us.into());
+        loop {
+            match c.recv(deadline.saturating_sub(t.elapsed())) {
+                Ok(Some(Message::Pong { seq: s })) if s == seq => break,
+                // The answer to an earlier ping that timed out.
+                Ok(Some(_)) => continue,
+                Ok(None) => return ETIMEDOUT,
+                Err(_) => return ECHANNEL,
             }
-            let deadline = Duration::from_micros(timeout_us.into());
-            loop {
-                match c.recv(deadline.saturating_sub(t.elapsed())) {
-                    Ok(Some(Message::Pong { seq: s })) if s == seq => break,
-                    // An answer to an earlier ping that timed out.
-                    Ok(Some(_)) => continue,
-                    Ok(None) => return ECHANNEL,
-                    Err(_) => return ECHANNEL,
-                }
-            }
-            if !rtt_ns.is_null() {
-                // SAFETY: non-null and writable by the caller's contract.
-                unsafe { rtt_ns.write(t.elapsed().as_nanos() as u64) };
-            }
-            OK
-        })
+        }
+        if !rtt_ns.is_null() {
+            // SAFETY: non-null and writable by the caller's contract.
+            unsafe { rtt_ns.write(t.elapsed().as_nanos() as u64) };
+        }
+        OK
     })
 }

@@ -75,7 +75,7 @@ fn a_channel_goes_only_to_a_tenant_and_one_forged_breaks_only_itself() {
     let (line, client) = ask_channel(&d, v + 1);
     assert!(client.is_none() && line.contains(&format!("protocol {v}, the shim {}", v + 1)), "{line}");
     let (line, client) = ask_channel(&d, v);
-    let mut client = client.unwrap_or_else(|| panic!("no channel: {line}"));
+    let client = client.unwrap_or_else(|| panic!("no channel: {line}"));
     assert_eq!(line, format!("{{\"slots\":{}}}", gmux_channel::SLOTS));
     client.send(&Message::Ping { seq: 7 }).unwrap();
     assert_eq!(client.recv(Duration::from_secs(5)), Ok(Some(Message::Pong { seq: 7 })));
@@ -86,10 +86,36 @@ fn a_channel_goes_only_to_a_tenant_and_one_forged_breaks_only_itself() {
     assert_eq!(client.recv(Duration::from_millis(300)), Ok(None), "a closed channel is not read");
     // The daemon serves on: a new channel, and a real tenant's jobs.
     let (_, again) = ask_channel(&d, v);
-    let mut again = again.expect("a second channel");
+    let again = again.expect("a second channel");
     again.send(&Message::Ping { seq: 9 }).unwrap();
     assert_eq!(again.recv(Duration::from_secs(5)), Ok(Some(Message::Pong { seq: 9 })));
     assert!(d.ctl(&["ps"]).status.success());
+    // The eventfd's file description is shared: the process makes it blocking, and reads
+    // every wake-up before the daemon could. The daemon never reads it, so it neither
+    // blocks nor misses a message.
+    let s = UnixStream::connect(d.sb.socket()).unwrap();
+    (&s).write_all(format!("{{\"op\":\"channel\",\"version\":{v}}}\n").as_bytes()).unwrap();
+    let (_, fds) = gmux_channel::recv_with_fds(std::os::fd::AsRawFd::as_raw_fd(&s), &mut [0u8; 256]).unwrap();
+    let wake = std::os::fd::AsRawFd::as_raw_fd(&fds[1]);
+    // SAFETY: an open descriptor of this process; F_SETFL takes an int.
+    assert_eq!(unsafe { libc::fcntl(wake, libc::F_SETFL, 0) }, 0);
+    for _ in 0..20 {
+        let mut v = 1u64.to_ne_bytes();
+        // SAFETY: 8 bytes from and to live buffers, on an open eventfd.
+        unsafe {
+            libc::write(wake, v.as_ptr().cast(), 8);
+            libc::read(wake, v.as_mut_ptr().cast(), 8);
+        }
+    }
+    let t0 = std::time::Instant::now();
+    assert!(d.ctl(&["ps"]).status.success() && t0.elapsed() < Duration::from_secs(5), "the daemon answers");
+    let (_, third) = ask_channel(&d, v);
+    let third = third.expect("a channel");
+    third.send(&Message::Ping { seq: 10 }).unwrap();
+    assert_eq!(third.recv(Duration::from_secs(5)), Ok(Some(Message::Pong { seq: 10 })), "the dispatcher still reads");
+    // A process that asks again and again: each is a memory file of the daemon's.
+    let refused = (0..10).map(|_| ask_channel(&d, v)).find(|(_, c)| c.is_none()).map(|(line, _)| line).unwrap_or_default();
+    assert!(refused.contains("asked for its channel 8 times already"), "{refused}");
 }
 
 #[test]
@@ -125,8 +151,8 @@ fn long_jobs_keep_shallow_queues_while_a_much_shorter_job_runs() {
     std::thread::spawn(move || reader.lines().map_while(Result::ok).for_each(drop));
     d.wait_tenant("short");
     let (answer, client) = ask_channel(&d, v);
-    let mut client = client.unwrap_or_else(|| panic!("no channel: {answer}"));
-    let mut mark = |m: Message, seq: u64| {
+    let client = client.unwrap_or_else(|| panic!("no channel: {answer}"));
+    let mark = |m: Message, seq: u64| {
         client.send(&m).unwrap();
         client.send(&Message::Ping { seq }).unwrap();
         assert_eq!(client.recv(Duration::from_secs(5)), Ok(Some(Message::Pong { seq })));

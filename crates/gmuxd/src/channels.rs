@@ -32,6 +32,10 @@ pub const POLL: Duration = Duration::from_micros(50);
 /// Most job kinds of a tenant that `gmux ps --json` lists (those with the most jobs).
 const KINDS_SHOWN: usize = 32;
 
+/// Most channels one connection's process may ask for: it needs one, and asks again only
+/// after registering again (on a new connection). Each is a memory file the daemon made.
+const MAX_OPENS: u32 = 8;
+
 /// The epoll datum of the eventfd that stops the dispatcher.
 const STOP: u64 = u64::MAX;
 
@@ -50,6 +54,8 @@ struct Open {
 /// Every open channel and the dispatcher's epoll set.
 pub(crate) struct Channels {
     open: Mutex<HashMap<u64, Open>>,
+    /// Channels each connection asked for so far.
+    opens: Mutex<HashMap<u64, u32>>,
     epoll: OwnedFd,
     stop: OwnedFd,
     stopped: AtomicBool,
@@ -86,6 +92,7 @@ impl Channels {
         let stop = unsafe { OwnedFd::from_raw_fd(stop) };
         let c = Channels {
             open: Mutex::new(HashMap::new()),
+            opens: Mutex::new(HashMap::new()),
             epoll,
             stop,
             stopped: AtomicBool::new(false),
@@ -97,8 +104,10 @@ impl Channels {
         Ok(c)
     }
 
+    /// Waits for `fd` edge-triggered: every write to an eventfd is an edge, and the
+    /// dispatcher never reads one (see [`Server::wake_fd`]).
     fn watch(&self, fd: RawFd, datum: u64) -> io::Result<()> {
-        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: datum };
+        let mut ev = libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLET) as u32, u64: datum };
         // SAFETY: `ev` lives across the call; both descriptors are open.
         check(unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) }).map(|_| ())
     }
@@ -111,6 +120,14 @@ impl Channels {
     /// Opens a channel for process `pid` of `tenant` on connection `conn` (closing one
     /// it had): returns what the process needs to open its end.
     pub(crate) fn add(&self, conn: u64, tenant: TenantId, pid: u32) -> io::Result<Handover> {
+        {
+            let mut opens = lock(&self.opens);
+            let n = opens.entry(conn).or_default();
+            if *n >= MAX_OPENS {
+                return Err(io::Error::other(format!("this process asked for its channel {MAX_OPENS} times already; it gets another after registering again")));
+            }
+            *n += 1;
+        }
         let (server, handed) = Server::create()?;
         let mut open = lock(&self.open);
         if let Some(old) = open.remove(&conn) {
@@ -121,6 +138,12 @@ impl Channels {
         let _ = server.sleep_unless_pending();
         open.insert(conn, Open { server, tenant, pid, jobs: Jobs::default(), told: false, bound: 0 });
         Ok(handed)
+    }
+
+    /// Connection `conn` ended: closes its channel and forgets what it asked for.
+    pub(crate) fn forget(&self, conn: u64) {
+        lock(&self.opens).remove(&conn);
+        self.remove(conn);
     }
 
     /// Closes the channel of connection `conn`, if it has one.
@@ -136,19 +159,17 @@ impl Channels {
         let mut mine = open.values().filter(|o| o.tenant == t).peekable();
         mine.peek()?;
         let mut s = JobsStatus::default();
-        let mut kinds: Vec<JobKindStatus> = Vec::new();
+        let mut by_name: HashMap<&str, JobKindStatus> = HashMap::new();
         for o in mine {
             s.shallow |= o.bound > 0;
             s.running += o.jobs.running() as u64;
             s.refused += o.jobs.refused();
             for k in o.jobs.kinds() {
                 s.done += k.done;
-                match kinds.iter_mut().find(|m| m.name == k.name) {
-                    Some(m) => m.add(k),
-                    None => kinds.push(JobKindStatus::of(k)),
-                }
+                by_name.entry(&k.name).and_modify(|m| m.add(k)).or_insert_with(|| JobKindStatus::of(k));
             }
         }
+        let mut kinds: Vec<JobKindStatus> = by_name.into_values().collect();
         kinds.sort_by(|a, b| b.done.cmp(&a.done).then_with(|| a.name.cmp(&b.name)));
         kinds.truncate(KINDS_SHOWN);
         s.kinds = kinds;
@@ -186,10 +207,7 @@ impl Channels {
             }
         }
         for (conn, why) in broken {
-            if let Some(o) = open.remove(&conn) {
-                self.unwatch(o.server.wake_fd());
-                say(&format!("pid {} broke its serving channel ({why}): closed it; its job marks are no longer read", o.pid));
-            }
+            self.close_broken(&mut open, conn, why);
         }
         if any {
             self.rebound(&mut open, now);
@@ -213,10 +231,31 @@ impl Channels {
         self.bounded.store(bounds.iter().any(|b| *b > 0), Ordering::Relaxed);
     }
 
+    /// Closes connection `conn`'s channel, which its process broke (`why`), and says so.
+    fn close_broken(&self, open: &mut HashMap<u64, Open>, conn: u64, why: Broken) {
+        if let Some(o) = open.remove(&conn) {
+            self.unwatch(o.server.wake_fd());
+            say(&format!("pid {} broke its serving channel ({why}): closed it; its job marks are no longer read", o.pid));
+        }
+    }
+
     /// Marks every channel asleep unless one has a message waiting: whether the
-    /// dispatcher may sleep.
+    /// dispatcher may sleep. A channel found broken is closed (a process must not keep
+    /// the dispatcher awake by writing nonsense).
     fn may_sleep(&self) -> bool {
-        lock(&self.open).values().all(|o| o.server.sleep_unless_pending().unwrap_or(false))
+        let mut open = lock(&self.open);
+        let mut all = true;
+        let mut broken = Vec::new();
+        for (conn, o) in open.iter() {
+            match o.server.sleep_unless_pending() {
+                Ok(sleeps) => all &= sleeps,
+                Err(e) => broken.push((*conn, e)),
+            }
+        }
+        for (conn, why) in broken {
+            self.close_broken(&mut open, conn, why);
+        }
+        all
     }
 
     /// The dispatcher: runs until [`Channels::stop`].
@@ -289,7 +328,13 @@ pub(crate) async fn hand_over(s: &Arc<Shared>, mut write: OwnedWriteHalf, who: P
         let why = format!("this daemon speaks protocol {PROTOCOL}, the shim {version}: run gmux daemon and libgmux.so from the same build");
         return super::conn::reply(&mut write, &refuse(why)).await;
     }
-    let Some((conn, tenant)) = s.lock().conn_of_pid(who.pid) else {
+    // The pid must be a registered process's, and of its tenant's user: a pid reused by
+    // another user's process before the daemon saw the first leave gets nothing.
+    let found = {
+        let d = s.lock();
+        d.conn_of_pid(who.pid).filter(|(_, t)| who.uid == 0 || d.tenants.get(*t).owner.unwrap_or(s.owner) == who.uid)
+    };
+    let Some((conn, tenant)) = found else {
         let why = format!("pid {} is no tenant of this daemon: a channel opens only after the process registered (run it under `gmux run`)", who.pid);
         return super::conn::reply(&mut write, &refuse(why)).await;
     };

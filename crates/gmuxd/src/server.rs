@@ -211,7 +211,7 @@ impl Shared {
             conns.retain(|c| *c != conn);
         }
         lock(&self.out).remove(&conn);
-        self.channels.remove(conn);
+        self.channels.forget(conn);
         self.decide(&mut d);
         if d.live().is_empty() {
             *lock(&self.last_tenant) = Instant::now();

@@ -18,6 +18,10 @@ use std::time::Duration;
 /// Longest wait for the daemon's answer to a `Hello`.
 const ANSWER_WITHIN: Duration = Duration::from_secs(30);
 
+/// Longest wait for the daemon to hand over a serving channel (an application's mark
+/// waits for it).
+const CHANNEL_WITHIN: Duration = Duration::from_secs(2);
+
 /// Why a registration failed.
 pub(super) enum Failed {
     /// No daemon (of this user or root) answered: the cause.
@@ -168,7 +172,7 @@ pub fn open_channel(dev: usize) -> Result<gmux_channel::Client, String> {
     }
     let mut line = serde_json::to_string(&FromShim::Channel { version: PROTOCOL }).expect("serializable");
     line.push('\n');
-    match gmux_channel::Client::ask(&stream, line.as_bytes(), ANSWER_WITHIN).map_err(fail)? {
+    match gmux_channel::Client::ask(&stream, line.as_bytes(), CHANNEL_WITHIN).map_err(fail)? {
         (answer, Some(client)) if serde_json::from_str::<ChannelReady>(&answer).is_ok() => Ok(client),
         (answer, _) => Err(format!("gmuxd at {} gave no serving channel: {}", d.socket.display(), refusal(&answer))),
     }

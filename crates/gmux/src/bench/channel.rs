@@ -93,7 +93,7 @@ fn open(socket: &Path) -> Result<(UnixStream, Client), Failure> {
 const IDLE: Duration = Duration::from_secs(3);
 
 /// One ping's round trip.
-fn ping(c: &mut Client, seq: u64) -> Result<Duration, Failure> {
+fn ping(c: &Client, seq: u64) -> Result<Duration, Failure> {
     let t = Instant::now();
     c.send(&Message::Ping { seq }).map_err(|e| Failure::Runtime(format!("the channel broke: {e}")))?;
     match c.recv(Duration::from_secs(5)) {
@@ -136,21 +136,21 @@ fn thread_of_cpu(pid: u32, name: &str) -> Option<Duration> {
 pub fn run(a: &ChannelArgs) -> Result<(), Failure> {
     std::fs::create_dir_all(&a.out).map_err(|e| Failure::Runtime(format!("cannot create {}: {e}", a.out.display())))?;
     let (daemon, socket) = start_daemon()?;
-    let (_registered, mut c) = open(&socket)?;
+    let (_registered, c) = open(&socket)?;
     for seq in 0..1000 {
-        ping(&mut c, seq)?;
+        ping(&c, seq)?;
     }
     let mut seq = 1000;
     let mut next = || {
         seq += 1;
         seq
     };
-    let back: Vec<u64> = (0..a.pings.max(1)).map(|_| ping(&mut c, next()).map(|d| d.as_nanos() as u64)).collect::<Result<_, _>>()?;
+    let back: Vec<u64> = (0..a.pings.max(1)).map(|_| ping(&c, next()).map(|d| d.as_nanos() as u64)).collect::<Result<_, _>>()?;
     let gap = Duration::from_micros(a.gap_us);
     let spaced: Vec<u64> = (0..a.spaced.max(1))
         .map(|_| {
             std::thread::sleep(gap);
-            ping(&mut c, next()).map(|d| d.as_nanos() as u64)
+            ping(&c, next()).map(|d| d.as_nanos() as u64)
         })
         .collect::<Result<_, _>>()?;
     // Idle: the client waits in recv with nothing coming.
