@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-pub use connect::{open_channel, registrations};
+pub use connect::{link_changes, open_channel};
 pub use gate::{gate, wait_grant};
 
 /// How often the worker reports when nothing else wakes it.
@@ -118,6 +118,7 @@ impl Agent {
     /// which cannot grow until a daemon registers it again.
     fn lose(&self, why: &str) {
         self.out.lock().unwrap_or_else(|p| p.into_inner()).take();
+        connect::link_changed();
         let mut l = self.lock();
         if !l.lost {
             crate::log!(

@@ -31,11 +31,11 @@ const RETRY: Duration = Duration::from_secs(1);
 /// Most ends that wait in the process for room in a full channel.
 const MAX_WAITING_ENDS: usize = 1024;
 
-/// The channel, the registration it was opened after, and when it was last asked for
-/// (`client` is `None` after a failed try).
+/// The channel, the change of the daemon link it was opened after, and when it was last
+/// asked for (`client` is `None` after a failed try).
 struct Opened {
     client: Option<Arc<Client>>,
-    registration: u64,
+    link: u64,
     tried: Instant,
 }
 
@@ -60,7 +60,9 @@ pub fn dispatcher_bound(dev: usize) -> Option<u32> {
     }
     let b = match CHANNEL.try_lock() {
         Ok(ch) => {
-            let b = ch.as_ref().and_then(|o| o.client.as_ref()).map_or(0, |c| c.inflight());
+            // A channel opened before the daemon was lost or registered again asks nothing.
+            let link = crate::agent::link_changes();
+            let b = ch.as_ref().filter(|o| o.link == link).and_then(|o| o.client.as_ref()).map_or(0, |c| c.inflight());
             if BOUND.swap(b, Ordering::Relaxed) != b {
                 crate::log!(Debug, "the dispatcher asks for at most {b} commands in flight per stream (0: no bound)");
             }
@@ -71,25 +73,31 @@ pub fn dispatcher_bound(dev: usize) -> Option<u32> {
     (b > 0).then_some(b)
 }
 
-/// The channel, opened first when the process registered since the last try (a daemon
-/// that restarted hands out a new one), or a second after a try that failed.
+/// The channel, opened first when the process lost its daemon or registered since the
+/// last try (a daemon that restarted hands out a new one), or a second after a try that
+/// failed.
 fn channel() -> Result<Arc<Client>, c_int> {
     let Some(dev) = crate::devices::in_use().find(|d| crate::agent::attached(*d)) else { return Err(UNTRACKED) };
-    let registration = crate::agent::registrations();
+    let link = crate::agent::link_changes();
     let mut ch = CHANNEL.lock().unwrap_or_else(|p| p.into_inner());
-    let stale = ch.as_ref().is_none_or(|o| o.registration != registration || (o.client.is_none() && o.tried.elapsed() >= RETRY));
+    let stale = ch.as_ref().is_none_or(|o| o.link != link || (o.client.is_none() && o.tried.elapsed() >= RETRY));
     if stale {
         let client = match crate::agent::open_channel(dev) {
             Ok(c) => Some(Arc::new(c)),
+            // Said once, not at every try while the daemon is gone.
+            Err(why) if ch.as_ref().is_none_or(|o| o.client.is_some()) => {
+                crate::log!(Warn, "{why}; job marks are not sent (asked again every second)");
+                None
+            }
             Err(why) => {
-                crate::log!(Warn, "{why}; job marks are not sent (asked again in a second)");
+                crate::log!(Debug, "{why}");
                 None
             }
         };
         if client.is_some() {
             CHANNEL_DEV.store(dev + 1, Ordering::Relaxed);
         }
-        *ch = Some(Opened { client, registration, tried: Instant::now() });
+        *ch = Some(Opened { client, link, tried: Instant::now() });
     }
     ch.as_ref().and_then(|o| o.client.clone()).ok_or(ECHANNEL)
 }

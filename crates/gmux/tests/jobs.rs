@@ -120,7 +120,7 @@ fn a_channel_goes_only_to_a_tenant_and_one_forged_breaks_only_itself() {
 
 #[test]
 fn long_jobs_keep_shallow_queues_while_a_much_shorter_job_runs() {
-    let d = Daemon::start("jobs-shallow", &["--hbm", "64M", "--dispatch", "shallow"]);
+    let mut d = Daemon::start("jobs-shallow", &["--hbm", "64M", "--dispatch", "shallow"]);
     let mut c = d.sb.gmux(None, ["jobs", "--long"]);
     c.env_remove("GMUX_SOCKET").env("GMUX_SOCKET", d.sb.socket()).env("GMUX_TENANT", "long").env("GMUX_LOG", "debug");
     let err = d.sb.dir.path().join("long.err");
@@ -174,6 +174,14 @@ fn long_jobs_keep_shallow_queues_while_a_much_shorter_job_runs() {
         shallow("long") == Some(false)
     });
     assert!(lifted, "still shallow after a 20 ms job ran a second");
+    // Held shallow again, then the daemon dies: a bound from a daemon that is gone holds
+    // nothing.
+    mark(Message::JobBegin { job: 3, name: gmux_channel::JobName::new("short"), expected_ns: 10_000_000_000 }, 4);
+    assert!(launch() >= 150.0, "held shallow again");
+    d.crash();
+    std::thread::sleep(Duration::from_millis(200));
+    let after = launch();
+    assert!(after < 100.0, "a dead daemon's bound still held the launches: {after} ms");
     drop(input);
     assert!(t.child().wait().unwrap().success());
 }

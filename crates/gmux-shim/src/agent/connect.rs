@@ -146,17 +146,22 @@ pub(super) fn register(dev: usize, path: &Path, gpu: Option<String>, resume: Opt
     }
     stream.set_read_timeout(None).map_err(unreachable)?;
     let grant = serde_json::from_str::<Grant>(first.trim()).map_err(|_| Failed::Refused(refusal(first.trim())))?;
-    REGISTRATIONS.fetch_add(1, Ordering::Release);
+    link_changed();
     Ok((stream, reader, grant))
 }
 
-/// Registrations so far, of every device: a serving channel opened before the newest
-/// one may be a daemon's that is gone.
-static REGISTRATIONS: AtomicU64 = AtomicU64::new(0);
+/// Registrations and losses of a daemon so far, of every device: a serving channel
+/// opened before the newest may be a daemon's that is gone.
+static LINK_CHANGES: AtomicU64 = AtomicU64::new(0);
 
-/// How many times this process registered with a daemon.
-pub fn registrations() -> u64 {
-    REGISTRATIONS.load(Ordering::Acquire)
+/// A daemon was registered with, or lost.
+pub(super) fn link_changed() {
+    LINK_CHANGES.fetch_add(1, Ordering::Release);
+}
+
+/// How many times this process registered with a daemon or lost one.
+pub fn link_changes() -> u64 {
+    LINK_CHANGES.load(Ordering::Acquire)
 }
 
 /// Opens the serving channel with device `dev`'s daemon: on a second connection, which

@@ -10,7 +10,8 @@
 //! `jobs --long`: begins one job named `long` (estimated 1,000 s), prints `long: ready`, and
 //! for each line `launch` on its standard input launches six 50 ms kernels on one
 //! stream and prints `launched in X ms` (the launches wait while the daemon holds the
-//! process to a shallow queue), then synchronizes. Ends the job when its input closes.
+//! process to a shallow queue), then synchronizes. Ends the job when its input closes,
+//! and prints `end: R` (what `gmux_job_end` returned).
 
 use super::*;
 use std::io::Read;
@@ -106,9 +107,8 @@ fn long(app: &App, begin: Begin, end: End) -> bool {
     }
     // SAFETY: a job number from gmux_job_begin.
     let r = unsafe { end(job) };
-    if r != 1 {
-        check_mark(r, "gmux_job_end");
-    }
+    // Its daemon may be gone by now (the test kills it): the result is said, not checked.
+    println!("end: {r}");
     true
 }
 
