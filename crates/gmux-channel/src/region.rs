@@ -18,7 +18,7 @@ pub const SLOTS: u32 = 256;
 pub const WORDS: usize = 8;
 
 /// What the region's first word holds once the daemon made it.
-const MAGIC: u64 = u64::from_le_bytes(*b"gmuxchn1");
+const MAGIC: u64 = u64::from_le_bytes(*b"gmuxchn2");
 
 /// A value alone on its cache line, so that the two ends' indices never share one.
 #[repr(C, align(64))]

@@ -5,9 +5,10 @@
 //! CUDA call) gets [`UNTRACKED`]: its marks are not sent.
 
 use gmux_channel::{Client, JobName, Message};
+use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, TryLockError};
 use std::time::{Duration, Instant};
 
 /// The mark was sent (an end may wait in the process to be sent with the next mark).
@@ -42,8 +43,9 @@ struct Opened {
 static CHANNEL: Mutex<Option<Opened>> = Mutex::new(None);
 static NEXT_JOB: AtomicU64 = AtomicU64::new(1);
 
-/// Ends the full channel had no room for, sent before the next mark.
-static WAITING_ENDS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+/// Ends the full channel had no room for, sent before the next mark on the same channel
+/// (a new channel's daemon never saw their begins).
+static WAITING_ENDS: Mutex<VecDeque<u64>> = Mutex::new(VecDeque::new());
 
 /// The device whose daemon the channel is with, plus one (0: no channel opened yet).
 static CHANNEL_DEV: AtomicUsize = AtomicUsize::new(0);
@@ -58,18 +60,20 @@ pub fn dispatcher_bound(dev: usize) -> Option<u32> {
     if CHANNEL_DEV.load(Ordering::Relaxed) != dev + 1 {
         return None;
     }
-    let b = match CHANNEL.try_lock() {
-        Ok(ch) => {
-            // A channel opened before the daemon was lost or registered again asks nothing.
-            let link = crate::agent::link_changes();
-            let b = ch.as_ref().filter(|o| o.link == link).and_then(|o| o.client.as_ref()).map_or(0, |c| c.inflight());
-            if BOUND.swap(b, Ordering::Relaxed) != b {
-                crate::log!(Debug, "the dispatcher asks for at most {b} commands in flight per stream (0: no bound)");
-            }
-            b
-        }
-        Err(_) => BOUND.load(Ordering::Relaxed),
+    let ch = match CHANNEL.try_lock() {
+        Ok(ch) => ch,
+        Err(TryLockError::Poisoned(p)) => p.into_inner(),
+        // Being opened or looked at by a mark: the last bound read.
+        Err(TryLockError::WouldBlock) => return Some(BOUND.load(Ordering::Relaxed)).filter(|b| *b > 0),
     };
+    // A channel opened before the daemon was lost or registered again asks nothing.
+    let link = crate::agent::link_changes();
+    let b = ch.as_ref().filter(|o| o.link == link).and_then(|o| o.client.as_ref()).map_or(0, |c| c.inflight());
+    drop(ch);
+    if BOUND.load(Ordering::Relaxed) != b {
+        BOUND.store(b, Ordering::Relaxed);
+        crate::log!(Debug, "the dispatcher asks for at most {b} commands in flight per stream (0: no bound)");
+    }
     (b > 0).then_some(b)
 }
 
@@ -82,6 +86,9 @@ fn channel() -> Result<Arc<Client>, c_int> {
     let mut ch = CHANNEL.lock().unwrap_or_else(|p| p.into_inner());
     let stale = ch.as_ref().is_none_or(|o| o.link != link || (o.client.is_none() && o.tried.elapsed() >= RETRY));
     if stale {
+        // Launches that find the channel being opened take no bound of the old one.
+        BOUND.store(0, Ordering::Relaxed);
+        WAITING_ENDS.lock().unwrap_or_else(|p| p.into_inner()).clear();
         let client = match crate::agent::open_channel(dev) {
             Ok(c) => Some(Arc::new(c)),
             // Said once, not at every try while the daemon is gone.
@@ -102,18 +109,27 @@ fn channel() -> Result<Arc<Client>, c_int> {
     ch.as_ref().and_then(|o| o.client.clone()).ok_or(ECHANNEL)
 }
 
-/// Sends `m`, after the ends that waited for room.
-fn send(c: &Client, m: &Message) -> c_int {
+/// Sends `m`, after the ends that waited for room. A channel found broken is dropped
+/// (asked for again a second later), so that its bound no longer holds.
+fn send(c: &Arc<Client>, m: &Message) -> c_int {
     let broke = |e: gmux_channel::Broken| {
-        crate::log!(Warn, "the serving channel broke ({e}); job marks are not sent");
+        crate::log!(Warn, "the serving channel broke ({e}); job marks are not sent (asked again every second)");
+        let mut ch = CHANNEL.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(o) = ch.as_mut().filter(|o| o.client.as_ref().is_some_and(|x| Arc::ptr_eq(x, c))) {
+            o.client = None;
+            o.tried = Instant::now();
+        }
         ECHANNEL
     };
     let mut waiting = WAITING_ENDS.lock().unwrap_or_else(|p| p.into_inner());
-    while let Some(job) = waiting.first().copied() {
+    while let Some(job) = waiting.front().copied() {
         match c.send(&Message::JobEnd { job }) {
-            Ok(true) => drop(waiting.remove(0)),
+            Ok(true) => drop(waiting.pop_front()),
             Ok(false) => break,
-            Err(e) => return broke(e),
+            Err(e) => {
+                drop(waiting);
+                return broke(e);
+            }
         }
     }
     match c.send(m) {
@@ -122,12 +138,15 @@ fn send(c: &Client, m: &Message) -> c_int {
             // An end is never lost while there is room to keep it: the daemon would count
             // the job running for ever.
             Message::JobEnd { job } if waiting.len() < MAX_WAITING_ENDS => {
-                waiting.push(job);
+                waiting.push_back(job);
                 OK
             }
             _ => EAGAIN,
         },
-        Err(e) => broke(e),
+        Err(e) => {
+            drop(waiting);
+            broke(e)
+        }
     }
 }
 

@@ -32,9 +32,13 @@ pub const POLL: Duration = Duration::from_micros(50);
 /// Most job kinds of a tenant that `gmux ps --json` lists (those with the most jobs).
 const KINDS_SHOWN: usize = 32;
 
-/// Most channels one connection's process may ask for: it needs one, and asks again only
-/// after registering again (on a new connection). Each is a memory file the daemon made.
+/// Most channels one connection's process may ask for in [`OPENS_WINDOW`]: it needs one,
+/// and asks again after a failed try (once a second) or a change of its daemon link.
+/// Each is a memory file the daemon made.
 const MAX_OPENS: u32 = 8;
+
+/// The window [`MAX_OPENS`] counts in.
+const OPENS_WINDOW: Duration = Duration::from_secs(10);
 
 /// The epoll datum of the eventfd that stops the dispatcher.
 const STOP: u64 = u64::MAX;
@@ -54,8 +58,8 @@ struct Open {
 /// Every open channel and the dispatcher's epoll set.
 pub(crate) struct Channels {
     open: Mutex<HashMap<u64, Open>>,
-    /// Channels each connection asked for so far.
-    opens: Mutex<HashMap<u64, u32>>,
+    /// Channels each connection asked for in the current window, and when it began.
+    opens: Mutex<HashMap<u64, (u32, Instant)>>,
     epoll: OwnedFd,
     stop: OwnedFd,
     stopped: AtomicBool,
@@ -122,9 +126,13 @@ impl Channels {
     pub(crate) fn add(&self, conn: u64, tenant: TenantId, pid: u32) -> io::Result<Handover> {
         {
             let mut opens = lock(&self.opens);
-            let n = opens.entry(conn).or_default();
+            let (n, since) = opens.entry(conn).or_insert((0, Instant::now()));
+            if since.elapsed() >= OPENS_WINDOW {
+                *n = 0;
+                *since = Instant::now();
+            }
             if *n >= MAX_OPENS {
-                return Err(io::Error::other(format!("this process asked for its channel {MAX_OPENS} times already; it gets another after registering again")));
+                return Err(io::Error::other(format!("this process asked for its channel {MAX_OPENS} times in {} s; ask again later", OPENS_WINDOW.as_secs())));
             }
             *n += 1;
         }
@@ -146,9 +154,11 @@ impl Channels {
         self.remove(conn);
     }
 
-    /// Closes the channel of connection `conn`, if it has one.
+    /// Closes the channel of connection `conn`, if it has one. Its bound is lifted first:
+    /// the process may go on reading the word.
     pub(crate) fn remove(&self, conn: u64) {
         if let Some(o) = lock(&self.open).remove(&conn) {
+            o.server.set_inflight(0);
             self.unwatch(o.server.wake_fd());
         }
     }
@@ -234,6 +244,7 @@ impl Channels {
     /// Closes connection `conn`'s channel, which its process broke (`why`), and says so.
     fn close_broken(&self, open: &mut HashMap<u64, Open>, conn: u64, why: Broken) {
         if let Some(o) = open.remove(&conn) {
+            o.server.set_inflight(0);
             self.unwatch(o.server.wake_fd());
             say(&format!("pid {} broke its serving channel ({why}): closed it; its job marks are no longer read", o.pid));
         }
@@ -284,7 +295,10 @@ impl Channels {
                 }
             }
             self.rebound(&mut open, self.now());
-            busy_at = Instant::now();
+            // A tick of the bounds' timer is no sign of messages: sleep again at once.
+            if n > 0 {
+                busy_at = Instant::now();
+            }
         }
     }
 
@@ -358,7 +372,9 @@ pub(crate) async fn hand_over(s: &Arc<Shared>, mut write: OwnedWriteHalf, who: P
     .await;
     // A process that left meanwhile took its channel along only if the channel was made
     // before it left: the arbiter says whether it is still there.
-    if !matches!(sent, Ok(Ok(n)) if n == line.len()) || s.lock().tenant_of_conn(conn).is_none() {
+    if s.lock().tenant_of_conn(conn).is_none() {
+        s.channels.forget(conn);
+    } else if !matches!(sent, Ok(Ok(n)) if n == line.len()) {
         s.channels.remove(conn);
     }
 }
