@@ -17,6 +17,21 @@ BIN = os.environ.get("GMUX_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="run through `cargo test -p gmux --test python`, which builds gmux and the stand-in")
 
 
+def tenant_env(tmp_path, sock, name):
+    """The environment of a tenant `name` of the daemon at `sock`, on the stand-in driver
+    linked in `tmp_path`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GMUX_")}
+    env.update(
+        GMUX_SHIM=os.environ["GMUX_TEST_SHIM"],
+        GMUX_CUDA_LIB=str(tmp_path / "libcuda.so.1"),
+        LD_LIBRARY_PATH=str(tmp_path),
+        GMUX_STANDIN_MEM=str(1 << 30),
+        GMUX_SOCKET=sock,
+        GMUX_TENANT=name,
+    )
+    return env
+
+
 @pytest.fixture
 def daemon(tmp_path):
     """A daemon of the test's own with a 64 MiB budget; yields its socket."""
@@ -35,15 +50,7 @@ def daemon(tmp_path):
     tenants = []
 
     def tenant(name, buffers=8):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GMUX_")}
-        env.update(
-            GMUX_SHIM=os.environ["GMUX_TEST_SHIM"],
-            GMUX_CUDA_LIB=str(tmp_path / "libcuda.so.1"),
-            LD_LIBRARY_PATH=str(tmp_path),
-            GMUX_STANDIN_MEM=str(1 << 30),
-            GMUX_SOCKET=sock,
-            GMUX_TENANT=name,
-        )
+        env = tenant_env(tmp_path, sock, name)
         args = [BIN, "run", "--", os.environ["GMUX_TEST_APP"], "loop", "--buffers", str(buffers), "--bytes", "4M", "--rounds", "1000000"]
         p = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         tenants.append(p)
@@ -179,16 +186,8 @@ sys.stdin.read()
 
 def test_jobs_marked_in_python_reach_the_daemon(daemon, tmp_path):
     sock, _ = daemon
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GMUX_")}
-    env.update(
-        GMUX_SHIM=os.environ["GMUX_TEST_SHIM"],
-        GMUX_CUDA_LIB=str(tmp_path / "libcuda.so.1"),
-        LD_LIBRARY_PATH=str(tmp_path),
-        GMUX_STANDIN_MEM=str(1 << 30),
-        GMUX_SOCKET=sock,
-        GMUX_TENANT="py",
-        PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(gmux.__file__))),
-    )
+    env = tenant_env(tmp_path, sock, "py")
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(gmux.__file__)))
     p = subprocess.Popen([BIN, "run", "--", sys.executable, "-c", SERVING], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = p.stdout.readline()

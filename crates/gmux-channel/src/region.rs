@@ -144,7 +144,7 @@ impl Drop for Region {
 }
 
 /// A new non-blocking eventfd.
-pub(crate) fn eventfd() -> io::Result<OwnedFd> {
+pub fn eventfd() -> io::Result<OwnedFd> {
     // SAFETY: eventfd has no pointer arguments.
     let fd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
     // SAFETY: a new descriptor that nothing else owns.
@@ -152,7 +152,7 @@ pub(crate) fn eventfd() -> io::Result<OwnedFd> {
 }
 
 /// Adds one to eventfd `fd`'s counter (a full counter already wakes its reader).
-pub(crate) fn ring_eventfd(fd: RawFd) {
+pub fn ring_eventfd(fd: RawFd) {
     let one = 1u64.to_ne_bytes();
     // SAFETY: writes 8 bytes from a live buffer to a descriptor the caller owns.
     let _ = unsafe { libc::write(fd, one.as_ptr().cast(), one.len()) };

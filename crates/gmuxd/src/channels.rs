@@ -90,10 +90,7 @@ impl Channels {
         let epoll = check(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
         // SAFETY: a new descriptor that nothing else owns.
         let epoll = unsafe { OwnedFd::from_raw_fd(epoll) };
-        // SAFETY: eventfd has no pointer arguments.
-        let stop = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
-        // SAFETY: a new descriptor that nothing else owns.
-        let stop = unsafe { OwnedFd::from_raw_fd(stop) };
+        let stop = gmux_channel::eventfd()?;
         let c = Channels {
             open: Mutex::new(HashMap::new()),
             opens: Mutex::new(HashMap::new()),
@@ -305,9 +302,7 @@ impl Channels {
     /// Ends the dispatcher.
     pub(crate) fn stop(&self) {
         self.stopped.store(true, Ordering::Relaxed);
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writes 8 bytes from a live buffer to an open eventfd.
-        let _ = unsafe { libc::write(self.stop.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        gmux_channel::ring_eventfd(self.stop.as_raw_fd());
     }
 }
 

@@ -38,7 +38,7 @@ mod tests {
     use super::*;
 
     fn running(shortest: u64) -> JobSizes {
-        JobSizes { shortest: Some(shortest), unknown: 0, running: 1 }
+        JobSizes { shortest: Some(shortest), unknown: 0 }
     }
 
     #[test]
@@ -50,7 +50,7 @@ mod tests {
         assert_eq!(shallow_bounds(&[idle, running(20_000_000)]), vec![0, 0]);
         assert_eq!(shallow_bounds(&[running(20_000_000)]), vec![0]);
         // A job of no estimate may be short: its process is never bounded.
-        let guess = JobSizes { shortest: Some(20_000_000), unknown: 1, running: 2 };
+        let guess = JobSizes { shortest: Some(20_000_000), unknown: 1 };
         assert_eq!(shallow_bounds(&[running(1_000_000), guess]), vec![0, 0]);
         // The serving benchmark's short models (1.35 to 3.28 ms on an H200) never hold each
         // other, whatever each has left; its 15 ms model is held beside any of them.
