@@ -14,6 +14,10 @@ use std::os::unix::net::UnixStream;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// The in-flight word's value that holds the application's commands: it releases no new
+/// one until the daemon writes another ([`Server::set_inflight`]).
+pub const HOLD: u32 = u32::MAX;
+
 /// How long [`Client::recv`] polls before it sleeps.
 pub const CLIENT_POLL: Duration = Duration::from_micros(50);
 
@@ -89,9 +93,12 @@ impl Server {
     }
 
     /// Asks the application to keep at most `n` commands in flight per stream (0: no
-    /// bound).
+    /// bound; [`HOLD`]: release none), waking its threads that wait while held.
     pub fn set_inflight(&self, n: u32) {
-        self.region.layout().inflight.0.store(n, std::sync::atomic::Ordering::Release);
+        let word = &self.region.layout().inflight.0;
+        if word.swap(n, std::sync::atomic::Ordering::AcqRel) == HOLD && n != HOLD {
+            region::futex_wake_all(word);
+        }
     }
 
     /// Marks the daemon asleep on this channel unless a message waits: returns whether
@@ -159,9 +166,21 @@ impl Client {
     }
 
     /// The most commands the daemon asks this process to keep in flight per stream (0: no
-    /// bound).
+    /// bound; [`HOLD`]: release none).
     pub fn inflight(&self) -> u32 {
         self.region.layout().inflight.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Sleeps while the daemon holds this process's commands ([`HOLD`]), at most
+    /// `timeout`: returns whether it still holds them.
+    pub fn wait_while_held(&self, timeout: Duration) -> bool {
+        let word = &self.region.layout().inflight.0;
+        let start = Instant::now();
+        while word.load(std::sync::atomic::Ordering::Acquire) == HOLD {
+            let Some(left) = timeout.checked_sub(start.elapsed()).filter(|l| !l.is_zero()) else { return true };
+            region::futex_wait(word, HOLD, left);
+        }
+        false
     }
 
     /// The next message from the daemon, if one is waiting.

@@ -41,7 +41,7 @@ pub(crate) struct Ring {
 pub(crate) struct Layout {
     pub magic: Line<AtomicU64>,
     /// Daemon → application: the most commands the application should keep in flight per
-    /// stream (0: no bound from the daemon).
+    /// stream (0: no bound from the daemon; `HOLD`: release none, and wait on this word).
     pub inflight: Line<AtomicU32>,
     /// Application → daemon.
     pub up: Ring,
@@ -164,6 +164,12 @@ pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     let ts = libc::timespec { tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
     // SAFETY: `word` is a live, aligned u32; `ts` outlives the call.
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &ts as *const libc::timespec) };
+}
+
+/// Wakes every sleeper on `word`.
+pub(crate) fn futex_wake_all(word: &AtomicU32) {
+    // SAFETY: `word` is a live, aligned u32; FUTEX_WAKE reads nothing else.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
 }
 
 /// Wakes one sleeper on `word`.

@@ -189,3 +189,27 @@ fn descriptors_pass_over_a_socket_with_their_line() {
     client.send(&Message::JobEnd { job: 42 }).unwrap();
     assert_eq!(server.recv(), Ok(Some(Message::JobEnd { job: 42 })));
 }
+
+#[test]
+fn threads_held_by_the_daemon_wake_when_it_lets_them_go_and_not_before() {
+    let (server, client) = pair();
+    let client = std::sync::Arc::new(client);
+    assert!(!client.wait_while_held(Duration::from_secs(5)), "not held: returns at once");
+    server.set_inflight(HOLD);
+    assert!(client.wait_while_held(Duration::from_millis(30)), "still held after the timeout");
+    let t0 = Instant::now();
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let c = client.clone();
+            std::thread::spawn(move || (c.wait_while_held(Duration::from_secs(10)), t0.elapsed()))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    server.set_inflight(2);
+    for w in waiters {
+        let (held, waited) = w.join().unwrap();
+        assert!(!held);
+        assert!(waited >= Duration::from_millis(100) && waited < Duration::from_secs(5), "woken after {waited:?}");
+    }
+    assert_eq!(client.inflight(), 2);
+}

@@ -4,7 +4,7 @@
 //! registered. A process with no daemon (`gmux run --standalone`, or before its first
 //! CUDA call) gets [`UNTRACKED`]: its marks are not sent.
 
-use gmux_channel::{Client, JobName, Message};
+use gmux_channel::{Client, JobName, Message, HOLD};
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -54,8 +54,9 @@ static CHANNEL_DEV: AtomicUsize = AtomicUsize::new(0);
 static BOUND: AtomicU32 = AtomicU32::new(0);
 
 /// The most commands the daemon's dispatcher asks device `dev`'s streams to keep in
-/// flight (`None`: no bound; always so for a process that marks no jobs). Read at every
-/// launch: an atomic load, and for a process with a channel an uncontended lock.
+/// flight (`None`: no bound; always so for a process that marks no jobs, and while it
+/// is held: [`wait_turn`] holds it). Read at every launch: an atomic load, and for a
+/// process with a channel an uncontended lock.
 pub fn dispatcher_bound(dev: usize) -> Option<u32> {
     if CHANNEL_DEV.load(Ordering::Relaxed) != dev + 1 {
         return None;
@@ -64,7 +65,7 @@ pub fn dispatcher_bound(dev: usize) -> Option<u32> {
         Ok(ch) => ch,
         Err(TryLockError::Poisoned(p)) => p.into_inner(),
         // Being opened or looked at by a mark: the last bound read.
-        Err(TryLockError::WouldBlock) => return Some(BOUND.load(Ordering::Relaxed)).filter(|b| *b > 0),
+        Err(TryLockError::WouldBlock) => return Some(BOUND.load(Ordering::Relaxed)).filter(|b| *b > 0 && *b != HOLD),
     };
     // A channel opened before the daemon was lost or registered again asks nothing.
     let link = crate::agent::link_changes();
@@ -72,9 +73,61 @@ pub fn dispatcher_bound(dev: usize) -> Option<u32> {
     drop(ch);
     if BOUND.load(Ordering::Relaxed) != b {
         BOUND.store(b, Ordering::Relaxed);
-        crate::log!(Debug, "the dispatcher asks for at most {b} commands in flight per stream (0: no bound)");
+        match b {
+            HOLD => crate::log!(Debug, "the dispatcher holds this process's commands: another job goes first"),
+            _ => crate::log!(Debug, "the dispatcher asks for at most {b} commands in flight per stream (0: no bound)"),
+        }
     }
-    (b > 0).then_some(b)
+    (b > 0 && b != HOLD).then_some(b)
+}
+
+/// How long a held launch sleeps before it looks again whether its daemon is still
+/// there (a lost daemon's hold holds nothing).
+const HOLD_RECHECK: Duration = Duration::from_millis(100);
+
+/// How long a launch is held before the process says so (and again after each as long).
+const SAY_HELD: Duration = Duration::from_secs(5);
+
+/// Waits while the daemon's dispatcher holds device `dev`'s commands (`gmux daemon
+/// --dispatch fifo|sjf|rr|srpt-deficit`: another process's job goes first). Called
+/// before every launch, outside the state lock; costs an atomic load for a process with
+/// no channel.
+pub fn wait_turn(dev: usize) {
+    let Some(mut client) = held_client(dev, false) else { return };
+    let t0 = Instant::now();
+    let mut told = Duration::ZERO;
+    while client.wait_while_held(HOLD_RECHECK) {
+        if t0.elapsed() >= told + SAY_HELD {
+            told = t0.elapsed();
+            crate::log!(
+                Warn,
+                "held {:.0} s by gmuxd's dispatcher: other tenants' jobs go first (`gmux daemon --dispatch`); `gmux ps --json` shows whose jobs run",
+                told.as_secs_f64()
+            );
+        }
+        match held_client(dev, true) {
+            Some(c) => client = c,
+            None => break,
+        }
+    }
+    crate::log!(Debug, "the dispatcher held a launch {:.2} ms: another job went first", t0.elapsed().as_secs_f64() * 1e3);
+}
+
+/// The channel of device `dev` if the daemon holds its commands now. A channel from
+/// before the daemon link's last change holds nothing. `wait_for_lock`: else a channel
+/// being opened or marked on counts as not holding.
+fn held_client(dev: usize, wait_for_lock: bool) -> Option<Arc<Client>> {
+    if CHANNEL_DEV.load(Ordering::Relaxed) != dev + 1 {
+        return None;
+    }
+    let ch = match CHANNEL.try_lock() {
+        Ok(ch) => ch,
+        Err(TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(TryLockError::WouldBlock) if wait_for_lock => CHANNEL.lock().unwrap_or_else(|p| p.into_inner()),
+        Err(TryLockError::WouldBlock) => return None,
+    };
+    let link = crate::agent::link_changes();
+    ch.as_ref().filter(|o| o.link == link).and_then(|o| o.client.as_ref()).filter(|c| c.inflight() == HOLD).cloned()
 }
 
 /// The channel, opened first when the process lost its daemon or registered since the

@@ -118,70 +118,161 @@ fn a_channel_goes_only_to_a_tenant_and_one_forged_breaks_only_itself() {
     assert!(refused.contains("asked for its channel 8 times in 10 s"), "{refused}");
 }
 
-#[test]
-fn long_jobs_keep_shallow_queues_while_a_much_shorter_job_runs() {
-    let mut d = Daemon::start("jobs-shallow", &["--hbm", "64M", "--dispatch", "shallow"]);
-    let mut c = d.sb.gmux(None, ["jobs", "--long"]);
-    c.env_remove("GMUX_SOCKET").env("GMUX_SOCKET", d.sb.socket()).env("GMUX_TENANT", "long").env("GMUX_LOG", "debug");
-    let err = d.sb.dir.path().join("long.err");
-    c.stderr(std::fs::File::create(&err).unwrap());
-    c.stdin(Stdio::piped()).stdout(Stdio::piped());
-    let mut t = Tenant(Some(c.spawn().unwrap()));
-    let mut input = t.child().stdin.take().unwrap();
-    let mut output = BufReader::new(t.child().stdout.take().unwrap());
-    let mut line = String::new();
-    output.read_line(&mut line).unwrap();
-    assert_eq!(line, "long: ready\n", "gmuxd:\n{}", d.log());
-    // Six 50 ms kernels on one stream: how long their launches took, in ms.
-    let mut launch = || -> f64 {
-        input.write_all(b"launch\n").unwrap();
-        let mut l = String::new();
-        output.read_line(&mut l).unwrap();
-        l.strip_prefix("launched in ").and_then(|r| r.trim().strip_suffix(" ms")).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{l:?}"))
-    };
-    let shallow = |name: &str| tenant_json(&d, name)["jobs"]["shallow"].as_bool();
-    assert!(launch() < 100.0, "alone, its launches do not wait");
-    assert_eq!(shallow("long"), Some(false));
-    // This test process registers as tenant "short" and runs a job of 10 s, beside the
-    // long one's 1,000 s (estimates long enough for a slow test machine).
+/// The stand-in's `jobs --long` as tenant "long": a process running one job of 1,000 s,
+/// that launches six 50 ms kernels on one stream at each `launch()` and says in how many
+/// ms its launches returned.
+struct LongTenant {
+    t: Tenant,
+    input: std::process::ChildStdin,
+    /// Its output's lines, read on a thread of their own so that a launch held for good
+    /// fails the test instead of hanging it.
+    lines: std::sync::mpsc::Receiver<String>,
+    err: std::path::PathBuf,
+}
+
+/// How long a test waits for a line of the long tenant's.
+const LINE_WITHIN: Duration = Duration::from_secs(60);
+
+impl LongTenant {
+    fn start(d: &Daemon) -> LongTenant {
+        let mut c = d.sb.gmux(None, ["jobs", "--long"]);
+        c.env_remove("GMUX_SOCKET").env("GMUX_SOCKET", d.sb.socket()).env("GMUX_TENANT", "long").env("GMUX_LOG", "debug");
+        let err = d.sb.dir.path().join("long.err");
+        c.stderr(std::fs::File::create(&err).unwrap());
+        c.stdin(Stdio::piped()).stdout(Stdio::piped());
+        let mut t = Tenant(Some(c.spawn().unwrap()));
+        let input = t.child().stdin.take().unwrap();
+        let output = BufReader::new(t.child().stdout.take().unwrap());
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || output.lines().map_while(Result::ok).try_for_each(|l| send.send(l)));
+        let long = LongTenant { t, input, lines, err };
+        assert_eq!(long.line(), "long: ready", "gmuxd:\n{}", d.log());
+        long
+    }
+
+    fn line(&self) -> String {
+        self.lines.recv_timeout(LINE_WITHIN).unwrap_or_else(|e| panic!("no line from the long tenant in {LINE_WITHIN:?} ({e}); it said:\n{}", self.said()))
+    }
+
+    /// Starts six launches.
+    fn start_launch(&mut self) {
+        self.input.write_all(b"launch\n").unwrap();
+    }
+
+    /// How long the launches started last took, in ms; returns once their kernels ran.
+    fn launched(&mut self) -> f64 {
+        let l = self.line();
+        let ms = l.strip_prefix("launched in ").and_then(|r| r.strip_suffix(" ms")).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{l:?}"));
+        assert_eq!(self.line(), "synced");
+        ms
+    }
+
+    fn launch(&mut self) -> f64 {
+        self.start_launch();
+        self.launched()
+    }
+
+    fn said(&self) -> String {
+        std::fs::read_to_string(&self.err).unwrap_or_default()
+    }
+
+    fn finish(mut self) {
+        drop(self.input);
+        assert!(self.t.child().wait().unwrap().success());
+    }
+}
+
+/// This test process as tenant "short": registered, with a channel; returns a function
+/// that sends a mark and waits until the dispatcher has read it.
+fn short_tenant(d: &Daemon) -> impl Fn(Message, u64) {
     let v = gmux_core::protocol::PROTOCOL;
     let hello = UnixStream::connect(d.sb.socket()).unwrap();
     (&hello).write_all(format!("{{\"op\":\"hello\",\"version\":{v},\"tenant\":\"short\",\"priority\":0,\"high\":null}}\n").as_bytes()).unwrap();
     let reader = BufReader::new(hello.try_clone().unwrap());
     std::thread::spawn(move || reader.lines().map_while(Result::ok).for_each(drop));
     d.wait_tenant("short");
-    let (answer, client) = ask_channel(&d, v);
+    let (answer, client) = ask_channel(d, v);
     let client = client.unwrap_or_else(|| panic!("no channel: {answer}"));
-    let mark = |m: Message, seq: u64| {
+    move |m: Message, seq: u64| {
+        let _registered = &hello;
         client.send(&m).unwrap();
         client.send(&Message::Ping { seq }).unwrap();
         assert_eq!(client.recv(Duration::from_secs(5)), Ok(Some(Message::Pong { seq })));
-    };
-    mark(Message::JobBegin { job: 1, name: gmux_channel::JobName::new("short"), expected_ns: 10_000_000_000 }, 1);
-    assert_eq!((shallow("long"), shallow("short")), (Some(true), Some(false)), "{}", d.ctl(&["ps", "--json"]).stdout);
-    let held = launch();
-    let said = std::fs::read_to_string(&err).unwrap_or_default();
+    }
+}
+
+fn begin(job: u64, name: &str, expected_ns: u64) -> Message {
+    Message::JobBegin { job, name: gmux_channel::JobName::new(name), expected_ns }
+}
+
+#[test]
+fn long_jobs_keep_shallow_queues_while_a_much_shorter_job_runs() {
+    let mut d = Daemon::start("jobs-shallow", &["--hbm", "64M", "--dispatch", "shallow"]);
+    let mut long = LongTenant::start(&d);
+    let shallow = |d: &Daemon, name: &str| tenant_json(d, name)["jobs"]["shallow"].as_bool();
+    assert!(long.launch() < 100.0, "alone, its launches do not wait");
+    assert_eq!(shallow(&d, "long"), Some(false));
+    // This test process runs a job of 10 s, beside the long one's 1,000 s (estimates long
+    // enough for a slow test machine).
+    let mark = short_tenant(&d);
+    mark(begin(1, "short", 10_000_000_000), 1);
+    assert_eq!((shallow(&d, "long"), shallow(&d, "short")), (Some(true), Some(false)), "{}", d.ctl(&["ps", "--json"]).stdout);
+    let held = long.launch();
     assert!(held >= 150.0, "held to 2 in flight, four of the six launches wait for a 50 ms kernel each: {held} ms");
-    assert!(said.contains("the dispatcher asks for at most 2 commands in flight per stream"), "{said}");
+    assert!(long.said().contains("the dispatcher asks for at most 2 commands in flight per stream"), "{}", long.said());
     mark(Message::JobEnd { job: 1 }, 2);
-    assert_eq!(shallow("long"), Some(false));
-    assert!(launch() < 100.0, "the short job ended: no bound");
+    assert_eq!(shallow(&d, "long"), Some(false));
+    assert!(long.launch() < 100.0, "the short job ended: no bound");
     // A short job past twice its estimate holds nobody any more.
-    mark(Message::JobBegin { job: 2, name: gmux_channel::JobName::new("blip"), expected_ns: 20_000_000 }, 3);
-    assert_eq!(shallow("long"), Some(true));
+    mark(begin(2, "blip", 20_000_000), 3);
+    assert_eq!(shallow(&d, "long"), Some(true));
     let lifted = (0..100).any(|_| {
         std::thread::sleep(Duration::from_millis(10));
-        shallow("long") == Some(false)
+        shallow(&d, "long") == Some(false)
     });
     assert!(lifted, "still shallow after a 20 ms job ran a second");
     // Held shallow again, then the daemon dies: a bound from a daemon that is gone holds
     // nothing.
-    mark(Message::JobBegin { job: 3, name: gmux_channel::JobName::new("short"), expected_ns: 10_000_000_000 }, 4);
-    assert!(launch() >= 150.0, "held shallow again");
+    mark(begin(3, "short", 10_000_000_000), 4);
+    assert!(long.launch() >= 150.0, "held shallow again");
     d.crash();
     std::thread::sleep(Duration::from_millis(200));
-    let after = launch();
+    let after = long.launch();
     assert!(after < 100.0, "a dead daemon's bound still held the launches: {after} ms");
-    drop(input);
-    assert!(t.child().wait().unwrap().success());
+    long.finish();
+}
+
+#[test]
+fn srpt_holds_a_long_jobs_launches_until_the_short_job_ends() {
+    // Fairness far off: this test's half second of holding is all SRPT's.
+    let mut d = Daemon::start("jobs-srpt", &["--hbm", "64M", "--dispatch", "srpt-deficit", "--fairness", "10s"]);
+    let mut long = LongTenant::start(&d);
+    let jobs = |d: &Daemon, name: &str| {
+        let j = &tenant_json(d, name)["jobs"];
+        (j["held"].as_bool(), j["shallow"].as_bool())
+    };
+    assert!(long.launch() < 100.0, "alone, its job runs and its launches do not wait");
+    assert_eq!(jobs(&d, "long"), (Some(false), Some(false)));
+    let mark = short_tenant(&d);
+    mark(begin(1, "short", 10_000_000_000), 1);
+    assert_eq!(jobs(&d, "long"), (Some(true), Some(false)), "the 10 s job goes before the 1,000 s one");
+    long.start_launch();
+    std::thread::sleep(Duration::from_millis(500));
+    mark(Message::JobEnd { job: 1 }, 2);
+    let held = long.launched();
+    assert!(held >= 450.0, "the launches went on while the short job ran: {held} ms; {}", long.said());
+    assert!(long.said().contains("the dispatcher held a launch"), "{}", long.said());
+    // Its turn, beside a tenant whose jobs take about half a second: more than four times
+    // that, it keeps two commands in flight, and four of its six launches wait.
+    assert_eq!(jobs(&d, "long"), (Some(false), Some(true)));
+    let shallow = long.launch();
+    assert!(shallow >= 150.0, "not kept shallow: {shallow} ms");
+    // Held again, then the daemon dies: a launch held by a daemon that is gone goes on.
+    mark(begin(2, "short", 10_000_000_000), 3);
+    long.start_launch();
+    std::thread::sleep(Duration::from_millis(100));
+    d.crash();
+    let after = long.launched();
+    assert!(after < 2_000.0, "a dead daemon's hold held the launches {after} ms");
+    long.finish();
 }

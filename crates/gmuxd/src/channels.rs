@@ -5,26 +5,24 @@
 //!
 //! The dispatcher keeps the jobs each application marks ([`Jobs`]) and answers pings.
 //! With `gmux daemon --dispatch shallow` it also keeps the queues of processes running
-//! long jobs shallow while a much shorter job runs ([`shallow_bounds`]), through a word
-//! of each channel that the shim reads at every launch. A channel whose application
-//! writes nonsense is closed, and said so once.
+//! long jobs shallow while a much shorter job runs ([`shallow_bounds`]); with a release
+//! policy (`fifo`, `sjf`, `rr`, `srpt-deficit`) it chooses one job at a time and holds
+//! the processes whose jobs are all far longer ([`Releaser`]). Both speak through a word of
+//! each channel that the shim reads at every launch. A channel whose application writes
+//! nonsense is closed, and said so once.
 
-use super::conn::FIRST_LINE;
 use super::log::say;
-use super::server::{lock, Peer, Shared};
+use super::server::{lock, Dispatch};
 use crate::status::{JobKindStatus, JobsStatus};
-use gmux_channel::{send_with_fds, Broken, Handover, Message, Server};
-use gmux_core::protocol::{ChannelReady, Refused, PROTOCOL};
-use gmux_core::sched::dispatch::{shallow_bounds, Jobs};
+use gmux_channel::{Broken, Handover, Message, Server};
+use gmux_core::sched::dispatch::{shallow_bounds, DispatchPolicy, Jobs, Process, Release, Releaser};
 use gmux_core::{Nanos, TenantId};
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use tokio::io::Interest;
-use tokio::net::unix::OwnedWriteHalf;
 
 /// How long the dispatcher polls after its last message before it sleeps.
 pub const POLL: Duration = Duration::from_micros(50);
@@ -51,8 +49,18 @@ struct Open {
     jobs: Jobs,
     /// A refused mark was said already.
     told: bool,
-    /// The in-flight bound asked of it (0: none).
+    /// The in-flight word written to it (0: no bound; [`gmux_channel::HOLD`]: held).
     bound: u32,
+}
+
+/// What the dispatcher does with the marks (`gmux daemon --dispatch`).
+enum Mode {
+    /// Keeps them.
+    Keep,
+    /// Keeps long jobs' queues shallow while a short one runs.
+    Shallow,
+    /// Chooses one job at a time, and holds the processes of far longer ones.
+    Release(Mutex<Releaser>),
 }
 
 /// Every open channel and the dispatcher's epoll set.
@@ -64,14 +72,14 @@ pub(crate) struct Channels {
     stop: OwnedFd,
     stopped: AtomicBool,
     start: Instant,
-    /// Keep long jobs' queues shallow while short jobs run (`--dispatch shallow`).
-    shallow: bool,
-    /// Some process is bounded now: what it has left is looked at again every
+    mode: Mode,
+    /// Some process is bounded or held now: the bounds are decided again every
     /// [`REBOUND`] while the dispatcher sleeps.
     bounded: AtomicBool,
 }
 
-/// How often bounds are looked at again while one holds (an estimate runs out with time).
+/// How often bounds are decided again while one holds (an estimate runs out with time,
+/// and a release policy's fairness counts it).
 const REBOUND: Duration = Duration::from_millis(1);
 
 fn check(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -83,9 +91,19 @@ fn check(r: libc::c_int) -> io::Result<libc::c_int> {
 }
 
 impl Channels {
-    /// No channels yet; the dispatcher runs once [`Channels::dispatch`] is called.
-    /// `shallow`: keep long jobs' queues shallow while short ones run.
-    pub(crate) fn new(shallow: bool) -> io::Result<Channels> {
+    /// No channels yet; the dispatcher runs once [`Channels::dispatch`] is called, and
+    /// does with the marks what `dispatch` says (`fairness_ms`: `srpt-deficit`'s
+    /// threshold).
+    pub(crate) fn new(dispatch: Dispatch, fairness_ms: f64) -> io::Result<Channels> {
+        let policy = |p| Mode::Release(Mutex::new(Releaser::new(p)));
+        let mode = match dispatch {
+            Dispatch::None => Mode::Keep,
+            Dispatch::Shallow => Mode::Shallow,
+            Dispatch::Fifo => policy(DispatchPolicy::Fifo),
+            Dispatch::Sjf => policy(DispatchPolicy::Sjf),
+            Dispatch::Rr => policy(DispatchPolicy::RoundRobin),
+            Dispatch::SrptDeficit => policy(DispatchPolicy::SrptDeficit { threshold: fairness_ms }),
+        };
         // SAFETY: epoll_create1 has no pointer arguments.
         let epoll = check(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
         // SAFETY: a new descriptor that nothing else owns.
@@ -98,7 +116,7 @@ impl Channels {
             stop,
             stopped: AtomicBool::new(false),
             start: Instant::now(),
-            shallow,
+            mode,
             bounded: AtomicBool::new(false),
         };
         c.watch(c.stop.as_raw_fd(), STOP)?;
@@ -136,6 +154,7 @@ impl Channels {
         let (server, handed) = Server::create()?;
         let mut open = lock(&self.open);
         if let Some(old) = open.remove(&conn) {
+            old.server.set_inflight(0);
             self.unwatch(old.server.wake_fd());
         }
         self.watch(server.wake_fd(), conn)?;
@@ -154,10 +173,23 @@ impl Channels {
     /// Closes the channel of connection `conn`, if it has one. Its bound is lifted first:
     /// the process may go on reading the word.
     pub(crate) fn remove(&self, conn: u64) {
-        if let Some(o) = lock(&self.open).remove(&conn) {
+        let mut open = lock(&self.open);
+        if let Some(o) = open.remove(&conn) {
             o.server.set_inflight(0);
             self.unwatch(o.server.wake_fd());
+            self.closed(&mut open, o.tenant);
         }
+    }
+
+    /// A channel of `tenant` was closed: the others are decided again at once (it may
+    /// have held them), and a tenant with none left is forgotten by the release policy.
+    fn closed(&self, open: &mut HashMap<u64, Open>, tenant: TenantId) {
+        if let Mode::Release(r) = &self.mode {
+            if !open.values().any(|o| o.tenant == tenant) {
+                lock(r).forget(tenant);
+            }
+        }
+        self.rebound(open, self.now());
     }
 
     /// The jobs that the live processes of `t` mark, if any of them opened a channel.
@@ -168,7 +200,8 @@ impl Channels {
         let mut s = JobsStatus::default();
         let mut by_name: HashMap<&str, JobKindStatus> = HashMap::new();
         for o in mine {
-            s.shallow |= o.bound > 0;
+            s.shallow |= o.bound > 0 && o.bound != gmux_channel::HOLD;
+            s.held |= o.bound == gmux_channel::HOLD;
             s.running += o.jobs.running() as u64;
             s.refused += o.jobs.refused();
             for k in o.jobs.kinds() {
@@ -222,14 +255,26 @@ impl Channels {
         any
     }
 
-    /// Sets each process's in-flight bound from how long its running jobs are at `now`.
+    /// Sets each process's in-flight word from its running jobs at `now`.
     fn rebound(&self, open: &mut HashMap<u64, Open>, now: Nanos) {
-        if !self.shallow {
-            return;
-        }
-        let sizes: Vec<_> = open.values().map(|o| o.jobs.sizes(now)).collect();
-        let bounds = shallow_bounds(&sizes);
-        for (o, b) in open.values_mut().zip(&bounds) {
+        let mut open: Vec<&mut Open> = open.values_mut().collect();
+        let bounds: Vec<u32> = match &self.mode {
+            Mode::Keep => return,
+            Mode::Shallow => {
+                let sizes: Vec<_> = open.iter().map(|o| o.jobs.sizes(now)).collect();
+                shallow_bounds(&sizes)
+            }
+            Mode::Release(r) => {
+                let mut procs: Vec<Process<'_>> = open.iter_mut().map(|o| Process { client: o.tenant, jobs: &mut o.jobs }).collect();
+                let word = |r: &Release| match *r {
+                    Release::Free => 0,
+                    Release::Shallow(n) => n,
+                    Release::Hold => gmux_channel::HOLD,
+                };
+                lock(r).decide(&mut procs, now).iter().map(word).collect()
+            }
+        };
+        for (o, b) in open.iter_mut().zip(&bounds) {
             if o.bound != *b {
                 o.bound = *b;
                 o.server.set_inflight(*b);
@@ -244,6 +289,7 @@ impl Channels {
             o.server.set_inflight(0);
             self.unwatch(o.server.wake_fd());
             say(&format!("pid {} broke its serving channel ({why}): closed it; its job marks are no longer read", o.pid));
+            self.closed(open, o.tenant);
         }
     }
 
@@ -325,51 +371,5 @@ impl Open {
             say(&format!("pid {}: {e}; refused (such marks are counted in `gmux ps --json`, and not said again)", self.pid));
         }
         Ok(())
-    }
-}
-
-/// Answers a connection whose first line asked for a serving channel: the peer must be a
-/// process registered as a tenant. Hands it the channel's memfd and eventfd with a
-/// [`ChannelReady`] line, or says why not with a [`Refused`].
-pub(crate) async fn hand_over(s: &Arc<Shared>, mut write: OwnedWriteHalf, who: Peer, version: u32) {
-    let refuse = |why: String| Refused { refused: why };
-    if version != PROTOCOL {
-        let why = format!("this daemon speaks protocol {PROTOCOL}, the shim {version}: run gmux daemon and libgmux.so from the same build");
-        return super::conn::reply(&mut write, &refuse(why)).await;
-    }
-    // The pid must be a registered process's, and of its tenant's user: a pid reused by
-    // another user's process before the daemon saw the first leave gets nothing.
-    let found = {
-        let d = s.lock();
-        d.conn_of_pid(who.pid).filter(|(_, t)| who.uid == 0 || d.tenants.get(*t).owner.unwrap_or(s.owner) == who.uid)
-    };
-    let Some((conn, tenant)) = found else {
-        let why = format!("pid {} is no tenant of this daemon: a channel opens only after the process registered (run it under `gmux run`)", who.pid);
-        return super::conn::reply(&mut write, &refuse(why)).await;
-    };
-    let handed = match s.channels.add(conn, tenant, who.pid) {
-        Ok(h) => h,
-        Err(e) => return super::conn::reply(&mut write, &refuse(format!("gmuxd cannot make a channel: {e}"))).await,
-    };
-    let mut line = serde_json::to_string(&ChannelReady { slots: gmux_channel::SLOTS }).expect("serializable");
-    line.push('\n');
-    let fds = [handed.memory.as_raw_fd(), handed.wake.as_raw_fd()];
-    let stream = write.as_ref();
-    let sent = tokio::time::timeout(FIRST_LINE, async {
-        loop {
-            stream.writable().await?;
-            match stream.try_io(Interest::WRITABLE, || send_with_fds(stream.as_raw_fd(), line.as_bytes(), &fds)) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                r => return r,
-            }
-        }
-    })
-    .await;
-    // A process that left meanwhile took its channel along only if the channel was made
-    // before it left: the arbiter says whether it is still there.
-    if s.lock().tenant_of_conn(conn).is_none() {
-        s.channels.forget(conn);
-    } else if !matches!(sent, Ok(Ok(n)) if n == line.len()) {
-        s.channels.remove(conn);
     }
 }

@@ -139,7 +139,7 @@ async fn serve_conn(s: Arc<Shared>, stream: UnixStream, slot: Slot) {
             let hello = Hello { version, tenant: &tenant, priority, high, resume, gpu: gpu.as_deref() };
             serve_tenant(&s, reader, write, who, &hello).await;
         }
-        Ok(FromShim::Channel { version }) => super::channels::hand_over(&s, write, who, version).await,
+        Ok(FromShim::Channel { version }) => super::handover::hand_over(&s, write, who, version).await,
         _ => {
             let answer = match serde_json::from_str::<Request>(line.trim()) {
                 Ok(Request::Stop) if who.uid == s.owner || who.uid == 0 => {

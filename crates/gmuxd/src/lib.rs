@@ -10,6 +10,7 @@ pub mod ctl;
 #[cfg(test)]
 mod fuzz_props;
 pub mod fuzzing;
+mod handover;
 pub mod journal;
 mod log;
 pub mod metrics;
@@ -134,10 +135,18 @@ pub struct DaemonArgs {
     #[arg(long)]
     pub allow_tenant_policies: bool,
     /// What the dispatcher does with the jobs serving applications mark: `none` keeps
-    /// them (`gmux ps --json`), `shallow` also keeps the queues of processes running long
-    /// jobs shallow while a much shorter job runs elsewhere (docs/serving.md).
+    /// them (`gmux ps --json`); `shallow` also keeps the queues of processes running long
+    /// jobs shallow while a much shorter job runs elsewhere; `fifo`, `sjf`, `rr` and
+    /// `srpt-deficit` choose one job at a time by that order and hold the processes whose
+    /// jobs are all far longer (docs/serving.md).
     #[arg(long, value_enum, default_value_t = server::Dispatch::None)]
     pub dispatch: server::Dispatch,
+    /// How far `--dispatch srpt-deficit` lets a tenant fall behind its fair share of the
+    /// GPU's time, while it has a job waiting, before its job goes first. With two
+    /// tenants waiting, 100ms passes a long job over for about 200 ms at a stretch: a few
+    /// times a long inference request, a hundred short ones.
+    #[arg(long, default_value = "100ms")]
+    pub fairness: String,
     /// Start this daemon in the background unless one answers on its socket, with the
     /// settings `gmux run` starts daemons with, and return once it answers (how a
     /// process starts its GPU's daemon).
@@ -180,6 +189,8 @@ pub fn daemon(args: &DaemonArgs) -> Result<(), Failure> {
         .ok_or_else(|| Failure::Usage(format!("--timeslice {}: write a duration between 1us and 10s, e.g. 20ms", args.timeslice)))?;
     let max_slice = gmux_core::knobs::parse_duration(&args.max_timeslice)
         .ok_or_else(|| Failure::Usage(format!("--max-timeslice {}: write a duration between 1us and 10s, e.g. 1s", args.max_timeslice)))?;
+    let fairness = gmux_core::knobs::parse_duration(&args.fairness)
+        .ok_or_else(|| Failure::Usage(format!("--fairness {}: write a duration between 1us and 10s, e.g. 100ms", args.fairness)))?;
     let settings = journal::Settings {
         hbm,
         host,
@@ -204,6 +215,7 @@ pub fn daemon(args: &DaemonArgs) -> Result<(), Failure> {
             metrics,
             allow_tenant_policies: args.allow_tenant_policies,
             dispatch: args.dispatch,
+            fairness,
         },
     )
 }

@@ -64,6 +64,9 @@ pub struct Options {
     pub metrics: Option<std::net::SocketAddr>,
     /// What the dispatcher does with the jobs applications mark.
     pub dispatch: Dispatch,
+    /// The deficit, in ns of the GPU's time, past which `srpt-deficit` serves the most
+    /// starved tenant first.
+    pub fairness: u64,
 }
 
 /// What the dispatcher does with the jobs applications mark (`gmux daemon --dispatch`).
@@ -75,6 +78,15 @@ pub enum Dispatch {
     /// Also keeps the queues of processes running long jobs shallow while a much shorter
     /// job runs (docs/serving.md).
     Shallow,
+    /// Chooses the oldest job, and holds the processes whose jobs are all far longer.
+    Fifo,
+    /// The same, choosing the job of least estimated length.
+    Sjf,
+    /// The same, choosing each tenant with a running job in turn, a decision each.
+    Rr,
+    /// The same, choosing the job of least estimated remaining time, with deficit
+    /// fairness between tenants (`--fairness`).
+    SrptDeficit,
 }
 
 /// What every task of the daemon shares.
@@ -272,7 +284,7 @@ pub fn serve(path: &Path, settings: Settings, opts: &Options) -> Result<(), Fail
         events: broadcast::channel(EVENTS_KEPT).0,
         watches: Mutex::new(Vec::new()),
         refusals_told: Mutex::new(HashMap::new()),
-        channels: Channels::new(opts.dispatch == Dispatch::Shallow)
+        channels: Channels::new(opts.dispatch, opts.fairness as f64 / 1e6)
             .map_err(|e| Failure::Runtime(format!("cannot start the serving channels' dispatcher: {e}")))?,
     });
     let dispatcher = {

@@ -129,9 +129,13 @@ pub struct JobsStatus {
     /// Per job name, the 32 with the most jobs ended.
     pub kinds: Vec<JobKindStatus>,
     /// A process of it keeps its queues shallow now, because a much shorter job runs
-    /// elsewhere (`gmux daemon --dispatch shallow`).
+    /// elsewhere (`gmux daemon --dispatch shallow`, and the release policies).
     #[serde(default)]
     pub shallow: bool,
+    /// A process of it is held now: another job goes first (`gmux daemon --dispatch
+    /// fifo|sjf|rr|srpt-deficit`).
+    #[serde(default)]
+    pub held: bool,
 }
 
 /// The jobs of one name.
@@ -141,7 +145,8 @@ pub struct JobKindStatus {
     pub name: String,
     /// Jobs ended.
     pub done: u64,
-    /// Their mean time from begin to end, in milliseconds.
+    /// Their mean time from begin to end, less the time their process was held, in
+    /// milliseconds.
     pub mean_ms: f64,
     /// The longest, in milliseconds.
     pub max_ms: f64,

@@ -39,6 +39,7 @@ pub(super) fn run(
     let (mut held, parts) = loop {
         for &d in &devs {
             crate::agent::gate(d);
+            crate::jobs::wait_turn(d);
         }
         let (mut held, mut parts, mut short) = (Vec::with_capacity(devs.len()), Vec::with_capacity(devs.len()), None);
         for &d in &devs {

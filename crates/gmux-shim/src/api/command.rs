@@ -78,6 +78,7 @@ fn run_now(
     let Ok(dev) = crate::devices::current() else { return real() };
     laps.lap(&DEVICE);
     crate::agent::gate(dev);
+    crate::jobs::wait_turn(dev);
     laps.lap(&GATE);
     let mut g = match crate::devices::shim_of(dev) {
         Ok(g) => g,
@@ -106,6 +107,7 @@ fn run_now(
                 drop(g);
                 crate::agent::wait_grant(dev, need);
                 crate::agent::gate(dev);
+                crate::jobs::wait_turn(dev);
                 g = crate::devices::on(dev);
                 let st = g.as_mut().expect("created");
                 match &mut ws {

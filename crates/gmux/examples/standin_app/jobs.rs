@@ -10,7 +10,8 @@
 //! `jobs --long`: begins one job named `long` (estimated 1,000 s), prints `long: ready`, and
 //! for each line `launch` on its standard input launches six 50 ms kernels on one
 //! stream and prints `launched in X ms` (the launches wait while the daemon holds the
-//! process to a shallow queue), then synchronizes. Ends the job when its input closes,
+//! process, or keeps its queue shallow), then synchronizes and prints `synced`. Ends the
+//! job when its input closes,
 //! and prints `end: R` (what `gmux_job_end` returned).
 
 use super::*;
@@ -104,6 +105,7 @@ fn long(app: &App, begin: Begin, end: End) -> bool {
         }
         println!("launched in {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
         app.sync(s);
+        println!("synced");
     }
     // SAFETY: a job number from gmux_job_begin.
     let r = unsafe { end(job) };

@@ -3,9 +3,14 @@
 //! twice, one never begun, or more than the table holds is refused and counted, and
 //! the table never grows past its bounds.
 
-use super::MAX_KINDS;
+use super::{JobView, MAX_KINDS};
 use crate::size::Nanos;
+use crate::tenant::TenantId;
 use std::collections::HashMap;
+
+/// How long a job of no estimate counts as: after every job that has one. So does a
+/// job that has been let run twice its estimate: it is not what it was thought to be.
+pub const UNKNOWN_NS: Nanos = 3_600_000_000_000;
 
 /// Most jobs of one process running at once.
 pub const MAX_RUNNING: usize = 1024;
@@ -17,7 +22,7 @@ pub struct JobKind {
     pub name: String,
     /// Jobs ended.
     pub done: u64,
-    /// Their time from begin to end, added up.
+    /// Their time from begin to end, less the time their process was held, added up.
     pub total_ns: Nanos,
     /// The longest.
     pub max_ns: Nanos,
@@ -53,6 +58,8 @@ impl std::fmt::Display for JobRefused {
 struct Running {
     kind: usize,
     began: Nanos,
+    /// The time its process was let release commands while it ran.
+    served: Nanos,
 }
 
 /// One process's jobs.
@@ -62,6 +69,10 @@ pub struct Jobs {
     kinds: Vec<JobKind>,
     by_name: HashMap<String, usize>,
     refused: u64,
+    /// The process is held: its running jobs are not being served.
+    held: bool,
+    /// Service is counted up to here.
+    counted: Nanos,
 }
 
 impl Jobs {
@@ -91,17 +102,74 @@ impl Jobs {
         if expected_ns > 0 {
             self.kinds[kind].expected_ns = expected_ns;
         }
-        self.running.insert(job, Running { kind, began: now });
+        self.serve_until(now);
+        self.running.insert(job, Running { kind, began: now, served: 0 });
         Ok(())
     }
 
-    /// Job `job` ends at `now`: returns how long it ran.
+    /// Counts the time up to `now` as served to every running job, unless the process
+    /// was held.
+    pub fn serve_until(&mut self, now: Nanos) {
+        let dt = now.saturating_sub(self.counted);
+        self.counted = self.counted.max(now);
+        if !self.held {
+            self.running.values_mut().for_each(|r| r.served = r.served.saturating_add(dt));
+        }
+    }
+
+    /// From `now` on, the process is held (`true`) or let release commands.
+    pub fn set_held(&mut self, held: bool, now: Nanos) {
+        self.serve_until(now);
+        self.held = held;
+    }
+
+    /// Whether the process is held now.
+    pub fn held(&self) -> bool {
+        self.held
+    }
+
+    /// The estimated length of a job of kind `kind`: the kind's mean time so far, else
+    /// the application's estimate (0: none).
+    fn estimate(&self, kind: usize) -> Nanos {
+        let k = &self.kinds[kind];
+        k.total_ns.checked_div(k.done).unwrap_or(k.expected_ns)
+    }
+
+    /// The running jobs as a release policy sees them, as client `client`, with what
+    /// they have left by the service counted so far ([`Jobs::serve_until`]). A job of no
+    /// estimate, or served twice its estimate, counts as [`UNKNOWN_NS`] long, all left.
+    pub fn views(&self, client: TenantId) -> impl Iterator<Item = JobView> + '_ {
+        self.running.iter().map(move |(&job, r)| {
+            let total = self.estimate(r.kind);
+            let (total, remaining) =
+                if total == 0 || r.served > total.saturating_mul(2) { (UNKNOWN_NS, UNKNOWN_NS) } else { (total, total.saturating_sub(r.served)) };
+            JobView { job, client, arrival: r.began, remaining, total }
+        })
+    }
+
+    /// The estimated length of this process's shortest running job, by its kind alone
+    /// (however long it has run; [`UNKNOWN_NS`] for a kind of no estimate): a job slowed
+    /// by others is no longer for it. `None`: none runs.
+    pub fn shortest_size(&self) -> Option<Nanos> {
+        self.running.values().map(|r| Some(self.estimate(r.kind)).filter(|e| *e > 0).unwrap_or(UNKNOWN_NS)).min()
+    }
+
+    /// The estimated length of this process's shortest kind of job (`None`: no kind has one).
+    pub fn typical(&self) -> Option<Nanos> {
+        (0..self.kinds.len()).map(|k| self.estimate(k)).filter(|e| *e > 0).min()
+    }
+
+    /// Job `job` ends at `now`: returns how long it ran, less the time its process was
+    /// held (a job's length must not grow with the holds of others: a job held for
+    /// being long would look longer, and be held longer still).
     pub fn end(&mut self, job: u64, now: Nanos) -> Result<Nanos, JobRefused> {
-        let Some(r) = self.running.remove(&job) else {
+        if !self.running.contains_key(&job) {
             self.refused += 1;
             return Err(JobRefused::Unknown(job));
-        };
-        let took = now.saturating_sub(r.began);
+        }
+        self.serve_until(now);
+        let r = self.running.remove(&job).expect("running");
+        let took = r.served;
         let k = &mut self.kinds[r.kind];
         k.done += 1;
         k.total_ns = k.total_ns.saturating_add(took);
@@ -130,8 +198,7 @@ impl Jobs {
     pub fn sizes(&self, now: Nanos) -> JobSizes {
         let mut sizes = JobSizes::default();
         for r in self.running.values() {
-            let k = &self.kinds[r.kind];
-            let estimate = k.total_ns.checked_div(k.done).unwrap_or(k.expected_ns);
+            let estimate = self.estimate(r.kind);
             if estimate == 0 || now.saturating_sub(r.began) > estimate.saturating_mul(2) {
                 sizes.unknown += 1;
                 continue;
@@ -187,6 +254,18 @@ mod tests {
         assert_eq!(j.sizes(10_400).shortest, Some(1_000));
         // Past twice its estimate a job has none.
         assert_eq!(j.sizes(12_001), JobSizes { shortest: None, unknown: 2 });
+    }
+
+    #[test]
+    fn the_time_a_process_was_held_does_not_count_in_its_jobs_lengths() {
+        let mut j = Jobs::default();
+        j.begin(1, "long", 0, 0).unwrap();
+        j.set_held(true, 10);
+        j.begin(2, "long", 0, 50).unwrap();
+        j.set_held(false, 90);
+        assert_eq!(j.end(1, 100), Ok(20), "run 0..10 and 90..100");
+        assert_eq!(j.end(2, 130), Ok(40), "begun while held: run 90..130");
+        assert_eq!((j.kinds()[0].total_ns, j.kinds()[0].max_ns), (60, 40));
     }
 
     #[test]

@@ -4,17 +4,20 @@
 //! time unless a client's deficit counter shows it was starved past a threshold;
 //! [`Fifo`], [`Sjf`] and [`ClientRoundRobin`] are the policies it is compared with.
 //! [`RemainingEstimator`] learns the time estimates online; [`Jobs`] keeps the jobs an
-//! application marks, and [`shallow_bounds`] keeps other processes' queues shallow while
-//! a short job runs.
+//! application marks. In gmuxd, a [`Releaser`] applies one of these policies to the
+//! processes that mark jobs, and [`shallow_bounds`] is the simpler rule that only keeps
+//! other processes' queues shallow while a short job runs.
 
 mod estimate;
 mod jobs;
+mod release;
 mod shallow;
 #[cfg(test)]
 mod tests;
 
 pub use estimate::{KernelId, KernelKey, KernelRecord, RemainingEstimator, MAX_KERNELS, MAX_KINDS};
-pub use jobs::{JobKind, JobRefused, JobSizes, Jobs, MAX_RUNNING};
+pub use jobs::{JobKind, JobRefused, JobSizes, Jobs, MAX_RUNNING, UNKNOWN_NS};
+pub use release::{Process, Release, Releaser};
 pub use shallow::{shallow_bounds, SHALLOW, SHALLOW_RATIO};
 
 use crate::size::Nanos;
@@ -37,13 +40,31 @@ pub struct JobView {
     pub total: Nanos,
 }
 
-/// A kernel-granular release policy.
+/// A release policy: which ready job goes next. The simulator asks it at every kernel
+/// and charges each kernel as one unit to the job's client; gmuxd asks it at every job
+/// mark and timer tick, and charges the milliseconds since to the clients it let run.
 pub trait Dispatcher {
     /// Fixed name (`fifo`, `sjf`, `rr`, `srpt-deficit`).
     fn name(&self) -> &'static str;
-    /// Index in `ready` of the job whose next kernel is released now (`None` when
-    /// `ready` is empty); updates the state as if that kernel was dispatched.
-    fn pick(&mut self, ready: &[JobView]) -> Option<usize>;
+    /// Index in `ready` of the job that goes next (`None` when `ready` is empty); the
+    /// state is unchanged.
+    fn choose(&self, ready: &[JobView]) -> Option<usize>;
+    /// The clients `served` were served `amount` together (a kernel, or a time), while the
+    /// other clients of `ready` waited; `served[0]` is the client of the job chosen.
+    fn charge(&mut self, ready: &[JobView], served: &[TenantId], amount: f64);
+    /// `client` has left: its state is dropped.
+    fn forget(&mut self, _client: TenantId) {}
+    /// Whether [`Dispatcher::choose`] chooses for fairness now, not by its order: the
+    /// chosen job's client fell behind, and should run alone until it caught up.
+    fn behind(&self, _ready: &[JobView]) -> bool {
+        false
+    }
+    /// [`Dispatcher::choose`], then [`Dispatcher::charge`] of one unit: a kernel released.
+    fn pick(&mut self, ready: &[JobView]) -> Option<usize> {
+        let index = self.choose(ready)?;
+        self.charge(ready, &[ready[index].client], 1.0);
+        Some(index)
+    }
 }
 
 /// Index of the oldest job among `candidates` (ties by job id).
@@ -65,9 +86,11 @@ impl Dispatcher for Fifo {
         "fifo"
     }
 
-    fn pick(&mut self, ready: &[JobView]) -> Option<usize> {
+    fn choose(&self, ready: &[JobView]) -> Option<usize> {
         oldest(ready.iter().enumerate())
     }
+
+    fn charge(&mut self, _: &[JobView], _: &[TenantId], _: f64) {}
 }
 
 /// Shortest job first: the job with the least estimated total time (ties: oldest, then
@@ -80,9 +103,11 @@ impl Dispatcher for Sjf {
         "sjf"
     }
 
-    fn pick(&mut self, ready: &[JobView]) -> Option<usize> {
+    fn choose(&self, ready: &[JobView]) -> Option<usize> {
         least(ready, |j| j.total)
     }
+
+    fn charge(&mut self, _: &[JobView], _: &[TenantId], _: f64) {}
 }
 
 /// Round robin over clients, kernel by kernel: the oldest job of the next client with a
@@ -97,25 +122,30 @@ impl Dispatcher for ClientRoundRobin {
         "rr"
     }
 
-    fn pick(&mut self, ready: &[JobView]) -> Option<usize> {
+    fn choose(&self, ready: &[JobView]) -> Option<usize> {
         let present: BTreeSet<TenantId> = ready.iter().map(|j| j.client).collect();
         let after = self.last.and_then(|l| present.range((std::ops::Bound::Excluded(l), std::ops::Bound::Unbounded)).next());
         let client = *after.or_else(|| present.first())?;
-        self.last = Some(client);
         oldest(ready.iter().enumerate().filter(|(_, j)| j.client == client))
+    }
+
+    fn charge(&mut self, _: &[JobView], served: &[TenantId], _: f64) {
+        self.last = served.first().copied().or(self.last);
     }
 }
 
 /// Shortest remaining processing time, bounded by per-client deficit counters.
 ///
-/// With `n` distinct clients among the ready jobs, dispatching a kernel of client `c`
-/// lowers `deficit[c]` by `1 - 1/n` and raises every other present client's by `1/n`;
-/// absent clients keep theirs. While some present client's deficit exceeds the
-/// threshold, the oldest job of the present client with the highest deficit (ties by
-/// client id) goes first; otherwise the job with the least remaining time (ties:
-/// oldest, then job id). While every client keeps a ready job no deficit passes
-/// `threshold + 1`; clients that come and go can overshoot that slightly (three clients
-/// absent at `threshold + 1/2` that return together reach `threshold + 7/6`).
+/// With `n` distinct clients among the ready jobs, serving `k` of them an amount `a` (one
+/// kernel, or a time) together changes each present client's deficit by its fair share
+/// less what it got: `a / n - a / k` for those served, `a / n` for the others (with one
+/// served, Paella's `-(1 - 1/n)` and `+1/n`). A client with no ready job starts again from zero, as in
+/// deficit round robin: the counters bound how long a client that keeps waiting is
+/// passed over, and neither credit nor debt carries across its idle spells. While some
+/// present client's deficit exceeds the threshold, the oldest job of the present client
+/// with the highest deficit (ties by client id) goes first; otherwise the job with the
+/// least remaining time (ties: oldest, then job id). With charges of one unit no
+/// deficit passes `threshold + 1`.
 #[derive(Debug, Clone, Default)]
 pub struct SrptDeficit {
     threshold: f64,
@@ -133,9 +163,13 @@ impl SrptDeficit {
         self.deficit.get(&client).copied().unwrap_or(0.0)
     }
 
-    fn choose(&self, ready: &[JobView], present: &BTreeSet<TenantId>) -> Option<usize> {
-        let starved = present.iter().map(|&c| (c, self.deficit(c))).filter(|&(_, d)| d > self.threshold).max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
-        match starved {
+    /// The present client that fell furthest past the threshold, if any.
+    fn starved(&self, present: &BTreeSet<TenantId>) -> Option<(TenantId, f64)> {
+        present.iter().map(|&c| (c, self.deficit(c))).filter(|&(_, d)| d > self.threshold).max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
+    }
+
+    fn choose_among(&self, ready: &[JobView], present: &BTreeSet<TenantId>) -> Option<usize> {
+        match self.starved(present) {
             Some((client, _)) => oldest(ready.iter().enumerate().filter(|(_, j)| j.client == client)),
             None => least(ready, |j| j.remaining),
         }
@@ -147,15 +181,31 @@ impl Dispatcher for SrptDeficit {
         "srpt-deficit"
     }
 
-    fn pick(&mut self, ready: &[JobView]) -> Option<usize> {
+    fn choose(&self, ready: &[JobView]) -> Option<usize> {
         let present: BTreeSet<TenantId> = ready.iter().map(|j| j.client).collect();
-        let index = self.choose(ready, &present)?;
-        let share = 1.0 / present.len() as f64;
+        self.choose_among(ready, &present)
+    }
+
+    fn charge(&mut self, ready: &[JobView], served: &[TenantId], amount: f64) {
+        let present: BTreeSet<TenantId> = ready.iter().map(|j| j.client).collect();
+        self.deficit.retain(|c, _| present.contains(c));
+        let served: BTreeSet<TenantId> = served.iter().copied().filter(|c| present.contains(c)).collect();
+        if served.is_empty() {
+            return;
+        }
+        let (fair, got) = (amount / present.len() as f64, amount / served.len() as f64);
         for &c in &present {
-            let delta = if c == ready[index].client { share - 1.0 } else { share };
+            let delta = if served.contains(&c) { fair - got } else { fair };
             *self.deficit.entry(c).or_insert(0.0) += delta;
         }
-        Some(index)
+    }
+
+    fn forget(&mut self, client: TenantId) {
+        self.deficit.remove(&client);
+    }
+
+    fn behind(&self, ready: &[JobView]) -> bool {
+        self.starved(&ready.iter().map(|j| j.client).collect()).is_some()
     }
 }
 
@@ -179,7 +229,7 @@ pub enum DispatchPolicy {
 
 impl DispatchPolicy {
     /// A fresh dispatcher for this policy.
-    pub fn build(self) -> Box<dyn Dispatcher> {
+    pub fn build(self) -> Box<dyn Dispatcher + Send> {
         match self {
             DispatchPolicy::Fifo => Box::new(Fifo),
             DispatchPolicy::Sjf => Box::new(Sjf),

@@ -161,3 +161,25 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_client_with_no_ready_job_starts_again_from_zero() {
+    let mut d = SrptDeficit::new(100.0);
+    let ready = [job(1, 0, 0, 10), job(2, 1, 0, 1_000)];
+    for _ in 0..10 {
+        d.charge(&ready, &[TenantId(0)], 2.0);
+    }
+    assert_eq!((d.deficit(TenantId(0)), d.deficit(TenantId(1))), (-10.0, 10.0), "2 ms a time, half of it owed to the waiting client");
+    d.charge(&ready[..1], &[TenantId(0)], 2.0);
+    assert_eq!((d.deficit(TenantId(0)), d.deficit(TenantId(1))), (-10.0, 0.0), "client 1 left: its deficit is gone");
+}
+
+#[test]
+fn clients_served_together_share_what_they_got() {
+    let mut d = SrptDeficit::new(100.0);
+    let ready = [job(1, 0, 0, 10), job(2, 1, 0, 20), job(3, 2, 0, 1_000), job(4, 3, 0, 1_000)];
+    // Four present, two served 4 ms together: each got 2 of its fair 1; the held two 1 each.
+    d.charge(&ready, &[TenantId(0), TenantId(1)], 4.0);
+    let deficits: Vec<f64> = (0..4).map(|c| d.deficit(TenantId(c))).collect();
+    assert_eq!(deficits, vec![-1.0, -1.0, 1.0, 1.0]);
+}
