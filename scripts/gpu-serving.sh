@@ -9,9 +9,11 @@
 #            `gmux.job`) natively, then as a tenant of an 8 GiB gmuxd, natively again:
 #            the daemon must count the jobs the loop marked                     ~1.5 min
 #   bench    `gmux bench serving`: six torchvision models as tenants, lognormal arrivals
-#            (SIGMAS, default 1.5,2) at LOADS (0.5,0.8), natively, under gmux round
-#            robin, and with --dispatch shallow (SYSTEMS): short-job P50/P99, long-job
-#            throughput, fairness                                            ~8 min
+#            (SIGMAS, default 1.5) at LOADS (0.5,0.8), natively and with --dispatch
+#            shallow and srpt-deficit (SYSTEMS, any of `gmux bench serving --systems`;
+#            FAIRNESS for srpt-deficit, default 100ms): short-job P50/P99, long-job
+#            throughput, fairness; about 40 s a run (DURATION + WARMUP + 5 s), and the
+#            whole part must end within 560 s: keep to 10 runs a call
 #
 # Full logs go to $OUT/serving-logs.tgz, the summary to $OUT/serving-summary.txt and is
 # printed last.
@@ -51,7 +53,7 @@ jobs() {
 
 bench() {
   timeout 560 "$GMUX" bench serving --duration "${DURATION:-15}" --warmup "${WARMUP:-20}" --out "$WORK/bench" \
-    --loads "${LOADS:-0.5,0.8}" --sigmas "${SIGMAS:-1.5,2}" --systems "${SYSTEMS:-native,gmux-rr,gmux-shallow}" \
+    --loads "${LOADS:-0.5,0.8}" --sigmas "${SIGMAS:-1.5}" --systems "${SYSTEMS:-native,gmux-shallow,gmux-srpt}" --fairness "${FAIRNESS:-100ms}" \
     >"$LOGS/bench.txt" 2>"$LOGS/bench.stderr"
   SUMMARY+=("serving bench (exit $?):")
   while IFS= read -r l; do SUMMARY+=("  $l"); done < <(grep -v '^results:' "$LOGS/bench.txt")

@@ -6,7 +6,10 @@
 //! - `native`: the processes share the GPU as the driver time-slices them;
 //! - `gmux-rr`: each a tenant of a gmuxd with round robin and no memory pressure;
 //! - `gmux-shallow`: the same with `--dispatch shallow`, which keeps the long jobs'
-//!   queues shallow while a short job runs.
+//!   queues shallow while a short job runs;
+//! - `gmux-fifo`, `gmux-srpt`: the same with `--dispatch fifo` or `--dispatch
+//!   srpt-deficit`, which choose one job at a time and hold the processes whose jobs are
+//!   all far longer.
 //!
 //! A load L gives each of the six tenants the rate L / 6 / its service time alone
 //! (measured first, each model alone), so that the GPU would be busy a share L of the
@@ -33,10 +36,16 @@ pub struct ServingArgs {
     /// Shapes of the lognormal gaps between arrivals.
     #[arg(long, value_delimiter = ',', default_value = "1.5,2")]
     sigmas: Vec<f64>,
-    /// Systems: native, gmux-rr, gmux-shallow.
-    #[arg(long, value_delimiter = ',', default_value = "native,gmux-rr,gmux-shallow")]
+    /// Systems: native, gmux-rr, gmux-shallow, gmux-fifo, gmux-srpt.
+    #[arg(long, value_delimiter = ',', default_value = "native,gmux-rr,gmux-shallow,gmux-fifo,gmux-srpt")]
     systems: Vec<String>,
+    /// `gmux daemon --fairness` for gmux-srpt.
+    #[arg(long, default_value = "100ms")]
+    fairness: String,
 }
+
+/// The systems compared.
+const SYSTEMS: [&str; 5] = ["native", "gmux-rr", "gmux-shallow", "gmux-fifo", "gmux-srpt"];
 
 /// The six tenants: model and kind, as `serve_load.py` names them.
 const MODELS: [(&str, &str); 6] =
@@ -74,9 +83,12 @@ fn percentile(v: &[f64], p: f64) -> Option<f64> {
 /// Runs the benchmark: prints a table and writes `serving.json` under `--out`.
 pub fn run(a: &ServingArgs) -> Result<(), Failure> {
     for s in &a.systems {
-        if !matches!(s.as_str(), "native" | "gmux-rr" | "gmux-shallow") {
-            return Err(Failure::Usage(format!("unknown system {s:?}: the systems are native, gmux-rr and gmux-shallow")));
+        if !SYSTEMS.contains(&s.as_str()) {
+            return Err(Failure::Usage(format!("unknown system {s:?}: the systems are {}", SYSTEMS.join(", "))));
         }
+    }
+    if gmux_core::knobs::parse_duration(&a.fairness).is_none() {
+        return Err(Failure::Usage(format!("--fairness {}: write a duration between 1us and 10s, e.g. 100ms", a.fairness)));
     }
     if let Some(l) = a.loads.iter().find(|l| !(**l > 0.0 && **l <= 2.0)) {
         return Err(Failure::Usage(format!("load {l} is not in (0, 2]: a load is a share of the GPU's time")));
@@ -112,10 +124,16 @@ pub fn run(a: &ServingArgs) -> Result<(), Failure> {
 
 fn one_run(lab: &Lab, a: &ServingArgs, system: &str, sigma: f64, load: f64, service_ms: &[f64]) -> Result<Row, Failure> {
     let run = format!("serving-{system}-{load}-{sigma}");
-    let daemon = match system {
-        "gmux-rr" => Some(lab.daemon(&run, &["--policy".into(), "rr".into()])?),
-        "gmux-shallow" => Some(lab.daemon(&run, &["--policy".into(), "rr".into(), "--dispatch".into(), "shallow".into()])?),
-        _ => None,
+    let dispatch = match system {
+        "native" => None,
+        "gmux-rr" => Some("none"),
+        "gmux-shallow" => Some("shallow"),
+        "gmux-fifo" => Some("fifo"),
+        _ => Some("srpt-deficit"),
+    };
+    let daemon = match dispatch {
+        Some(d) => Some(lab.daemon(&run, &["--policy".into(), "rr".into(), "--dispatch".into(), d.into(), "--fairness".into(), a.fairness.clone()])?),
+        None => None,
     };
     let start = lab::unix_now() + a.lab.warmup;
     let mut children = Vec::new();
