@@ -4,6 +4,9 @@
 #
 #   bash scripts/gpu-launch.sh              (this build's shim, then the baseline's, twice)
 #   BASE=0 bash scripts/gpu-launch.sh       (this build alone)
+#   DISPATCH=srpt-deficit bash scripts/gpu-launch.sh
+#                                           (gmux's child a tenant of a daemon with that
+#                                           --dispatch, marking a job: the dispatcher's cost)
 #
 # Runs `gmux bench launch` (ROUNDS rounds, default 7, of native then `gmux run
 # --standalone`, LAUNCHES launches each, the launching thread pinned to one CPU; added
@@ -29,7 +32,7 @@ for run in $runs; do
     exit 2
   fi
   GMUX_SHIM=$shim timeout 240 .gpu-bin/gmux bench launch --launches "${LAUNCHES:-200000}" --rounds "${ROUNDS:-7}" \
-    --out "$WORK/$run" >"$OUT/launch-$run.txt" 2>"$WORK/$run.stderr"
+    ${DISPATCH:+--dispatch "$DISPATCH"} --out "$WORK/$run" >"$OUT/launch-$run.txt" 2>"$WORK/$run.stderr"
   echo "$run: exit $?"
   cp "$WORK/$run/launch.json" "$OUT/launch-$run.json" 2>/dev/null
 done

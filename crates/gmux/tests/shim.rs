@@ -380,6 +380,28 @@ fn the_launch_benchmark_pairs_native_and_gmux_runs() {
     }
 }
 
+/// With `--dispatch`, gmux's child is a tenant of the benchmark's own daemon and marks a
+/// job, so that its launches look at the dispatcher's word; a policy the daemon does not
+/// know fails with the daemon's reason.
+#[test]
+fn the_launch_benchmark_measures_a_tenant_that_marks_a_job_under_a_dispatcher() {
+    let sb = Sandbox::new("bench-launch-dispatch", DEVICE);
+    let out = sb.dir.path().join("launch");
+    let out_arg = out.display().to_string();
+    let args = ["bench", "launch", "--launches", "1000", "--rounds", "1", "--mem-limit", "64M", "--out", &out_arg, "--dispatch"];
+    let r = ok(&mut sb.gmux_cli(&[&args[..], &["srpt-deficit"]].concat()));
+    assert!(r.stdout.contains("a tenant of a daemon with --dispatch srpt-deficit, marking a job"), "{}", r.describe());
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("launch.json")).unwrap()).unwrap();
+    assert_eq!(v["dispatch"], "srpt-deficit");
+    assert_eq!(v["runs"].as_array().map(Vec::len), Some(4), "1 round of 2 kernels, native and under gmux: {v}");
+    let log = std::fs::read_to_string(out.join("launch.daemon.log")).unwrap();
+    assert!(log.contains("\"bench-launch\""), "the child never joined the daemon:\n{log}");
+    let bad = sb.gmux_cli(&[&args[..], &["sooner"]].concat()).output().unwrap();
+    assert!(!bad.status.success());
+    let log = std::fs::read_to_string(out.join("launch.daemon.log")).unwrap();
+    assert!(log.contains("sooner"), "{log}");
+}
+
 /// `GMUX_DEBUG=profile` prints at exit, per entry point, its calls and where their time
 /// went: the 800 commands of `oversub` appear with their counts, costliest first.
 #[test]

@@ -11,6 +11,10 @@
 //! (its launches through gmux against launches through the driver's own entry point,
 //! block by block; see [`super::launch_loop`]). The second is free of what differs from
 //! one process to the next; the native child's figure of the same shows its noise.
+//!
+//! With `--dispatch POLICY`, gmux's child is a tenant of a daemon of the benchmark's own
+//! with that dispatch policy, and marks one job around its loops, so that every launch
+//! looks at the dispatcher's word as a serving application's does.
 
 use super::launch_loop::{median, Measured, KERNELS};
 use crate::Failure;
@@ -39,6 +43,53 @@ pub struct LaunchArgs {
     /// hooks add to a launch.
     #[arg(long, value_name = "FILE.o")]
     pub policy: Option<PathBuf>,
+    /// Run gmux's child as a tenant of a daemon with `--dispatch POLICY` (e.g.
+    /// srpt-deficit), marking one job around its loops: what looking at the dispatcher's
+    /// word adds to a launch.
+    #[arg(long, value_name = "POLICY")]
+    pub dispatch: Option<String>,
+}
+
+/// A daemon of the benchmark's own, stopped when dropped.
+struct Daemon {
+    child: std::process::Child,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `gmux daemon --dispatch policy` on a socket of its own, its log in `log`.
+    fn start(exe: &std::path::Path, policy: &str, log: &std::path::Path) -> Result<Daemon, Failure> {
+        let socket = std::env::temp_dir().join(format!("gmux-bench-launch-{}.sock", std::process::id()));
+        let log = std::fs::File::create(log).map_err(|e| Failure::Runtime(format!("cannot create {}: {e}", log.display())))?;
+        let child = Command::new(exe)
+            .args(["daemon", "--dispatch", policy, "--socket"])
+            .arg(&socket)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().map_err(|e| Failure::Runtime(e.to_string()))?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| Failure::Runtime(format!("cannot start gmux daemon: {e}")))?;
+        let mut d = Daemon { child, socket };
+        let t0 = std::time::Instant::now();
+        while !d.socket.exists() {
+            if let Ok(Some(status)) = d.child.try_wait() {
+                return Err(Failure::Usage(format!("gmux daemon --dispatch {policy} ended ({status}); its log says why")));
+            }
+            if t0.elapsed() > std::time::Duration::from_secs(5) {
+                return Err(Failure::Runtime("gmux daemon did not open its socket in 5 s".into()));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Ok(d)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.socket);
+    }
 }
 
 /// Runs the benchmark: prints a table and writes `launch.json` under `--out`.
@@ -46,15 +97,23 @@ pub fn run(a: &LaunchArgs) -> Result<(), Failure> {
     let exe = std::env::current_exe().map_err(|e| Failure::Runtime(format!("cannot locate the gmux executable: {e}")))?;
     std::fs::create_dir_all(&a.out).map_err(|e| Failure::Runtime(format!("cannot create {}: {e}", a.out.display())))?;
     let cpu = a.cpu.or_else(last_cpu);
+    let daemon = a.dispatch.as_deref().map(|p| Daemon::start(&exe, p, &a.out.join("launch.daemon.log"))).transpose()?;
     let child = |gmux: bool| {
         let mut c = Command::new(&exe);
         if gmux {
-            c.args(["run", "--standalone", "--mem-limit", &a.mem_limit, "--"]).arg(&exe);
+            match &daemon {
+                Some(d) => c.env("GMUX_SOCKET", &d.socket).args(["run", "--tenant", "bench-launch", "--mem-limit", &a.mem_limit, "--"]),
+                None => c.args(["run", "--standalone", "--mem-limit", &a.mem_limit, "--"]),
+            };
+            c.arg(&exe);
             if let Some(p) = &a.policy {
                 c.env("GMUX_POLICY", p);
             }
         }
         c.args(["bench", "launch-loop", "--launches", &a.launches.to_string()]);
+        if gmux && daemon.is_some() {
+            c.arg("--mark-job");
+        }
         if let Some(cpu) = cpu {
             c.args(["--cpu", &cpu.to_string()]);
         }
@@ -84,7 +143,10 @@ pub fn run(a: &LaunchArgs) -> Result<(), Failure> {
     let range = |v: &[f64]| format!("{:.3} to {:.3}", v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(f64::NEG_INFINITY, f64::max));
     let device = runs.first().map_or(String::new(), |(_, _, m)| m.device.clone());
     let pinned = cpu.map_or("not pinned".to_string(), |c| format!("launching from CPU {c}"));
-    let policy = a.policy.as_ref().map_or(String::new(), |p| format!(", gmux's child running policy {}", p.display()));
+    let mut policy = a.policy.as_ref().map_or(String::new(), |p| format!(", gmux's child running policy {}", p.display()));
+    if let Some(d) = &a.dispatch {
+        policy += &format!(", gmux's child a tenant of a daemon with --dispatch {d}, marking a job");
+    }
     println!("{} launches per kernel and entry point, {} rounds (native, then gmux), {pinned}, {device}{policy}", a.launches, a.rounds);
     println!(
         "{:<7} {:>10} {:>9} {:>15} {:>16} {:>17} {:>12}",
@@ -106,7 +168,7 @@ pub fn run(a: &LaunchArgs) -> Result<(), Failure> {
     println!("added, within: gmux's child, launches through gmux minus through the driver's own entry point (median of rounds)");
     let all: Vec<serde_json::Value> = runs.iter().map(|(w, r, m)| serde_json::json!({ "who": w, "round": r, "run": m })).collect();
     let json = serde_json::json!({
-        "benchmark": "launch", "device": device, "launches": a.launches, "rounds": a.rounds, "cpu": cpu, "mem_limit": a.mem_limit, "policy": a.policy,
+        "benchmark": "launch", "device": device, "launches": a.launches, "rounds": a.rounds, "cpu": cpu, "mem_limit": a.mem_limit, "policy": a.policy, "dispatch": a.dispatch,
         "rows": rows, "runs": all,
     });
     let path = a.out.join("launch.json");

@@ -23,6 +23,10 @@ pub struct LoopArgs {
     /// The CPU the launching thread runs on.
     #[arg(long)]
     pub cpu: Option<usize>,
+    /// Mark one job around the loops (`gmux_job_begin`), as a serving application does:
+    /// gmux then looks at the daemon dispatcher's word at every launch.
+    #[arg(long)]
+    pub mark_job: bool,
 }
 
 /// One kernel's loop in one process.
@@ -63,10 +67,37 @@ pub fn run(a: &LoopArgs) -> Result<(), Failure> {
     if let Some(cpu) = a.cpu {
         pin(cpu)?;
     }
+    let job = a.mark_job.then(begin_job).transpose()?;
     for m in driver.measure(a.launches.max(BLOCKS))? {
         println!("{}", serde_json::to_string(&m).expect("serializable"));
     }
+    if let Some((job, end)) = job {
+        // SAFETY: a job number from gmux_job_begin, and gmux's own function.
+        unsafe { end(job) };
+    }
     Ok(())
+}
+
+type JobBeginFn = unsafe extern "C" fn(*const c_char, f64, *mut u64) -> c_int;
+type JobEndFn = unsafe extern "C" fn(u64) -> c_int;
+
+/// Begins a job through gmux's `gmux_job_begin`, which opens the process's serving
+/// channel: returns it and `gmux_job_end`.
+fn begin_job() -> Result<(u64, JobEndFn), Failure> {
+    // SAFETY: dlsym with the default handle and NUL-terminated names.
+    let (begin, end) = unsafe { (libc::dlsym(libc::RTLD_DEFAULT, c"gmux_job_begin".as_ptr()), libc::dlsym(libc::RTLD_DEFAULT, c"gmux_job_end".as_ptr())) };
+    if begin.is_null() || end.is_null() {
+        return Err(Failure::Usage("--mark-job: gmux_job_begin is not there; run the loop under `gmux run`".into()));
+    }
+    // SAFETY: gmux's exports have these signatures (include/gmux.h).
+    let (begin, end) = unsafe { (std::mem::transmute::<Ptr, JobBeginFn>(begin), std::mem::transmute::<Ptr, JobEndFn>(end)) };
+    let mut job = 0;
+    // SAFETY: a NUL-terminated name and a writable job number.
+    let r = unsafe { begin(c"launch-loop".as_ptr(), 0.0, &mut job) };
+    if r != 0 {
+        return Err(Failure::Runtime(format!("gmux_job_begin returned {r}, not 0: the serving channel did not open (is the loop a tenant of a daemon?)")));
+    }
+    Ok((job, end))
 }
 
 /// The median of `v`: the mean of the two middle values of an even count (NaN when empty).
