@@ -50,35 +50,18 @@ static WAITING_ENDS: Mutex<VecDeque<u64>> = Mutex::new(VecDeque::new());
 /// The device whose daemon the channel is with, plus one (0: no channel opened yet).
 static CHANNEL_DEV: AtomicUsize = AtomicUsize::new(0);
 
-/// The bound last read from the channel, for a launch that finds it locked.
+/// The dispatcher's word as the last launch read it ([`wait_turn`]).
 static BOUND: AtomicU32 = AtomicU32::new(0);
 
 /// The most commands the daemon's dispatcher asks device `dev`'s streams to keep in
 /// flight (`None`: no bound; always so for a process that marks no jobs, and while it
-/// is held: [`wait_turn`] holds it). Read at every launch: an atomic load, and for a
-/// process with a channel an uncontended lock.
+/// is held: [`wait_turn`] holds it), as the launch read it before its release: an atomic
+/// load.
 pub fn dispatcher_bound(dev: usize) -> Option<u32> {
     if CHANNEL_DEV.load(Ordering::Relaxed) != dev + 1 {
         return None;
     }
-    let ch = match CHANNEL.try_lock() {
-        Ok(ch) => ch,
-        Err(TryLockError::Poisoned(p)) => p.into_inner(),
-        // Being opened or looked at by a mark: the last bound read.
-        Err(TryLockError::WouldBlock) => return Some(BOUND.load(Ordering::Relaxed)).filter(|b| *b > 0 && *b != HOLD),
-    };
-    // A channel opened before the daemon was lost or registered again asks nothing.
-    let link = crate::agent::link_changes();
-    let b = ch.as_ref().filter(|o| o.link == link).and_then(|o| o.client.as_ref()).map_or(0, |c| c.inflight());
-    drop(ch);
-    if BOUND.load(Ordering::Relaxed) != b {
-        BOUND.store(b, Ordering::Relaxed);
-        match b {
-            HOLD => crate::log!(Debug, "the dispatcher holds this process's commands: another job goes first"),
-            _ => crate::log!(Debug, "the dispatcher asks for at most {b} commands in flight per stream (0: no bound)"),
-        }
-    }
-    (b > 0 && b != HOLD).then_some(b)
+    Some(BOUND.load(Ordering::Relaxed)).filter(|b| *b > 0 && *b != HOLD)
 }
 
 /// How long a held launch sleeps before it looks again whether its daemon is still
@@ -88,16 +71,16 @@ const HOLD_RECHECK: Duration = Duration::from_millis(100);
 /// How long a launch is held before the process says so (and again after each as long).
 const SAY_HELD: Duration = Duration::from_secs(5);
 
-/// Waits while the daemon's dispatcher holds device `dev`'s commands (`gmux daemon
-/// --dispatch fifo|sjf|rr|srpt-deficit`: another process's job goes first). Called
-/// before every launch, outside the state lock; costs an atomic load for a process with
-/// no channel.
+/// Reads the dispatcher's word before a launch, and waits while it holds device `dev`'s
+/// commands (`gmux daemon --dispatch fifo|sjf|rr|srpt-deficit`: another process's job
+/// goes first). Called before every launch, outside the state lock; costs an atomic load
+/// for a process with no channel, and an uncontended lock for one with a channel.
 pub fn wait_turn(dev: usize) {
-    let Some(mut client) = held_client(dev, false) else { return };
+    let Some(Some(mut client)) = look(dev, false) else { return };
     let t0 = Instant::now();
     let mut told = Duration::ZERO;
-    while client.wait_while_held(HOLD_RECHECK) {
-        if t0.elapsed() >= told + SAY_HELD {
+    loop {
+        if client.wait_while_held(HOLD_RECHECK) && t0.elapsed() >= told + SAY_HELD {
             told = t0.elapsed();
             crate::log!(
                 Warn,
@@ -105,18 +88,19 @@ pub fn wait_turn(dev: usize) {
                 told.as_secs_f64()
             );
         }
-        match held_client(dev, true) {
-            Some(c) => client = c,
-            None => break,
+        match look(dev, true) {
+            Some(Some(c)) => client = c,
+            _ => break,
         }
     }
     crate::log!(Debug, "the dispatcher held a launch {:.2} ms: another job went first", t0.elapsed().as_secs_f64() * 1e3);
 }
 
-/// The channel of device `dev` if the daemon holds its commands now. A channel from
-/// before the daemon link's last change holds nothing. `wait_for_lock`: else a channel
-/// being opened or marked on counts as not holding.
-fn held_client(dev: usize, wait_for_lock: bool) -> Option<Arc<Client>> {
+/// Reads device `dev`'s dispatcher word into [`BOUND`] (0 from a channel opened before
+/// the daemon link's last change: a lost daemon asks nothing), and returns the channel if
+/// the word holds the process. `None`: not read, because `dev` has no channel or, unless
+/// `wait_for_lock`, the channel is being opened or marked on.
+fn look(dev: usize, wait_for_lock: bool) -> Option<Option<Arc<Client>>> {
     if CHANNEL_DEV.load(Ordering::Relaxed) != dev + 1 {
         return None;
     }
@@ -127,7 +111,17 @@ fn held_client(dev: usize, wait_for_lock: bool) -> Option<Arc<Client>> {
         Err(TryLockError::WouldBlock) => return None,
     };
     let link = crate::agent::link_changes();
-    ch.as_ref().filter(|o| o.link == link).and_then(|o| o.client.as_ref()).filter(|c| c.inflight() == HOLD).cloned()
+    let client = ch.as_ref().filter(|o| o.link == link).and_then(|o| o.client.as_ref());
+    let word = client.map_or(0, |c| c.inflight());
+    let held = client.filter(|_| word == HOLD).cloned();
+    drop(ch);
+    if BOUND.swap(word, Ordering::Relaxed) != word {
+        match word {
+            HOLD => crate::log!(Debug, "the dispatcher holds this process's commands: another job goes first"),
+            b => crate::log!(Debug, "the dispatcher asks for at most {b} commands in flight per stream (0: no bound)"),
+        }
+    }
+    Some(held)
 }
 
 /// The channel, opened first when the process lost its daemon or registered since the

@@ -42,6 +42,33 @@ pub struct Daemon {
     pub socket: PathBuf,
 }
 
+/// Starts `gmux` (this executable) as `gmux daemon` with `flags` on `socket`, its output
+/// in `log`; returns once the socket is there.
+pub fn start_daemon(gmux: &Path, flags: &[String], socket: PathBuf, log: &Path) -> Result<Daemon, Failure> {
+    let file = std::fs::File::create(log).map_err(|e| Failure::Runtime(format!("cannot create {}: {e}", log.display())))?;
+    let mut child = Command::new(gmux)
+        .arg("daemon")
+        .args(flags)
+        .arg("--socket")
+        .arg(&socket)
+        .stdin(Stdio::null())
+        .stdout(file.try_clone().map_err(|e| Failure::Runtime(e.to_string()))?)
+        .stderr(file)
+        .spawn()
+        .map_err(|e| Failure::Runtime(format!("cannot start gmux daemon: {e}")))?;
+    let t0 = Instant::now();
+    while !socket.exists() {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(Failure::Runtime(format!("gmux daemon ended ({status}); see {}", log.display())));
+        }
+        if t0.elapsed() > Duration::from_secs(5) {
+            return Err(Failure::Runtime(format!("gmux daemon did not start; see {}", log.display())));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(Daemon { child, socket })
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = ctl::request(&self.socket, &Request::Stop);
@@ -120,25 +147,7 @@ impl Lab {
     /// Starts `gmux daemon` with `flags` on a socket of its own.
     pub fn daemon(&self, name: &str, flags: &[String]) -> Result<Daemon, Failure> {
         let socket = std::env::temp_dir().join(format!("gmux-bench-{}-{name}.sock", std::process::id()));
-        let log = self.log(&format!("{name}.daemon"))?;
-        let child = Command::new(&self.gmux)
-            .arg("daemon")
-            .args(flags)
-            .arg("--socket")
-            .arg(&socket)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(|e| Failure::Runtime(e.to_string()))?)
-            .stderr(log)
-            .spawn()
-            .map_err(|e| Failure::Runtime(format!("cannot start gmux daemon: {e}")))?;
-        let t0 = Instant::now();
-        while !socket.exists() {
-            if t0.elapsed() > Duration::from_secs(5) {
-                return Err(Failure::Runtime(format!("gmux daemon did not start; see {}", self.args.out.join(format!("{name}.daemon.log")).display())));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(Daemon { child, socket })
+        start_daemon(&self.gmux, flags, socket, &self.args.out.join(format!("{name}.daemon.log")))
     }
 
     /// Starts workload `script` with `args` as tenant `name`: under the daemon at

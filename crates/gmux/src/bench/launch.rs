@@ -50,54 +50,18 @@ pub struct LaunchArgs {
     pub dispatch: Option<String>,
 }
 
-/// A daemon of the benchmark's own, stopped when dropped.
-struct Daemon {
-    child: std::process::Child,
-    socket: PathBuf,
-}
-
-impl Daemon {
-    /// Starts `gmux daemon --dispatch policy` on a socket of its own, its log in `log`.
-    fn start(exe: &std::path::Path, policy: &str, log: &std::path::Path) -> Result<Daemon, Failure> {
-        let socket = std::env::temp_dir().join(format!("gmux-bench-launch-{}.sock", std::process::id()));
-        let log = std::fs::File::create(log).map_err(|e| Failure::Runtime(format!("cannot create {}: {e}", log.display())))?;
-        let child = Command::new(exe)
-            .args(["daemon", "--dispatch", policy, "--socket"])
-            .arg(&socket)
-            .stdin(std::process::Stdio::null())
-            .stdout(log.try_clone().map_err(|e| Failure::Runtime(e.to_string()))?)
-            .stderr(log)
-            .spawn()
-            .map_err(|e| Failure::Runtime(format!("cannot start gmux daemon: {e}")))?;
-        let mut d = Daemon { child, socket };
-        let t0 = std::time::Instant::now();
-        while !d.socket.exists() {
-            if let Ok(Some(status)) = d.child.try_wait() {
-                return Err(Failure::Usage(format!("gmux daemon --dispatch {policy} ended ({status}); its log says why")));
-            }
-            if t0.elapsed() > std::time::Duration::from_secs(5) {
-                return Err(Failure::Runtime("gmux daemon did not open its socket in 5 s".into()));
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        Ok(d)
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.socket);
-    }
-}
-
 /// Runs the benchmark: prints a table and writes `launch.json` under `--out`.
 pub fn run(a: &LaunchArgs) -> Result<(), Failure> {
     let exe = std::env::current_exe().map_err(|e| Failure::Runtime(format!("cannot locate the gmux executable: {e}")))?;
     std::fs::create_dir_all(&a.out).map_err(|e| Failure::Runtime(format!("cannot create {}: {e}", a.out.display())))?;
     let cpu = a.cpu.or_else(last_cpu);
-    let daemon = a.dispatch.as_deref().map(|p| Daemon::start(&exe, p, &a.out.join("launch.daemon.log"))).transpose()?;
+    let daemon = match &a.dispatch {
+        Some(p) => {
+            let socket = std::env::temp_dir().join(format!("gmux-bench-launch-{}.sock", std::process::id()));
+            Some(super::lab::start_daemon(&exe, &["--dispatch".into(), p.clone()], socket, &a.out.join("launch.daemon.log"))?)
+        }
+        None => None,
+    };
     let child = |gmux: bool| {
         let mut c = Command::new(&exe);
         if gmux {

@@ -62,11 +62,6 @@ impl Releaser {
         Releaser { dispatcher: policy.build(), last: None, catching_up: false }
     }
 
-    /// The policy's name.
-    pub fn name(&self) -> &'static str {
-        self.dispatcher.name()
-    }
-
     /// Whether the last decision ran a tenant that fell behind alone, holding every
     /// other process with a running job.
     pub fn catching_up(&self) -> bool {
