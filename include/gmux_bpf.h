@@ -100,6 +100,12 @@ _Static_assert(sizeof(struct gmux_evict_ctx) == 40 && __builtin_offsetof(struct 
 /* Scheduling hooks, in gmuxd: SEC("gmux/task_init"), SEC("gmux/task_destroy") and
  * SEC("gmux/timeslice"). */
 
+/* A tenant's name, its first 16 bytes, zero-padded: a map key (GMUX_MAP_HASH) that
+ * `gmux policy map ID MAP update str:NAME VALUE` writes. */
+struct __attribute__((aligned(8))) gmux_name {
+	char bytes[16];
+};
+
 /* task_init: a process is joining a tenant. Return 0 to let it join, anything else to
  * refuse it. `priority` and `timeslice` are writable: what the program leaves there
  * becomes the tenant's (a new tenant's slice only), kept within gmux's bounds. */
@@ -113,6 +119,7 @@ struct gmux_task_ctx {
 	u32 pad;
 	u64 held;	/* GPU memory all processes hold */
 	u64 budget;	/* the budget, ~0 if none */
+	struct gmux_name name;	/* the tenant's name, its first 16 bytes, zero-padded */
 };
 
 /* task_destroy: a tenant's last process left. */
@@ -130,7 +137,7 @@ struct gmux_slice_ctx {
 	u64 switch_cost;	/* what a switch costs, ns (0 until measured) */
 };
 
-_Static_assert(sizeof(struct gmux_task_ctx) == 48 && __builtin_offsetof(struct gmux_task_ctx, timeslice) == 16 &&
+_Static_assert(sizeof(struct gmux_task_ctx) == 64 && __builtin_offsetof(struct gmux_task_ctx, name) == 48 && __builtin_offsetof(struct gmux_task_ctx, timeslice) == 16 &&
 	       __builtin_offsetof(struct gmux_task_ctx, budget) == 40, "gmux_task_ctx layout");
 _Static_assert(sizeof(struct gmux_tenant_ctx) == 8 && sizeof(struct gmux_slice_ctx) == 24, "gmux_slice_ctx layout");
 

@@ -23,8 +23,10 @@
 #             is written into the process's copy and deleted, and the copy sent at exit
 #             is shown after the process ends                                  ~1 min
 #   rt        `gmux bench priority --rt-policy policies/rt_boost.o`: the real-time
-#             tenant's latency under round robin with rt_boost against the built-in
-#             strict priority                                                  ~4 min
+#             tenant's latency alone, under round robin, under strict priority with the
+#             class asked for, and with the class given by rt_boost (RUNS picks some of
+#             alone,rr,priority,ebpf; REPEAT runs each that many times, in turn; DURATION
+#             and WARMUP, default 10 and 30 s)                          ~1 min a run
 #
 # Full logs go to $OUT/policy-logs.tgz, the summary to $OUT/policy-summary.txt and is
 # printed last.
@@ -165,10 +167,12 @@ maps() {
 }
 
 rt() {
-  timeout 420 "$GMUX" bench priority --duration "${DURATION:-10}" --warmup 30 --rt-policy "$POL/rt_boost.o" --out "$WORK/prio" \
-    >"$LOGS/priority.txt" 2>"$LOGS/priority.stderr"
+  local runs=()
+  [[ -n ${RUNS:-} ]] && runs=(--runs "$RUNS")
+  timeout 560 "$GMUX" bench priority --duration "${DURATION:-10}" --warmup "${WARMUP:-30}" --rt-policy "$POL/rt_boost.o" --out "$WORK/prio" \
+    "${runs[@]}" --repeat "${REPEAT:-1}" >"$LOGS/priority.txt" 2>"$LOGS/priority.stderr"
   SUMMARY+=("priority (exit $?):")
-  while IFS= read -r l; do SUMMARY+=("  $l"); done < <(head -n 6 "$LOGS/priority.txt")
+  while IFS= read -r l; do SUMMARY+=("  $l"); done < <(grep -v '^results:' "$LOGS/priority.txt")
 }
 
 parts=("$@")

@@ -7,7 +7,9 @@
 #            back to back and 1 ms apart, and the idle CPU of client and dispatcher ~20 s
 #   jobs     gpu/serve_jobs.py (ResNet-18 batch 1 and ResNet-50 batch 16, each request a
 #            `gmux.job`) natively, then as a tenant of an 8 GiB gmuxd, natively again:
-#            the daemon must count the jobs the loop marked                     ~1.5 min
+#            the daemon must count the jobs the loop marked; with .gpu-bin-base carried,
+#            the baseline build's gmux too, and with PROFILE=1 this build's phases
+#            (GMUX_DEBUG=profile)                                     ~1.5 min a build
 #   bench    `gmux bench serving`: six torchvision models as tenants, lognormal arrivals
 #            (SIGMAS, default 1.5) at LOADS (0.5,0.8), natively and with --dispatch
 #            shallow and srpt-deficit (SYSTEMS, any of `gmux bench serving --systems`;
@@ -39,14 +41,24 @@ jobs() {
   local t0=$SECONDS
   timeout 200 python3 gpu/serve_jobs.py >"$LOGS/jobs.native1.txt" 2>&1
   SUMMARY+=("jobs native  (exit $?): $(tail -n 1 "$LOGS/jobs.native1.txt")")
-  export GMUX_SOCKET=$WORK/serving.sock
-  "$GMUX" daemon --socket "$GMUX_SOCKET" --hbm 8G >"$LOGS/jobs.daemon.log" 2>&1 &
-  local daemon=$!
-  for _ in $(seq 100); do [[ -S $GMUX_SOCKET ]] && break; sleep 0.05; done
-  GMUX_LOG=info timeout 200 "$GMUX" run --tenant serve -- python3 gpu/serve_jobs.py >"$LOGS/jobs.gmux.txt" 2>"$LOGS/jobs.gmux.stderr"
-  SUMMARY+=("jobs gmux    (exit $?): $(tail -n 1 "$LOGS/jobs.gmux.txt")")
-  "$GMUX" stop >/dev/null 2>&1; wait "$daemon" 2>/dev/null
-  unset GMUX_SOCKET
+  # This build, then the baseline's (.gpu-bin-base, where carried), then this build
+  # with its phases timed (PROFILE=1).
+  local builds=(new)
+  [[ -x $ROOT/.gpu-bin-base/gmux ]] && builds+=(base)
+  [[ ${PROFILE:-0} == 1 ]] && builds+=(profile)
+  for b in "${builds[@]}"; do
+    local bin=$GMUX env=()
+    [[ $b == base ]] && bin=$ROOT/.gpu-bin-base/gmux
+    [[ $b == profile ]] && env=(GMUX_DEBUG=profile)
+    export GMUX_SOCKET=$WORK/serving.sock
+    "$bin" daemon --socket "$GMUX_SOCKET" --hbm 8G >"$LOGS/jobs.daemon.$b.log" 2>&1 &
+    local daemon=$!
+    for _ in $(seq 100); do [[ -S $GMUX_SOCKET ]] && break; sleep 0.05; done
+    env GMUX_LOG=info "${env[@]}" timeout 200 "$bin" run --tenant serve -- python3 gpu/serve_jobs.py >"$LOGS/jobs.$b.txt" 2>"$LOGS/jobs.$b.stderr"
+    SUMMARY+=("jobs gmux $b (exit $?): $(tail -n 1 "$LOGS/jobs.$b.txt")")
+    "$bin" stop >/dev/null 2>&1; wait "$daemon" 2>/dev/null
+    unset GMUX_SOCKET
+  done
   timeout 200 python3 gpu/serve_jobs.py >"$LOGS/jobs.native2.txt" 2>&1
   SUMMARY+=("jobs native  (exit $?): $(tail -n 1 "$LOGS/jobs.native2.txt") time=$((SECONDS - t0))s")
 }

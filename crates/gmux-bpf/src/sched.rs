@@ -6,7 +6,7 @@ use crate::hooks::MAP_HELPERS;
 use crate::map::Map;
 use crate::program::Program;
 use crate::HookSpec;
-use gmux_core::hooks::{Admission, Joining, SchedHooks};
+use gmux_core::hooks::{Admission, Joining, SchedHooks, NAME_BYTES};
 use gmux_core::{Nanos, TenantId};
 use std::rc::Rc;
 
@@ -34,6 +34,8 @@ pub struct TaskCtx {
     pub held: u64,
     /// The budget (`u64::MAX`: none).
     pub budget: u64,
+    /// The tenant's name, its first 16 bytes, zero-padded.
+    pub name: [u8; NAME_BYTES],
 }
 
 /// The context of `task_destroy` (read-only): `struct gmux_tenant_ctx`.
@@ -62,7 +64,12 @@ pub struct SliceCtx {
 }
 
 // The layouts `include/gmux_bpf.h` asserts too.
-const _: () = assert!(size_of::<TaskCtx>() == 48 && std::mem::offset_of!(TaskCtx, timeslice) == 16 && std::mem::offset_of!(TaskCtx, budget) == 40);
+const _: () = assert!(
+    size_of::<TaskCtx>() == 64
+        && std::mem::offset_of!(TaskCtx, name) == 48
+        && std::mem::offset_of!(TaskCtx, timeslice) == 16
+        && std::mem::offset_of!(TaskCtx, budget) == 40
+);
 const _: () = assert!(size_of::<TenantCtx>() == 8 && size_of::<SliceCtx>() == 24);
 
 /// `task_init`: a process is joining a tenant.
@@ -128,6 +135,7 @@ impl SchedHooks for SchedPolicy {
             pad: 0,
             held: j.held,
             budget: j.budget,
+            name: j.name,
         };
         match p.run_for(crate::hooks::bytes_of(&mut ctx), self.now, j.tenant.0) {
             Ok(verdict) => Admission {

@@ -195,6 +195,40 @@ fn rt_boost_gives_latency_critical_tenants_long_turns_and_the_others_short_ones(
     assert_eq!(rt_boost_turns(&obj, [0, 1], &[(0, 300_000_000)]), [(0, 300), (1, 1000), (0, 300), (1, 1000)]);
 }
 
+/// Under strict priority with `rt_boost` attached, whether each of two busy tenants, `rt`
+/// and `be`, both asking for priority 0, is gated (its commands held back for the
+/// other's); `named` writes `rt` into the map `rt_names` first.
+fn rt_boost_gates(obj: &[u8], named: bool) -> [bool; 2] {
+    use gmux_core::arbiter::{Arbiter, Hello, Sender, Switch};
+    use gmux_core::protocol::{ShimReport, PROTOCOL};
+    use gmux_core::sched::Policy as Sched;
+    let p = Policy::load(obj).expect("loads");
+    if named {
+        let mut key = [0u8; 16];
+        key[..2].copy_from_slice(b"rt");
+        p.map("rt_names").expect("the rt_names map").update(&key, &1u64.to_le_bytes()).expect("set");
+    }
+    let mut d = Arbiter::new(Some(8 << 30), None, Sched::Priority, Switch::Msched);
+    d.sched_hooks = Box::new(p.into_sched());
+    for (c, (name, priority)) in [("rt", 0), ("be", 0)].into_iter().enumerate() {
+        let hello = Hello { version: PROTOCOL, tenant: name, priority, high: None, resume: None, gpu: None };
+        d.admit(c as u64, Sender { pid: 100 + c as u32, uid: 1000, admin: true, start: 1 }, &hello).expect("admitted");
+        d.report(c as u64, ShimReport { want: 6 << 30, allocated: 6 << 30, busy: true, ..Default::default() });
+    }
+    let grants = d.decide(0);
+    let gated = |c: u64| grants.iter().find(|(conn, _)| *conn == c).expect("a grant").1.inflight > 0;
+    [gated(0), gated(1)]
+}
+
+/// The class comes from the program, not from what a tenant asked: named in `rt_names`,
+/// `rt` goes first though it asked for 0; unnamed, neither waits for the other.
+#[test]
+fn rt_boost_classes_tenants_by_name_under_strict_priority() {
+    let Some(obj) = policy("rt_boost") else { return };
+    assert_eq!(rt_boost_gates(&obj, true), [false, true]);
+    assert_eq!(rt_boost_gates(&obj, false), [false, false]);
+}
+
 #[test]
 fn admission_by_headroom_refuses_a_new_tenant_when_the_budget_is_nearly_held() {
     use gmux_core::arbiter::{Arbiter, Hello, Sender, Switch};

@@ -74,6 +74,19 @@ pub struct Joining {
     pub held: u64,
     /// The budget (`u64::MAX`: none).
     pub budget: u64,
+    /// The tenant's name, its first [`NAME_BYTES`] bytes, zero-padded.
+    pub name: [u8; NAME_BYTES],
+}
+
+/// How much of a tenant's name scheduling programs see (Linux's `comm` is as short).
+pub const NAME_BYTES: usize = 16;
+
+/// The first [`NAME_BYTES`] bytes of `name`, zero-padded.
+pub fn short_name(name: &str) -> [u8; NAME_BYTES] {
+    let mut out = [0; NAME_BYTES];
+    let n = name.len().min(NAME_BYTES);
+    out[..n].copy_from_slice(&name.as_bytes()[..n]);
+    out
 }
 
 /// What `task_init` answers: the process joins or is refused, and the tenant's priority

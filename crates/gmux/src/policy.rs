@@ -51,7 +51,8 @@ pub enum PolicyCommand {
         id: u32,
     },
     /// Read or write a map of a loaded policy: dump, update KEY VALUE, delete KEY. Keys
-    /// and values are numbers (little-endian, up to 8 bytes) or 0x and hex bytes.
+    /// and values are numbers (little-endian, up to 8 bytes), 0x and hex bytes, or str:
+    /// and text (zero-padded: a tenant's name as `struct gmux_name`).
     Map {
         /// The policy's id.
         id: u32,

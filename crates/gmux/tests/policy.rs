@@ -99,7 +99,11 @@ fn a_loaded_policy_decides_admission_in_the_daemon_and_its_maps_are_read_and_wri
     assert!(r.stderr.contains("the value is 8 bytes"), "{}", r.describe());
     let list = cli(&["policy", "list", "--json"]).stdout;
     let v: serde_json::Value = serde_json::from_str(&list).expect("JSON");
-    assert_eq!((v[0]["hooks"][0].as_str(), v[1]["maps"][0].as_str(), v[1]["tenant"].as_str()), (Some("task_init"), Some("rt"), Some("all")), "{list}");
+    assert_eq!(
+        (v[0]["hooks"][0].as_str(), &v[1]["maps"], v[1]["tenant"].as_str()),
+        (Some("task_init"), &serde_json::json!(["rt_names", "rt"]), Some("all")),
+        "{list}"
+    );
     let r = cli(&["policy", "load", &path(&rt)]);
     assert!(r.stderr.contains("the task_init hook has policy 1 (only_one.o) attached"), "{}", r.describe());
 
@@ -342,4 +346,23 @@ fn a_map_write_reaches_the_processes_that_run_the_policy() {
     let out = running.0.take().expect("running").wait_with_output().expect("a's output");
     let text = String::from_utf8_lossy(&out.stderr);
     assert_eq!(text.matches("map uses written by `gmux policy map`").count(), 3, "{text}");
+}
+
+/// `gmux bench priority --runs` names its runs; a wrong one, or the policy run without a
+/// policy, is a usage error before anything starts.
+#[test]
+fn bench_priority_refuses_an_unknown_run_and_ebpf_without_a_policy() {
+    let run = |args: &[&str]| {
+        let out = Command::new(gmux_bin()).args(["bench", "priority"]).args(args).output().expect("gmux runs");
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = run(&["--runs", "alone,fast"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--runs: unknown run \"fast\"; use alone, rr, priority or ebpf"), "{err}");
+    let (code, err) = run(&["--runs", "priority,ebpf", "--repeat", "3"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--runs ebpf needs --rt-policy FILE.o"), "{err}");
+    let (code, err) = run(&["--repeat", "0"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--repeat"), "{err}");
 }

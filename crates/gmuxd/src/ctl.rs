@@ -79,7 +79,7 @@ pub enum Request {
 }
 
 /// What `gmux policy map` does to a map. Keys and values are decimal numbers
-/// (little-endian, up to 8 bytes) or `0x` and their bytes in hex.
+/// (little-endian, up to 8 bytes), `0x` and their bytes in hex, or `str:` and text.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "do", rename_all = "snake_case", deny_unknown_fields)]
 pub enum MapAction {

@@ -78,8 +78,17 @@ fn time(hook: &str, policy: Policy, jit: bool, calls: u64) -> f64 {
             let t = TenantId((i % 64) as u32);
             match hook {
                 "task_init" => {
-                    let j =
-                        Joining { tenant: t, new_tenant: i % 2 == 0, uid: 1000, priority: 0, timeslice: 20_000_000, processes: 3, held: i, budget: u64::MAX };
+                    let j = Joining {
+                        tenant: t,
+                        new_tenant: i % 2 == 0,
+                        uid: 1000,
+                        priority: 0,
+                        timeslice: 20_000_000,
+                        processes: 3,
+                        held: i,
+                        budget: u64::MAX,
+                        name: *b"bench\0\0\0\0\0\0\0\0\0\0\0",
+                    };
                     std::hint::black_box(s.task_init(&j));
                 }
                 "task_destroy" => s.task_destroy(t),

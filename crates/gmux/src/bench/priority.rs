@@ -2,9 +2,10 @@
 //! rate, `gpu/rt_infer.py`) beside a best-effort tenant (ResNet-50 training,
 //! `gpu/be_train.py`) whose footprint with the real-time one's is over the GPU-memory
 //! budget. Runs: the real-time tenant alone, both under round robin, both under strict
-//! priority, and with `--rt-policy`, both under round robin with that policy loaded
-//! (`policies/rt_boost.c`: long turns for the real-time tenant, short ones for the other);
-//! reports the real-time latencies and the best-effort throughput.
+//! priority (the real-time tenant asking for priority 1), and with `--rt-policy`, both
+//! under strict priority with that policy loaded and asking for nothing, the policy's map
+//! `rt_names` naming the real-time tenant (`policies/rt_boost.c`: the class comes from
+//! the program); reports the real-time latencies and the best-effort throughput.
 
 use super::lab::{self, Lab, LabArgs};
 use crate::Failure;
@@ -32,16 +33,29 @@ pub struct PriorityArgs {
     /// Extra idle memory of the training tenant, GiB (memory pressure).
     #[arg(long, default_value_t = 4.0)]
     be_extra_gib: f64,
-    /// A policy object (`policies/rt_boost.c`, compiled) for one more run, `ebpf`: round
-    /// robin with it loaded, the real-time tenant asking for priority 1.
+    /// A policy object (`policies/rt_boost.c`, compiled) for one more run, `ebpf`: strict
+    /// priority with it loaded, no tenant asking for a priority, and the real-time
+    /// tenant's name (`rt`) written into its map `rt_names`.
     #[arg(long, value_name = "FILE.o")]
     rt_policy: Option<std::path::PathBuf>,
+    /// The runs, of alone, rr, priority and ebpf (default: all; ebpf needs --rt-policy).
+    #[arg(long, value_delimiter = ',', value_name = "RUN,...")]
+    runs: Vec<String>,
+    /// Runs each of them this many times, in turn (a P99 of a few hundred requests moves
+    /// by a third from run to run); the table gives each run's median.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    repeat: u32,
 }
+
+/// The runs: name, the daemon's `--policy`, and whether the best-effort tenant runs.
+const RUNS: [(&str, &str, bool); 4] = [("alone", "priority", false), ("rr", "rr", true), ("priority", "priority", true), ("ebpf", "priority", true)];
 
 /// One run.
 #[derive(Debug, Clone, Serialize)]
 struct Row {
     run: String,
+    /// Its repetition, from 0.
+    repeat: u32,
     p50_ms: f64,
     p99_ms: f64,
     rt_requests: f64,
@@ -51,37 +65,64 @@ struct Row {
 
 /// Runs the benchmark.
 pub fn run(a: &PriorityArgs) -> Result<(), Failure> {
+    let runs = chosen(a)?;
     let lab = Lab::new(&a.lab, &["rt_infer.py", "be_train.py", "tenant.py"])?;
     let mut rows = Vec::new();
-    let mut runs = vec![("alone", "priority", false), ("rr", "rr", true), ("priority", "priority", true)];
-    if a.rt_policy.is_some() {
-        runs.push(("ebpf", "rr", true));
+    for repeat in 0..a.repeat {
+        for &(run, policy, with_be) in &runs {
+            eprintln!("gmux bench: priority: {run} ({} of {})", repeat + 1, a.repeat);
+            rows.push(Row { repeat, ..one_run(&lab, a, run, policy, with_be)? });
+        }
     }
-    for (run, policy, with_be) in runs {
-        eprintln!("gmux bench: priority: {run}");
-        rows.push(one_run(&lab, a, run, policy, with_be)?);
-    }
-    let alone = rows[0].p99_ms;
+    let median = |run: &str, f: fn(&Row) -> f64| {
+        let mut v: Vec<f64> = rows.iter().filter(|r| r.run == run).map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let alone = runs.iter().any(|r| r.0 == "alone").then(|| median("alone", |r| r.p99_ms));
     let mut s = format!("{:<9} {:>8} {:>8} {:>12} {:>9} {:>12}  {}\n", "run", "RT p50", "RT p99", "p99 / alone", "requests", "BE iters/s", "failed");
-    for r in &rows {
+    for &(run, _, with_be) in &runs {
+        let failed: Vec<String> = rows.iter().filter(|r| r.run == run).flat_map(|r| r.failed.clone()).collect();
+        let p99 = median(run, |r| r.p99_ms);
         s += &format!(
-            "{:<9} {:>8.2} {:>8.2} {:>12.2} {:>9} {:>12}  {}\n",
-            r.run,
-            r.p50_ms,
-            r.p99_ms,
-            r.p99_ms / alone,
-            r.rt_requests,
-            r.be_iters_per_s.map_or("-".into(), |x| format!("{x:.2}")),
-            r.failed.join(", ")
+            "{:<9} {:>8.2} {:>8.2} {:>12} {:>9} {:>12}  {}\n",
+            run,
+            median(run, |r| r.p50_ms),
+            p99,
+            alone.map_or("-".into(), |a| format!("{:.2}", p99 / a)),
+            median(run, |r| r.rt_requests),
+            if with_be { format!("{:.2}", median(run, |r| r.be_iters_per_s.unwrap_or(0.0))) } else { "-".into() },
+            failed.join(", ")
         );
+    }
+    if a.repeat > 1 {
+        s += &format!("medians of {} runs each, taken in turn; every run's RT p99:", a.repeat);
+        for &(run, ..) in &runs {
+            let all: Vec<String> = rows.iter().filter(|r| r.run == run).map(|r| format!("{:.2}", r.p99_ms)).collect();
+            s += &format!(" {run} {}", all.join("/"));
+        }
+        s += "\n";
     }
     println!("{s}latencies in ms from each request's due time to its completion; budget {}, {} requests/s", a.budget, a.rate);
     let out = lab.file("priority.json");
-    let json = serde_json::json!({ "benchmark": "priority", "budget": a.budget, "rate": a.rate, "rt_batch": a.rt_batch, "be_batch": a.be_batch, "be_extra_gib": a.be_extra_gib, "rt_policy": a.rt_policy, "rows": rows });
+    let json = serde_json::json!({ "benchmark": "priority", "budget": a.budget, "rate": a.rate, "rt_batch": a.rt_batch, "be_batch": a.be_batch, "be_extra_gib": a.be_extra_gib, "rt_policy": a.rt_policy, "repeat": a.repeat, "rows": rows });
     std::fs::write(&out, serde_json::to_string_pretty(&json).expect("serializable"))
         .map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", out.display())))?;
     println!("results: {}", out.display());
     Ok(())
+}
+
+/// The runs `--runs` names, in the benchmark's order.
+fn chosen(a: &PriorityArgs) -> Result<Vec<(&'static str, &'static str, bool)>, Failure> {
+    if let Some(bad) = a.runs.iter().find(|r| !RUNS.iter().any(|k| k.0 == r.as_str())) {
+        return Err(Failure::Usage(format!("--runs: unknown run {bad:?}; use alone, rr, priority or ebpf")));
+    }
+    let wanted = |name: &str| if a.runs.is_empty() { name != "ebpf" || a.rt_policy.is_some() } else { a.runs.iter().any(|r| r == name) };
+    let runs: Vec<_> = RUNS.into_iter().filter(|r| wanted(r.0)).collect();
+    if runs.iter().any(|r| r.0 == "ebpf") && a.rt_policy.is_none() {
+        return Err(Failure::Usage("--runs ebpf needs --rt-policy FILE.o (policies/rt_boost.c, compiled)".into()));
+    }
+    Ok(runs)
 }
 
 fn one_run(lab: &Lab, a: &PriorityArgs, run: &str, policy: &str, with_be: bool) -> Result<Row, Failure> {
@@ -98,7 +139,7 @@ fn one_run(lab: &Lab, a: &PriorityArgs, run: &str, policy: &str, with_be: bool) 
     let mut rt_args = vec!["--rate".to_string(), a.rate.to_string(), "--batch".into(), a.rt_batch.to_string()];
     rt_args.extend(window(&rt_out));
     let run_name = format!("prio-{run}");
-    let rt_class = i32::from(policy == "priority" || rt_policy.is_some());
+    let rt_class = i32::from(policy == "priority" && rt_policy.is_none());
     let mut children = vec![("rt".to_string(), lab.tenant("rt", &run_name, Some(&daemon.socket), None, rt_class, "rt_infer.py", &rt_args)?)];
     if with_be {
         let mut be_args = vec!["--batch".to_string(), a.be_batch.to_string(), "--extra-gib".into(), a.be_extra_gib.to_string()];
@@ -111,6 +152,7 @@ fn one_run(lab: &Lab, a: &PriorityArgs, run: &str, policy: &str, with_be: bool) 
     let be = if with_be { Some(lab::num(&lab::report(&be_out)?, "iters_per_s")) } else { None };
     Ok(Row {
         run: run.into(),
+        repeat: 0,
         p50_ms: lab::num(&r, "p50_ms"),
         p99_ms: lab::num(&r, "p99_ms"),
         rt_requests: lab::num(&r, "requests"),
@@ -119,15 +161,22 @@ fn one_run(lab: &Lab, a: &PriorityArgs, run: &str, policy: &str, with_be: bool) 
     })
 }
 
-/// Loads the policy object `file` into the daemon at `socket`.
+/// Loads the policy object `file` into the fresh daemon at `socket` (its policy 1), and
+/// names the real-time tenant in its map `rt_names`.
 fn load(socket: &Path, file: &Path) -> Result<(), Failure> {
+    use gmuxd::ctl::{request, MapAction, Request};
     let data = std::fs::read(file).map_err(|e| Failure::Usage(format!("cannot read {}: {e}", file.display())))?;
     let name = file.file_name().map_or("policy".into(), |n| n.to_string_lossy().into_owned());
-    let req = gmuxd::ctl::Request::PolicyLoad { name, object: gmux_core::protocol::hex(&data), hook: None, tenant: None };
-    let reply = gmuxd::ctl::request(socket, &req)?;
-    if !reply.ok {
-        return Err(Failure::Runtime(format!("loading {}: {}", file.display(), reply.text)));
+    let loaded = request(socket, &Request::PolicyLoad { name, object: gmux_core::protocol::hex(&data), hook: None, tenant: None })?;
+    let named = || {
+        let action = MapAction::Update { key: "str:rt".into(), value: "1".into() };
+        request(socket, &Request::PolicyMap { id: 1, map: "rt_names".into(), action })
+    };
+    for reply in [loaded, named()?] {
+        if !reply.ok {
+            return Err(Failure::Runtime(format!("{}: {} (--rt-policy takes policies/rt_boost.c, compiled)", file.display(), reply.text)));
+        }
+        eprintln!("gmux bench: priority: {}", reply.text);
     }
-    eprintln!("gmux bench: priority: {}", reply.text);
     Ok(())
 }

@@ -175,25 +175,39 @@ fn ring(id: u32, m: &gmux_bpf::Map, has_memory: bool, name: &str, action: &MapAc
 }
 
 /// A key or value as `gmux policy map` writes it: a decimal number (little-endian, for
-/// sizes up to 8 bytes) or `0x` and the bytes in hex.
+/// sizes up to 8 bytes), `0x` and the bytes in hex, or `str:` and text, zero-padded
+/// (a tenant's name as `struct gmux_name`).
 fn bytes(text: &str, size: u32, what: &str) -> Result<Vec<u8>, String> {
     let size = size as usize;
-    let out = match text.strip_prefix("0x") {
-        Some(h) => unhex(h).filter(|b| b.len() == size),
-        None => text.parse::<u64>().ok().filter(|_| size <= 8).and_then(|n| {
+    let out = if let Some(h) = text.strip_prefix("0x") {
+        unhex(h).filter(|b| b.len() == size)
+    } else if let Some(s) = text.strip_prefix("str:") {
+        (s.len() <= size).then(|| {
+            let mut b = s.as_bytes().to_vec();
+            b.resize(size, 0);
+            b
+        })
+    } else {
+        text.parse::<u64>().ok().filter(|_| size <= 8).and_then(|n| {
             let b = n.to_le_bytes();
             b[size..].iter().all(|x| *x == 0).then(|| b[..size].to_vec())
-        }),
+        })
     };
-    out.ok_or_else(|| format!("the {what} is {size} bytes: write a number that fits (up to 8 bytes) or 0x and {} hex digits", 2 * size))
+    out.ok_or_else(|| {
+        format!("the {what} is {size} bytes: write a number that fits (up to 8 bytes), 0x and {} hex digits, or str: and up to {size} characters", 2 * size)
+    })
 }
 
-/// A key or value as `gmux policy map dump` prints it: a number up to 8 bytes, else hex.
+/// A key or value as `gmux policy map dump` prints it: a number up to 8 bytes, else
+/// `str:` and text where it is printable text zero-padded, else hex.
 fn show(b: &[u8]) -> String {
+    let text = b.iter().position(|x| *x == 0).unwrap_or(b.len());
     if b.len() <= 8 {
         let mut w = [0u8; 8];
         w[..b.len()].copy_from_slice(b);
         u64::from_le_bytes(w).to_string()
+    } else if text > 0 && b[..text].iter().all(|x| x.is_ascii_graphic()) && b[text..].iter().all(|x| *x == 0) {
+        format!("str:{}", String::from_utf8_lossy(&b[..text]))
     } else {
         format!("0x{}", gmux_core::protocol::hex(b))
     }
@@ -239,5 +253,19 @@ mod tests {
         let a = policy(MapKind::Array);
         assert!(run(&a, MapAction::Update { key: "1".into(), value: "4".into() }).ok);
         assert!(run(&a, MapAction::Dump).text.ends_with("\n0 0\n1 4"));
+    }
+
+    /// A 16-byte key written `str:NAME` is the name zero-padded, and dumps the same way;
+    /// a name longer than the key is refused with the sizes.
+    #[test]
+    fn a_name_key_is_written_and_shown_as_text() {
+        assert_eq!(bytes("str:rt", 16, "key").expect("fits"), b"rt\0\0\0\0\0\0\0\0\0\0\0\0\0\0");
+        assert_eq!(show(b"rt\0\0\0\0\0\0\0\0\0\0\0\0\0\0"), "str:rt");
+        assert_eq!(bytes("str:", 16, "key").expect("empty"), [0; 16]);
+        assert_eq!(show(&[0; 16]), format!("0x{}", "00".repeat(16)));
+        assert_eq!(show(b"r\0t\0\0\0\0\0\0\0\0\0\0\0\0\0"), "0x72007400000000000000000000000000");
+        let e = bytes("str:a-name-of-17-chars", 16, "key").unwrap_err();
+        assert!(e.contains("the key is 16 bytes") && e.contains("str: and up to 16 characters"), "{e}");
+        assert_eq!(bytes("str:ab", 2, "value").expect("fits"), b"ab");
     }
 }
