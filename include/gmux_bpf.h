@@ -97,8 +97,8 @@ _Static_assert(sizeof(struct gmux_chunk_ctx) == 24 && __builtin_offsetof(struct 
 _Static_assert(sizeof(struct gmux_evict_ctx) == 40 && __builtin_offsetof(struct gmux_evict_ctx, next_use) == 16 &&
 	       __builtin_offsetof(struct gmux_evict_ctx, resident) == 32, "gmux_evict_ctx layout");
 
-/* Scheduling hooks, in gmuxd: SEC("gmux/task_init"), SEC("gmux/task_destroy") and
- * SEC("gmux/timeslice"). */
+/* Scheduling hooks, in gmuxd: SEC("gmux/task_init"), SEC("gmux/task_destroy"),
+ * SEC("gmux/timeslice") and SEC("gmux/admission"). */
 
 /* A tenant's name, its first 16 bytes, zero-padded: a map key (GMUX_MAP_HASH) that
  * `gmux policy map ID MAP update str:NAME VALUE` writes. */
@@ -137,8 +137,27 @@ struct gmux_slice_ctx {
 	u64 switch_cost;	/* what a switch costs, ns (0 until measured) */
 };
 
+/* admission: a job an application marked (gmux.job) waits to run. Return 0 to let it run
+ * now, anything else to keep it waiting: its process releases no new command while all
+ * its running jobs wait. It is asked again at the dispatcher's next decision (every
+ * millisecond while one waits); gmux lets it run after a second at most, and never lets
+ * the GPU idle for admission. Read-only. */
+struct gmux_job_ctx {
+	u32 tenant;	/* the tenant of the process that marked it */
+	u32 pid;	/* the process */
+	u64 job;	/* the job's number in that process */
+	struct gmux_name kind;	/* its kind's name (gmux.job's first argument) */
+	u64 estimate;	/* its kind's estimated length, ns (0: none yet) */
+	u64 waited;	/* how long it has waited since it began, ns */
+	u32 running;	/* jobs running in every process that marks jobs */
+	u32 admitted;	/* of those, jobs admitted */
+	u64 shortest;	/* the shortest estimate among admitted running jobs, ns; ~0 if none */
+};
+
 _Static_assert(sizeof(struct gmux_task_ctx) == 64 && __builtin_offsetof(struct gmux_task_ctx, name) == 48 && __builtin_offsetof(struct gmux_task_ctx, timeslice) == 16 &&
 	       __builtin_offsetof(struct gmux_task_ctx, budget) == 40, "gmux_task_ctx layout");
 _Static_assert(sizeof(struct gmux_tenant_ctx) == 8 && sizeof(struct gmux_slice_ctx) == 24, "gmux_slice_ctx layout");
+_Static_assert(sizeof(struct gmux_job_ctx) == 64 && __builtin_offsetof(struct gmux_job_ctx, kind) == 16 &&
+	       __builtin_offsetof(struct gmux_job_ctx, running) == 48, "gmux_job_ctx layout");
 
 #endif

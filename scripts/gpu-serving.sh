@@ -13,6 +13,7 @@
 #   bench    `gmux bench serving`: six torchvision models as tenants, lognormal arrivals
 #            (SIGMAS, default 1.5) at LOADS (0.5,0.8), natively and with --dispatch
 #            shallow and srpt-deficit (SYSTEMS, any of `gmux bench serving --systems`;
+#            gmux-admit loads .gpu-bin/policies/admit_short.o;
 #            FAIRNESS for srpt-deficit, default 100ms): short-job P50/P99, long-job
 #            throughput, fairness; about 40 s a run (DURATION + WARMUP + 5 s), and the
 #            whole part must end within 560 s: keep to 10 runs a call
@@ -64,8 +65,10 @@ jobs() {
 }
 
 bench() {
+  local admission=()
+  [[ -f $ROOT/.gpu-bin/policies/admit_short.o ]] && admission=(--admission "$ROOT/.gpu-bin/policies/admit_short.o")
   timeout 560 "$GMUX" bench serving --duration "${DURATION:-15}" --warmup "${WARMUP:-20}" --out "$WORK/bench" \
-    --loads "${LOADS:-0.5,0.8}" --sigmas "${SIGMAS:-1.5}" --systems "${SYSTEMS:-native,gmux-shallow,gmux-srpt}" --fairness "${FAIRNESS:-100ms}" \
+    --loads "${LOADS:-0.5,0.8}" --sigmas "${SIGMAS:-1.5}" --systems "${SYSTEMS:-native,gmux-shallow,gmux-srpt}" --fairness "${FAIRNESS:-100ms}" "${admission[@]}" \
     >"$LOGS/bench.txt" 2>"$LOGS/bench.stderr"
   SUMMARY+=("serving bench (exit $?):")
   while IFS= read -r l; do SUMMARY+=("  $l"); done < <(grep -v '^results:' "$LOGS/bench.txt")

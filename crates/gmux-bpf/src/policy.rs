@@ -80,6 +80,7 @@ impl Policy {
                 "task_init" => s.task_init = Some(p),
                 "task_destroy" => s.task_destroy = Some(p),
                 "timeslice" => s.timeslice = Some(p),
+                "admission" => s.admission = Some(p),
                 _ => {}
             }
         }

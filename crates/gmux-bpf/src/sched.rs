@@ -6,7 +6,7 @@ use crate::hooks::MAP_HELPERS;
 use crate::map::Map;
 use crate::program::Program;
 use crate::HookSpec;
-use gmux_core::hooks::{Admission, Joining, SchedHooks, NAME_BYTES};
+use gmux_core::hooks::{Admission, JobAsk, Joining, SchedHooks, NAME_BYTES};
 use gmux_core::{Nanos, TenantId};
 use std::rc::Rc;
 
@@ -63,6 +63,33 @@ pub struct SliceCtx {
     pub switch_cost: u64,
 }
 
+/// The context of `admission` (read-only): `struct gmux_job_ctx`. The program returns 0
+/// to let the job run now, anything else to keep it waiting (it is asked again at the
+/// dispatcher's next decision, and gmux lets it run after a second at most).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JobCtx {
+    /// The tenant of the process that marked it.
+    pub tenant: u32,
+    /// The process.
+    pub pid: u32,
+    /// The job's number in that process.
+    pub job: u64,
+    /// Its kind's name, the first 16 bytes, zero-padded.
+    pub kind: [u8; NAME_BYTES],
+    /// Its kind's estimated length, ns (0: none yet).
+    pub estimate: u64,
+    /// How long it has waited since it began, ns.
+    pub waited: u64,
+    /// Jobs running in every process that marks jobs.
+    pub running: u32,
+    /// Of those, jobs admitted.
+    pub admitted: u32,
+    /// The shortest estimated length among the admitted running jobs, ns (`u64::MAX`:
+    /// none runs).
+    pub shortest: u64,
+}
+
 // The layouts `include/gmux_bpf.h` asserts too.
 const _: () = assert!(
     size_of::<TaskCtx>() == 64
@@ -71,6 +98,7 @@ const _: () = assert!(
         && std::mem::offset_of!(TaskCtx, budget) == 40
 );
 const _: () = assert!(size_of::<TenantCtx>() == 8 && size_of::<SliceCtx>() == 24);
+const _: () = assert!(size_of::<JobCtx>() == 64 && std::mem::offset_of!(JobCtx, kind) == 16 && std::mem::offset_of!(JobCtx, running) == 48);
 
 /// `task_init`: a process is joining a tenant.
 pub const TASK_INIT: HookSpec = HookSpec { name: "task_init", ctx_size: size_of::<TaskCtx>() as u32, writable: &[(8, 12), (16, 24)], helpers: MAP_HELPERS };
@@ -79,8 +107,11 @@ pub const TASK_DESTROY: HookSpec = HookSpec { name: "task_destroy", ctx_size: si
 /// `timeslice`: the slice of a tenant's next turn.
 pub const TIMESLICE: HookSpec = HookSpec { name: "timeslice", ctx_size: size_of::<SliceCtx>() as u32, writable: &[], helpers: MAP_HELPERS };
 
+/// `admission`: whether a marked job may run now.
+pub const ADMISSION: HookSpec = HookSpec { name: "admission", ctx_size: size_of::<JobCtx>() as u32, writable: &[], helpers: MAP_HELPERS };
+
 /// The scheduling hooks.
-pub const SCHED_HOOKS: [HookSpec; 3] = [TASK_INIT, TASK_DESTROY, TIMESLICE];
+pub const SCHED_HOOKS: [HookSpec; 4] = [TASK_INIT, TASK_DESTROY, TIMESLICE, ADMISSION];
 
 /// gmux-core's scheduling hooks, each run by a loaded program where one is attached.
 /// A failed run (only the interpreter can fail) leaves gmux's own decision.
@@ -92,6 +123,8 @@ pub struct SchedPolicy {
     pub task_destroy: Option<Program>,
     /// The `timeslice` program.
     pub timeslice: Option<Program>,
+    /// The `admission` program.
+    pub admission: Option<Program>,
     /// Runs that failed.
     pub failures: u64,
     /// The decision time programs see (`now_ns`): the daemon's clock at its last decision.
@@ -103,7 +136,7 @@ pub struct SchedPolicy {
 impl SchedPolicy {
     /// The trace lines its programs wrote since the last call.
     pub fn take_traces(&mut self) -> Vec<String> {
-        [&mut self.task_init, &mut self.task_destroy, &mut self.timeslice].into_iter().flatten().flat_map(Program::take_traces).collect()
+        [&mut self.task_init, &mut self.task_destroy, &mut self.timeslice, &mut self.admission].into_iter().flatten().flat_map(Program::take_traces).collect()
     }
 
     /// Its maps, by name.
@@ -168,5 +201,32 @@ impl SchedHooks for SchedPolicy {
             self.failures += 1;
             slice
         })
+    }
+
+    fn admits(&self) -> bool {
+        self.admission.is_some()
+    }
+
+    /// A failed run admits the job: gmux's own decision.
+    fn admission(&mut self, j: &JobAsk) -> bool {
+        let Some(p) = self.admission.as_mut() else { return true };
+        let mut ctx = JobCtx {
+            tenant: j.tenant.0,
+            pid: j.pid,
+            job: j.job,
+            kind: j.kind,
+            estimate: j.estimate,
+            waited: j.waited,
+            running: j.running,
+            admitted: j.admitted,
+            shortest: j.shortest,
+        };
+        match p.run_for(crate::hooks::bytes_of(&mut ctx), self.now, j.tenant.0) {
+            Ok(verdict) => verdict == 0,
+            Err(_) => {
+                self.failures += 1;
+                true
+            }
+        }
     }
 }

@@ -300,3 +300,37 @@ fn stride_prefetch_brings_a_streams_next_buffers_in_ahead_of_their_commands() {
     let h = Policy::load(&stride).expect("loads").into_hooks();
     assert_eq!(stream(Some(Box::new(h)), 16, 3, 12, 2, 3), (8, 96));
 }
+
+/// `admit_short.c` through gmux-core's admission: a job more than four times longer than
+/// an admitted running one waits, its process held; one of a kind named in `first` runs
+/// at once; a job of no estimate waits while another runs.
+#[test]
+fn admit_short_keeps_a_long_job_waiting_beside_a_short_one() {
+    use gmux_bpf::sched::SchedPolicy;
+    use gmux_core::hooks::SchedHooks;
+    use gmux_core::sched::dispatch::{admit, Candidate, Jobs};
+    use gmux_core::TenantId;
+    let Some(obj) = policy("admit_short") else { return };
+    let mut s = Policy::load(&obj).expect("loads").into_sched();
+    assert!(s.admits());
+    const MS: u64 = 1_000_000;
+    let (mut short, mut long, mut guess) = (Jobs::default(), Jobs::default(), Jobs::default());
+    short.begin(1, "short", 2 * MS, 0).unwrap();
+    long.begin(1, "long", 9 * MS, MS).unwrap();
+    guess.begin(1, "guess", 0, MS).unwrap();
+    let decide = |s: &mut SchedPolicy, short: &mut Jobs, long: &mut Jobs, guess: &mut Jobs, now| {
+        let mut procs: Vec<Candidate<'_>> =
+            [short, long, guess].into_iter().enumerate().map(|(i, jobs)| Candidate { tenant: TenantId(i as u32), pid: i as u32, jobs, free: true }).collect();
+        admit(&mut procs, now, &mut |j| s.admission(j))
+    };
+    assert_eq!(decide(&mut s, &mut short, &mut long, &mut guess, 2 * MS), [false, true, true], "9 ms > 4 x 2 ms; no estimate waits");
+    short.end(1, 3 * MS).unwrap();
+    // The short job ended: nothing shorter runs, so the long job runs; the one of no
+    // estimate still waits beside it.
+    assert_eq!(decide(&mut s, &mut short, &mut long, &mut guess, 3 * MS), [false, false, true]);
+    let mut key = [0u8; 16];
+    key[..5].copy_from_slice(b"guess");
+    s.maps().find(|(n, _)| *n == "first").expect("the first map").1.update(&key, &1u64.to_le_bytes()).expect("set");
+    assert_eq!(decide(&mut s, &mut short, &mut long, &mut guess, 4 * MS), [false, false, false], "named in first: at once");
+    assert_eq!(s.failures, 0);
+}

@@ -102,7 +102,32 @@ pub struct Admission {
     pub timeslice: Option<Nanos>,
 }
 
-/// Scheduling hooks: task_init, task_destroy, timeslice.
+/// What `admission` is told of a job that waits to run: one an application marked
+/// (`gmux.job`), begun and not yet admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobAsk {
+    /// The tenant of the process that marked it.
+    pub tenant: TenantId,
+    /// The process.
+    pub pid: u32,
+    /// The job's number in that process.
+    pub job: u64,
+    /// Its kind's name, the first [`NAME_BYTES`] bytes, zero-padded.
+    pub kind: [u8; NAME_BYTES],
+    /// Its kind's estimated length (0: none yet).
+    pub estimate: Nanos,
+    /// How long it has waited since it began.
+    pub waited: Nanos,
+    /// Jobs running in every process that marks jobs, this one included.
+    pub running: u32,
+    /// Of those, jobs admitted.
+    pub admitted: u32,
+    /// The shortest estimated length among the admitted running jobs (`u64::MAX`: none
+    /// runs; a job of no estimate counts as [`crate::sched::dispatch::UNKNOWN_NS`]).
+    pub shortest: Nanos,
+}
+
+/// Scheduling hooks: task_init, task_destroy, timeslice, admission.
 pub trait SchedHooks: Send {
     /// The time of the decision being made (before the others at each decision).
     fn clock(&mut self, _now: Nanos) {}
@@ -117,6 +142,16 @@ pub trait SchedHooks: Send {
     /// the longer of `slice` and the daemon's `--max-timeslice`.
     fn timeslice(&mut self, _tenant: TenantId, slice: Nanos, _switch_cost: Option<Nanos>) -> Nanos {
         slice
+    }
+    /// Whether `admission` decides anything: the dispatcher asks only then.
+    fn admits(&self) -> bool {
+        false
+    }
+    /// Whether the job `job` may run now (`false`: it waits, and is asked again at the
+    /// dispatcher's next decision). An admitted job is not asked again. gmux keeps the
+    /// final say ([`crate::sched::dispatch::admit`]).
+    fn admission(&mut self, _job: &JobAsk) -> bool {
+        true
     }
 }
 

@@ -6,6 +6,7 @@
 mod common;
 
 use common::daemon::*;
+use common::{compile_policy, TempDir};
 
 use gmux_channel::{Client, Message};
 use std::io::{BufRead, BufReader, Write};
@@ -172,6 +173,12 @@ impl LongTenant {
         self.launched()
     }
 
+    /// Ends its job and begins another.
+    fn again(&mut self) {
+        self.input.write_all(b"again\n").unwrap();
+        assert_eq!(self.line(), "begun");
+    }
+
     fn said(&self) -> String {
         std::fs::read_to_string(&self.err).unwrap_or_default()
     }
@@ -274,5 +281,54 @@ fn srpt_holds_a_long_jobs_launches_until_the_short_job_ends() {
     d.crash();
     let after = long.launched();
     assert!(after < 2_000.0, "a dead daemon's hold held the launches {after} ms");
+    long.finish();
+}
+
+/// `policies/admit_short.c` as the `admission` program: a job more than four times
+/// longer than one running waits, its launches held, until the short job ends; a kind
+/// named in its map `first` runs at once.
+#[test]
+fn an_admission_program_holds_a_long_job_until_the_short_one_ends() {
+    let dir = TempDir::new("jobs-admit-obj");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let Some(obj) = compile_policy(&root.join("policies/admit_short.c"), &dir.path().join("admit_short.o")) else { return };
+    let d = Daemon::start("jobs-admit", &["--hbm", "64M"]);
+    let loaded = d.ctl(&["policy", "load", obj.to_str().expect("utf-8")]);
+    assert!(loaded.stdout.contains("loaded policy 1 (admit_short.o): admission"), "{}", loaded.describe());
+    let held = |d: &Daemon, name: &str| tenant_json(d, name)["jobs"]["held"].as_bool();
+    // Alone, the long tenant's job of 1,000 s runs at once.
+    let mut long = LongTenant::start(&d);
+    assert!(long.launch() < 100.0);
+    // This test process runs a job of 1 ms (by its estimate; the test ends it); the long
+    // tenant's next job, as long as its first took, begins after it.
+    let mark = short_tenant(&d);
+    mark(begin(1, "short", 1_000_000), 1);
+    long.again();
+    // The dispatcher reads the long tenant's mark within a few ms.
+    let soon = |want: bool| {
+        (0..200).any(|_| {
+            let now = held(&d, "long") == Some(want);
+            if !now {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            now
+        })
+    };
+    assert!(soon(true) && held(&d, "short") == Some(false), "{}", d.ctl(&["ps", "--json"]).stdout);
+    long.start_launch();
+    std::thread::sleep(Duration::from_millis(500));
+    mark(Message::JobEnd { job: 1 }, 2);
+    let waited = long.launched();
+    assert!(waited >= 450.0, "the long job's launches went on beside the short job: {waited} ms; {}", long.said());
+    assert_eq!(held(&d, "long"), Some(false));
+    // Admitted, the long job runs on beside a short job that begins now.
+    mark(begin(2, "short", 1_000_000), 3);
+    assert!(long.launch() < 100.0, "an admitted job is not held again");
+    // A kind named in `first` is let run at once beside a far shorter job.
+    assert!(d.ctl(&["policy", "map", "1", "first", "update", "str:long", "1"]).status.success());
+    long.again();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(held(&d, "long"), Some(false), "{}", d.ctl(&["ps", "--json"]).stdout);
+    assert!(long.launch() < 100.0);
     long.finish();
 }

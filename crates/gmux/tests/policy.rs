@@ -349,7 +349,8 @@ fn a_map_write_reaches_the_processes_that_run_the_policy() {
 }
 
 /// `gmux bench priority --runs` names its runs; a wrong one, or the policy run without a
-/// policy, is a usage error before anything starts.
+/// policy, is a usage error before anything starts; so is `gmux bench serving`'s
+/// gmux-admit without its policy.
 #[test]
 fn bench_priority_refuses_an_unknown_run_and_ebpf_without_a_policy() {
     let run = |args: &[&str]| {
@@ -365,4 +366,8 @@ fn bench_priority_refuses_an_unknown_run_and_ebpf_without_a_policy() {
     let (code, err) = run(&["--repeat", "0"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--repeat"), "{err}");
+    let out = Command::new(gmux_bin()).args(["bench", "serving", "--systems", "native,gmux-admit"]).output().expect("gmux runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("gmux-admit needs --admission FILE.o"), "{err}");
 }

@@ -183,6 +183,9 @@ async fn serve_conn(s: Arc<Shared>, stream: UnixStream, slot: Slot) {
                     let mut d = s.lock();
                     let mut policies = lock(&s.policies);
                     let (answer, changed) = policies.answer(&mut d, &req, prepared, who, s.owner, s.tenant_policies);
+                    if !matches!(req, Request::PolicyList { .. }) {
+                        s.channels.set_admission(policies.admission());
+                    }
                     if changed {
                         policies.post(&d, &lock(&s.out), None);
                     }

@@ -10,9 +10,9 @@
 //! `jobs --long`: begins one job named `long` (estimated 1,000 s), prints `long: ready`, and
 //! for each line `launch` on its standard input launches six 50 ms kernels on one
 //! stream and prints `launched in X ms` (the launches wait while the daemon holds the
-//! process, or keeps its queue shallow), then synchronizes and prints `synced`. Ends the
-//! job when its input closes,
-//! and prints `end: R` (what `gmux_job_end` returned).
+//! process, or keeps its queue shallow), then synchronizes and prints `synced`; for each
+//! line `again` it ends its job, begins another and prints `begun`. Ends the job when its
+//! input closes, and prints `end: R` (what `gmux_job_end` returned).
 
 use super::*;
 use std::io::Read;
@@ -96,6 +96,14 @@ fn long(app: &App, begin: Begin, end: End) -> bool {
     }
     println!("long: ready");
     for line in std::io::stdin().lines().map_while(Result::ok) {
+        if line.trim() == "again" {
+            // SAFETY: a job number from gmux_job_begin; a NUL-terminated name.
+            check_mark(unsafe { end(job) }, "gmux_job_end");
+            // SAFETY: as above, and a writable job number.
+            check_mark(unsafe { begin(c"long".as_ptr(), 1_000_000.0, &mut job) }, "gmux_job_begin");
+            println!("begun");
+            continue;
+        }
         if line.trim() != "launch" {
             continue;
         }

@@ -7,7 +7,7 @@ use crate::Failure;
 use gmux_bpf::hooks::PolicyHooks;
 use gmux_bpf::sched::SchedPolicy;
 use gmux_bpf::Policy;
-use gmux_core::hooks::{Candidate, Joining, MemoryHooks, SchedHooks};
+use gmux_core::hooks::{Candidate, JobAsk, Joining, MemoryHooks, SchedHooks};
 use gmux_core::{ChunkId, TenantId};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -70,9 +70,9 @@ fn time(hook: &str, policy: Policy, jit: bool, calls: u64) -> f64 {
             p.interpret();
         }
     };
-    if matches!(hook, "task_init" | "task_destroy" | "timeslice") {
+    if matches!(hook, "task_init" | "task_destroy" | "timeslice" | "admission") {
         let mut s: SchedPolicy = policy.into_sched();
-        [&mut s.task_init, &mut s.task_destroy, &mut s.timeslice].into_iter().for_each(engine);
+        [&mut s.task_init, &mut s.task_destroy, &mut s.timeslice, &mut s.admission].into_iter().for_each(engine);
         let t0 = Instant::now();
         for i in 0..calls {
             let t = TenantId((i % 64) as u32);
@@ -92,6 +92,20 @@ fn time(hook: &str, policy: Policy, jit: bool, calls: u64) -> f64 {
                     std::hint::black_box(s.task_init(&j));
                 }
                 "task_destroy" => s.task_destroy(t),
+                "admission" => {
+                    let j = JobAsk {
+                        tenant: t,
+                        pid: 100,
+                        job: i,
+                        kind: *b"bench\0\0\0\0\0\0\0\0\0\0\0",
+                        estimate: 20_000_000,
+                        waited: i,
+                        running: 3,
+                        admitted: 2,
+                        shortest: 2_000_000,
+                    };
+                    std::hint::black_box(s.admission(&j));
+                }
                 _ => {
                     std::hint::black_box(s.timeslice(t, 20_000_000 + i, Some(1000)));
                 }

@@ -150,6 +150,19 @@ impl Lab {
         start_daemon(&self.gmux, flags, socket, &self.args.out.join(format!("{name}.daemon.log")))
     }
 
+    /// Loads the policy object `file` into the daemon at `socket`: its reply, or why not
+    /// (`needs`: what the option takes).
+    pub fn load_policy(socket: &Path, file: &Path, needs: &str) -> Result<String, Failure> {
+        let data = std::fs::read(file).map_err(|e| Failure::Usage(format!("cannot read {}: {e}", file.display())))?;
+        let name = file.file_name().map_or("policy".into(), |n| n.to_string_lossy().into_owned());
+        let req = gmuxd::ctl::Request::PolicyLoad { name, object: gmux_core::protocol::hex(&data), hook: None, tenant: None };
+        let reply = gmuxd::ctl::request(socket, &req)?;
+        if !reply.ok {
+            return Err(Failure::Runtime(format!("{}: {} ({needs})", file.display(), reply.text)));
+        }
+        Ok(reply.text)
+    }
+
     /// Starts workload `script` with `args` as tenant `name`: under the daemon at
     /// `socket` (recording its trace to `record` if given) in priority class `priority`,
     /// or natively without one.

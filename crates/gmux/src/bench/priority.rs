@@ -165,18 +165,12 @@ fn one_run(lab: &Lab, a: &PriorityArgs, run: &str, policy: &str, with_be: bool) 
 /// names the real-time tenant in its map `rt_names`.
 fn load(socket: &Path, file: &Path) -> Result<(), Failure> {
     use gmuxd::ctl::{request, MapAction, Request};
-    let data = std::fs::read(file).map_err(|e| Failure::Usage(format!("cannot read {}: {e}", file.display())))?;
-    let name = file.file_name().map_or("policy".into(), |n| n.to_string_lossy().into_owned());
-    let loaded = request(socket, &Request::PolicyLoad { name, object: gmux_core::protocol::hex(&data), hook: None, tenant: None })?;
-    let named = || {
-        let action = MapAction::Update { key: "str:rt".into(), value: "1".into() };
-        request(socket, &Request::PolicyMap { id: 1, map: "rt_names".into(), action })
-    };
-    for reply in [loaded, named()?] {
-        if !reply.ok {
-            return Err(Failure::Runtime(format!("{}: {} (--rt-policy takes policies/rt_boost.c, compiled)", file.display(), reply.text)));
-        }
-        eprintln!("gmux bench: priority: {}", reply.text);
+    let needs = "--rt-policy takes policies/rt_boost.c, compiled";
+    eprintln!("gmux bench: priority: {}", Lab::load_policy(socket, file, needs)?);
+    let action = MapAction::Update { key: "str:rt".into(), value: "1".into() };
+    let named = request(socket, &Request::PolicyMap { id: 1, map: "rt_names".into(), action })?;
+    if !named.ok {
+        return Err(Failure::Runtime(format!("{}: {} ({needs})", file.display(), named.text)));
     }
     Ok(())
 }

@@ -9,7 +9,9 @@
 //!   queues shallow while a short job runs;
 //! - `gmux-fifo`, `gmux-srpt`: the same with `--dispatch fifo` or `--dispatch
 //!   srpt-deficit`, which choose one job at a time and hold the processes whose jobs are
-//!   all far longer.
+//!   all far longer;
+//! - `gmux-admit`: `gmux-rr` with the policy program `--admission` loaded
+//!   (`policies/admit_short.c`: a job waits while a far shorter one runs).
 //!
 //! A load L gives each of the six tenants the rate L / 6 / its service time alone
 //! (measured first, each model alone), so that the GPU would be busy a share L of the
@@ -36,16 +38,20 @@ pub struct ServingArgs {
     /// Shapes of the lognormal gaps between arrivals.
     #[arg(long, value_delimiter = ',', default_value = "1.5,2")]
     sigmas: Vec<f64>,
-    /// Systems: native, gmux-rr, gmux-shallow, gmux-fifo, gmux-srpt.
+    /// Systems: native, gmux-rr, gmux-shallow, gmux-fifo, gmux-srpt, gmux-admit.
     #[arg(long, value_delimiter = ',', default_value = "native,gmux-rr,gmux-shallow,gmux-fifo,gmux-srpt")]
     systems: Vec<String>,
     /// `gmux daemon --fairness` for gmux-srpt.
     #[arg(long, default_value = "100ms")]
     fairness: String,
+    /// A policy object with an `admission` program (`policies/admit_short.c`, compiled),
+    /// for the system gmux-admit.
+    #[arg(long, value_name = "FILE.o")]
+    admission: Option<std::path::PathBuf>,
 }
 
 /// The systems compared.
-const SYSTEMS: [&str; 5] = ["native", "gmux-rr", "gmux-shallow", "gmux-fifo", "gmux-srpt"];
+const SYSTEMS: [&str; 6] = ["native", "gmux-rr", "gmux-shallow", "gmux-fifo", "gmux-srpt", "gmux-admit"];
 
 /// The six tenants: model and kind, as `serve_load.py` names them.
 const MODELS: [(&str, &str); 6] =
@@ -87,6 +93,9 @@ pub fn run(a: &ServingArgs) -> Result<(), Failure> {
             return Err(Failure::Usage(format!("unknown system {s:?}: the systems are {}", SYSTEMS.join(", "))));
         }
     }
+    if a.systems.iter().any(|s| s == "gmux-admit") && a.admission.is_none() {
+        return Err(Failure::Usage("gmux-admit needs --admission FILE.o (policies/admit_short.c, compiled)".into()));
+    }
     if gmux_core::knobs::parse_duration(&a.fairness).is_none() {
         return Err(Failure::Usage(format!("--fairness {}: write a duration between 1us and 10s, e.g. 100ms", a.fairness)));
     }
@@ -126,7 +135,7 @@ fn one_run(lab: &Lab, a: &ServingArgs, system: &str, sigma: f64, load: f64, serv
     let run = format!("serving-{system}-{load}-{sigma}");
     let dispatch = match system {
         "native" => None,
-        "gmux-rr" => Some("none"),
+        "gmux-rr" | "gmux-admit" => Some("none"),
         "gmux-shallow" => Some("shallow"),
         "gmux-fifo" => Some("fifo"),
         _ => Some("srpt-deficit"),
@@ -135,6 +144,9 @@ fn one_run(lab: &Lab, a: &ServingArgs, system: &str, sigma: f64, load: f64, serv
         Some(d) => Some(lab.daemon(&run, &["--policy".into(), "rr".into(), "--dispatch".into(), d.into(), "--fairness".into(), a.fairness.clone()])?),
         None => None,
     };
+    if let (Some(d), Some(file), "gmux-admit") = (&daemon, &a.admission, system) {
+        eprintln!("gmux bench serving: {}", Lab::load_policy(&d.socket, file, "--admission takes policies/admit_short.c, compiled")?);
+    }
     let start = lab::unix_now() + a.lab.warmup;
     let mut children = Vec::new();
     let mut outs = Vec::new();

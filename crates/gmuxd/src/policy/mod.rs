@@ -13,7 +13,7 @@ use super::server::{lock, Peer};
 use gmux_bpf::sched::SchedPolicy;
 use gmux_bpf::Policy;
 use gmux_core::arbiter::Arbiter;
-use gmux_core::hooks::{Admission, Joining, SchedHooks};
+use gmux_core::hooks::{Admission, JobAsk, Joining, SchedHooks};
 use gmux_core::protocol::{unhex, PolicyObject};
 use gmux_core::{Nanos, TenantId};
 use std::collections::HashMap;
@@ -111,6 +111,14 @@ impl SchedHooks for Attached {
         self.each(|p| slice = p.timeslice(t, slice, cost));
         slice
     }
+    fn admits(&self) -> bool {
+        self.0.iter().any(|p| lock(p).admits())
+    }
+    fn admission(&mut self, j: &JobAsk) -> bool {
+        let mut yes = true;
+        self.each(|p| yes &= p.admission(j));
+        yes
+    }
 }
 
 /// A policy verified and compiled, ready to attach.
@@ -175,7 +183,12 @@ pub(crate) fn prepare(r: &LoadRequest, who: Peer, owner: u32, tenant_policies: b
         )));
     }
     let mut sched = policy.into_sched();
-    for (h, prog) in [("task_init", &mut sched.task_init), ("task_destroy", &mut sched.task_destroy), ("timeslice", &mut sched.timeslice)] {
+    for (h, prog) in [
+        ("task_init", &mut sched.task_init),
+        ("task_destroy", &mut sched.task_destroy),
+        ("timeslice", &mut sched.timeslice),
+        ("admission", &mut sched.admission),
+    ] {
         if !hooks.contains(&h) {
             *prog = None;
         }
@@ -273,6 +286,12 @@ impl Policies {
             String::new()
         };
         (Reply::ok(format!("loaded policy {id} ({name}): {hooks}{runs_in}")), has_memory)
+    }
+
+    /// The loaded policy with an `admission` program, as the dispatcher's hooks.
+    pub(crate) fn admission(&self) -> Option<Box<dyn SchedHooks>> {
+        let with: Vec<_> = self.list.iter().filter(|l| lock(&l.policy).admits()).map(|l| l.policy.clone()).collect();
+        (!with.is_empty()).then(|| Box::new(Attached(with)) as Box<dyn SchedHooks>)
     }
 
     /// Points the arbiter's hooks at the loaded policies (between two decisions: the

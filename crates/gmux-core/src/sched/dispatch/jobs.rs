@@ -60,6 +60,21 @@ struct Running {
     began: Nanos,
     /// The time its process was let release commands while it ran.
     served: Nanos,
+    /// A scheduling program's `admission` let it run (or gmux did, past its bounds).
+    admitted: bool,
+}
+
+/// A running job that no `admission` program has let run yet ([`Jobs::unadmitted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unadmitted<'a> {
+    /// Its number.
+    pub job: u64,
+    /// Its kind's name.
+    pub kind: &'a str,
+    /// Its kind's estimated length (0: none).
+    pub estimate: Nanos,
+    /// When it began.
+    pub began: Nanos,
 }
 
 /// One process's jobs.
@@ -103,7 +118,7 @@ impl Jobs {
             self.kinds[kind].expected_ns = expected_ns;
         }
         self.serve_until(now);
-        self.running.insert(job, Running { kind, began: now, served: 0 });
+        self.running.insert(job, Running { kind, began: now, served: 0, admitted: false });
         Ok(())
     }
 
@@ -180,6 +195,36 @@ impl Jobs {
     /// Jobs running now.
     pub fn running(&self) -> usize {
         self.running.len()
+    }
+
+    /// The running jobs not admitted yet, oldest first (then by number).
+    pub fn unadmitted(&self) -> Vec<Unadmitted<'_>> {
+        let mut v: Vec<Unadmitted<'_>> = self
+            .running
+            .iter()
+            .filter(|(_, r)| !r.admitted)
+            .map(|(&job, r)| Unadmitted { job, kind: &self.kinds[r.kind].name, estimate: self.estimate(r.kind), began: r.began })
+            .collect();
+        v.sort_by_key(|u| (u.began, u.job));
+        v
+    }
+
+    /// Job `job` is admitted: it is not asked about again. A job not running is ignored.
+    pub fn admit(&mut self, job: u64) {
+        if let Some(r) = self.running.get_mut(&job) {
+            r.admitted = true;
+        }
+    }
+
+    /// Running jobs that were admitted.
+    pub fn admitted(&self) -> usize {
+        self.running.values().filter(|r| r.admitted).count()
+    }
+
+    /// The estimated length of the shortest admitted running job, by its kind
+    /// ([`UNKNOWN_NS`] for a kind of no estimate). `None`: none runs.
+    pub fn shortest_admitted(&self) -> Option<Nanos> {
+        self.running.values().filter(|r| r.admitted).map(|r| Some(self.estimate(r.kind)).filter(|e| *e > 0).unwrap_or(UNKNOWN_NS)).min()
     }
 
     /// Every kind seen, in the order first seen.

@@ -6,8 +6,10 @@
 //! [`RemainingEstimator`] learns the time estimates online; [`Jobs`] keeps the jobs an
 //! application marks. In gmuxd, a [`Releaser`] applies one of these policies to the
 //! processes that mark jobs, and [`shallow_bounds`] is the simpler rule that only keeps
-//! other processes' queues shallow while a short job runs.
+//! other processes' queues shallow while a short job runs. [`admit`] lets a scheduling
+//! program hold jobs back (the `admission` hook), within gmux's bounds.
 
+mod admit;
 mod estimate;
 mod jobs;
 mod release;
@@ -15,8 +17,9 @@ mod shallow;
 #[cfg(test)]
 mod tests;
 
+pub use admit::{admit, Candidate, ADMISSION_WAIT_MAX};
 pub use estimate::{KernelId, KernelKey, KernelRecord, RemainingEstimator, MAX_KERNELS, MAX_KINDS};
-pub use jobs::{JobKind, JobRefused, JobSizes, Jobs, MAX_RUNNING, UNKNOWN_NS};
+pub use jobs::{JobKind, JobRefused, JobSizes, Jobs, Unadmitted, MAX_RUNNING, UNKNOWN_NS};
 pub use release::{Process, Release, Releaser};
 pub use shallow::{shallow_bounds, SHALLOW, SHALLOW_RATIO};
 

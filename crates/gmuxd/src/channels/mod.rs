@@ -8,13 +8,17 @@
 //! long jobs shallow while a much shorter job runs ([`shallow_bounds`]); with a release
 //! policy (`fifo`, `sjf`, `rr`, `srpt-deficit`) it chooses one job at a time and holds
 //! the processes whose jobs are all far longer ([`Releaser`]). Both speak through a word of
-//! each channel that the shim reads at every launch. A channel whose application writes
-//! nonsense is closed, and said so once.
+//! each channel that the shim reads at every launch. A loaded scheduling program with an
+//! `admission` hook may keep jobs waiting as well ([`admission`]). A channel whose
+//! application writes nonsense is closed, and said so once.
+
+mod admission;
 
 use super::log::say;
 use super::server::{lock, Dispatch};
 use crate::status::{JobKindStatus, JobsStatus};
 use gmux_channel::{Broken, Handover, Message, Server};
+use gmux_core::hooks::SchedHooks;
 use gmux_core::sched::dispatch::{shallow_bounds, DispatchPolicy, Jobs, Process, Release, Releaser};
 use gmux_core::{Nanos, TenantId};
 use std::collections::HashMap;
@@ -73,9 +77,11 @@ pub(crate) struct Channels {
     stopped: AtomicBool,
     start: Instant,
     mode: Mode,
-    /// Some process is bounded or held now: the bounds are decided again every
-    /// [`REBOUND`] while the dispatcher sleeps.
+    /// Some process is bounded or held now, or a job waits for admission: the bounds are
+    /// decided again every [`REBOUND`] while the dispatcher sleeps.
     bounded: AtomicBool,
+    /// The loaded policies' `admission` program, if one is.
+    admission: Mutex<Option<Box<dyn SchedHooks>>>,
 }
 
 /// How often bounds are decided again while one holds (an estimate runs out with time,
@@ -118,6 +124,7 @@ impl Channels {
             start: Instant::now(),
             mode,
             bounded: AtomicBool::new(false),
+            admission: Mutex::new(None),
         };
         c.watch(c.stop.as_raw_fd(), STOP)?;
         Ok(c)
@@ -258,8 +265,8 @@ impl Channels {
     /// Sets each process's in-flight word from its running jobs at `now`.
     fn rebound(&self, open: &mut HashMap<u64, Open>, now: Nanos) {
         let mut open: Vec<&mut Open> = open.values_mut().collect();
-        let bounds: Vec<u32> = match &self.mode {
-            Mode::Keep => return,
+        let mut bounds: Vec<u32> = match &self.mode {
+            Mode::Keep => vec![0; open.len()],
             Mode::Shallow => {
                 let sizes: Vec<_> = open.iter().map(|o| o.jobs.sizes(now)).collect();
                 shallow_bounds(&sizes)
@@ -274,13 +281,16 @@ impl Channels {
                 lock(r).decide(&mut procs, now).iter().map(word).collect()
             }
         };
+        let waiting = self.hold_for_admission(&mut open, &mut bounds, now);
         for (o, b) in open.iter_mut().zip(&bounds) {
+            // A held process's jobs are not being served (a release policy said so already).
+            o.jobs.set_held(*b == gmux_channel::HOLD, now);
             if o.bound != *b {
                 o.bound = *b;
                 o.server.set_inflight(*b);
             }
         }
-        self.bounded.store(bounds.iter().any(|b| *b > 0), Ordering::Relaxed);
+        self.bounded.store(waiting || bounds.iter().any(|b| *b > 0), Ordering::Relaxed);
     }
 
     /// Closes connection `conn`'s channel, which its process broke (`why`), and says so.
