@@ -10,8 +10,8 @@
 #             the order new, base, noop, twice                                 ~3 min
 #   micro     msched-micro at 100% (gmux alone) without and with noop.o in every
 #             tenant (GMUX_POLICY)                                             ~2 min
-#   hooks     `gmux bench hooks`: ns per call of noop.o, rt_boost.o and stride.o, JIT
-#             and interpreted                                                  ~1 min
+#   hooks     `gmux bench hooks`: ns per call of noop.o, rt_boost.o, stride.o and
+#             admit_short.o (HOOKS picks), JIT and interpreted                 ~1 min
 #   stream    gpu/stream.py (48 buffers of 64 MiB, 32 kernels each, per pass) natively
 #             and under a 1 GiB limit: gmux's own order, then with policies/stride.c,
 #             each with OPT from history (default) and with GMUX_EVICT=lru    ~2 min
@@ -75,7 +75,7 @@ micro() {
 }
 
 hooks() {
-  for p in noop rt_boost stride; do
+  for p in ${HOOKS:-noop rt_boost stride admit_short}; do
     timeout 120 "$GMUX" bench hooks --policy "$POL/$p.o" --out "$WORK/hooks-$p" >"$LOGS/hooks-$p.txt" 2>&1
     while IFS= read -r l; do SUMMARY+=("hooks $p: $l"); done < <(sed -n '3,$p' "$LOGS/hooks-$p.txt" | grep -v '^results')
   done

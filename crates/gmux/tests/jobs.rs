@@ -321,14 +321,22 @@ fn an_admission_program_holds_a_long_job_until_the_short_one_ends() {
     let waited = long.launched();
     assert!(waited >= 450.0, "the long job's launches went on beside the short job: {waited} ms; {}", long.said());
     assert_eq!(held(&d, "long"), Some(false));
-    // Admitted, the long job runs on beside a short job that begins now.
-    mark(begin(2, "short", 1_000_000), 3);
+    // Admitted, the long job runs on beside a short job that begins now (another kind:
+    // the first short job's 500 ms is its kind's length now).
+    mark(begin(2, "blip", 1_000_000), 3);
     assert!(long.launch() < 100.0, "an admitted job is not held again");
     // A kind named in `first` is let run at once beside a far shorter job.
     assert!(d.ctl(&["policy", "map", "1", "first", "update", "str:long", "1"]).status.success());
     long.again();
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(held(&d, "long"), Some(false), "{}", d.ctl(&["ps", "--json"]).stdout);
+    assert!(long.launch() < 100.0);
+    // Waiting again, then the policy is unloaded: the hold is lifted.
+    assert!(d.ctl(&["policy", "map", "1", "first", "delete", "str:long"]).status.success());
+    long.again();
+    assert!(soon(true), "{}", d.ctl(&["ps", "--json"]).stdout);
+    assert!(d.ctl(&["policy", "unload", "1"]).status.success());
+    assert!(soon(false), "still held after the policy was unloaded");
     assert!(long.launch() < 100.0);
     long.finish();
 }

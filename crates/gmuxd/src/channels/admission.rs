@@ -11,8 +11,8 @@ use gmux_core::Nanos;
 use std::sync::atomic::Ordering;
 
 impl Channels {
-    /// The loaded policies' `admission` program from now on (`None`: none). Jobs that
-    /// waited for the old one are decided again at once.
+    /// The loaded policies' `admission` program from now on (`None`: none). A process
+    /// held for the old one is decided again at the dispatcher's next tick.
     pub(crate) fn set_admission(&self, hooks: Option<Box<dyn SchedHooks>>) {
         *lock(&self.admission) = hooks;
         self.bounded.store(true, Ordering::Relaxed);
