@@ -116,7 +116,7 @@ struct gmux_task_ctx {
 	u32 new_tenant;	/* 1 if the tenant had no process before */
 	u64 timeslice;	/* the tenant's compute.timeslice, ns (writable) */
 	u32 processes;	/* processes of all tenants before this one */
-	u32 pad;
+	u32 name_len;	/* the tenant's name's whole length: over 16, name holds its start */
 	u64 held;	/* GPU memory all processes hold */
 	u64 budget;	/* the budget, ~0 if none */
 	struct gmux_name name;	/* the tenant's name, its first 16 bytes, zero-padded */
@@ -140,8 +140,8 @@ struct gmux_slice_ctx {
 /* admission: a job an application marked (gmux.job) waits to run. Return 0 to let it run
  * now, anything else to keep it waiting: its process releases no new command while all
  * its running jobs wait. It is asked again at the dispatcher's next decision (every
- * millisecond while one waits); gmux lets it run after a second at most, and never lets
- * the GPU idle for admission. Read-only. */
+ * millisecond while one waits); gmux lets it run after a second at most, and never holds
+ * every running job for admission. Read-only. */
 struct gmux_job_ctx {
 	u32 tenant;	/* the tenant of the process that marked it */
 	u32 pid;	/* the process */

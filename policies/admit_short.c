@@ -2,8 +2,8 @@
  * so that a long request does not start beside a short one and slow it (the decision
  * Paella's dispatcher makes per kernel, made here per job, by a program). Jobs of the
  * kinds named in the map `first` (gmux policy map ID first update str:KIND 1) are let
- * run at once. gmux lets a job run after a second at most, and never leaves the GPU idle
- * for admission. Needs applications that mark jobs (gmux.job). */
+ * run at once. gmux lets a job run after a second at most, and never holds every running
+ * job for admission. Needs applications that mark jobs (gmux.job). */
 #include "gmux_bpf.h"
 
 #define RATIO 4

@@ -1,7 +1,8 @@
 /* RT-priority boost (gpu_ext's example): latency-critical tenants go first. A tenant is
  * latency-critical when the control plane named it in the map `rt_names` (gmux policy
- * map ID rt_names update str:NAME 1) or when its first process asked for a priority
- * above 0 (gmux run --priority 1). The program sets every tenant's priority class: 1 for
+ * map ID rt_names update str:NAME 1; names of at most 16 bytes) or when its first
+ * process asked for a priority above 0 (gmux run --priority 1). A tenant's name belongs
+ * to whoever starts it first: where users are not trusted, check c->uid too. The program sets every tenant's priority class: 1 for
  * latency-critical tenants, 0 for the others, whatever they asked; and their slices: 1 s
  * for latency-critical tenants, 2 ms for the others.
  *
@@ -21,7 +22,8 @@ GMUX_MAP(rt, GMUX_MAP_ARRAY, u32, u64, 1024);
 SEC("gmux/task_init") u64 classify(struct gmux_task_ctx *c)
 {
 	struct gmux_name key = c->name;
-	u64 *named = map_lookup_elem(&rt_names, &key);
+	/* A longer name that starts the same is another tenant's. */
+	u64 *named = c->name_len <= sizeof(key) ? map_lookup_elem(&rt_names, &key) : 0;
 	int lc = (named && *named) || c->priority > 0;
 
 	c->priority = lc ? 1 : 0;

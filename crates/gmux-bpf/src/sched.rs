@@ -28,8 +28,8 @@ pub struct TaskCtx {
     pub timeslice: u64,
     /// Processes of all tenants before this one.
     pub processes: u32,
-    /// Zero.
-    pub pad: u32,
+    /// The tenant's name's whole length: over 16, `name` holds its start.
+    pub name_len: u32,
     /// GPU memory all processes hold.
     pub held: u64,
     /// The budget (`u64::MAX`: none).
@@ -165,7 +165,7 @@ impl SchedHooks for SchedPolicy {
             new_tenant: u32::from(j.new_tenant),
             timeslice: j.timeslice,
             processes: j.processes,
-            pad: 0,
+            name_len: j.name_len,
             held: j.held,
             budget: j.budget,
             name: j.name,

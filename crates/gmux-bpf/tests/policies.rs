@@ -334,3 +334,30 @@ fn admit_short_keeps_a_long_job_waiting_beside_a_short_one() {
     assert_eq!(decide(&mut s, &mut short, &mut long, &mut guess, 4 * MS), [false, false, false], "named in first: at once");
     assert_eq!(s.failures, 0);
 }
+
+/// `rt_boost.c` matches a name of up to 16 bytes whole: a longer name that starts with
+/// a named one is another tenant's, and asks in vain.
+#[test]
+fn rt_boost_matches_only_whole_names() {
+    use gmux_core::hooks::{short_name, Joining, SchedHooks};
+    let Some(obj) = policy("rt_boost") else { return };
+    let mut s = Policy::load(&obj).expect("loads").into_sched();
+    let named = "sixteen-byte-nme";
+    assert_eq!(named.len(), 16);
+    s.maps().find(|(n, _)| *n == "rt_names").expect("rt_names").1.update(&short_name(named), &1u64.to_le_bytes()).expect("set");
+    let join = |name: &str| Joining {
+        tenant: gmux_core::TenantId(0),
+        new_tenant: true,
+        uid: 1000,
+        priority: 0,
+        timeslice: 20_000_000,
+        processes: 0,
+        held: 0,
+        budget: u64::MAX,
+        name: short_name(name),
+        name_len: name.len() as u32,
+    };
+    assert_eq!(s.task_init(&join(named)).priority, Some(1));
+    assert_eq!(s.task_init(&join("sixteen-byte-nme-and-more")).priority, None, "class 0, as asked");
+    assert_eq!(s.failures, 0);
+}

@@ -76,6 +76,8 @@ pub struct Joining {
     pub budget: u64,
     /// The tenant's name, its first [`NAME_BYTES`] bytes, zero-padded.
     pub name: [u8; NAME_BYTES],
+    /// The name's whole length in bytes: over [`NAME_BYTES`], `name` holds its start.
+    pub name_len: u32,
 }
 
 /// How much of a tenant's name scheduling programs see (Linux's `comm` is as short).

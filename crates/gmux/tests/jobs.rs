@@ -173,9 +173,9 @@ impl LongTenant {
         self.launched()
     }
 
-    /// Ends its job and begins another.
-    fn again(&mut self) {
-        self.input.write_all(b"again\n").unwrap();
+    /// Ends its job and begins one of kind `name`, estimated 1,000 s.
+    fn again(&mut self, name: &str) {
+        self.input.write_all(format!("again {name}\n").as_bytes()).unwrap();
         assert_eq!(self.line(), "begun");
     }
 
@@ -286,7 +286,7 @@ fn srpt_holds_a_long_jobs_launches_until_the_short_job_ends() {
 
 /// `policies/admit_short.c` as the `admission` program: a job more than four times
 /// longer than one running waits, its launches held, until the short job ends; a kind
-/// named in its map `first` runs at once.
+/// named in its map `first` runs at once; unloading the program lifts its hold.
 #[test]
 fn an_admission_program_holds_a_long_job_until_the_short_one_ends() {
     let dir = TempDir::new("jobs-admit-obj");
@@ -296,15 +296,7 @@ fn an_admission_program_holds_a_long_job_until_the_short_one_ends() {
     let loaded = d.ctl(&["policy", "load", obj.to_str().expect("utf-8")]);
     assert!(loaded.stdout.contains("loaded policy 1 (admit_short.o): admission"), "{}", loaded.describe());
     let held = |d: &Daemon, name: &str| tenant_json(d, name)["jobs"]["held"].as_bool();
-    // Alone, the long tenant's job of 1,000 s runs at once.
-    let mut long = LongTenant::start(&d);
-    assert!(long.launch() < 100.0);
-    // This test process runs a job of 1 ms (by its estimate; the test ends it); the long
-    // tenant's next job, as long as its first took, begins after it.
-    let mark = short_tenant(&d);
-    mark(begin(1, "short", 1_000_000), 1);
-    long.again();
-    // The dispatcher reads the long tenant's mark within a few ms.
+    // The dispatcher reads a mark within a few ms.
     let soon = |want: bool| {
         (0..200).any(|_| {
             let now = held(&d, "long") == Some(want);
@@ -314,6 +306,14 @@ fn an_admission_program_holds_a_long_job_until_the_short_one_ends() {
             now
         })
     };
+    // Alone, the long tenant's job runs at once (and takes its memory).
+    let mut long = LongTenant::start(&d);
+    assert!(long.launch() < 100.0);
+    // This test process runs a job of 1 s; a job of 1,000 s begins after it. (A job
+    // served past twice its estimate no longer holds anybody: the test ends it first.)
+    let mark = short_tenant(&d);
+    mark(begin(1, "short", 1_000_000_000), 1);
+    long.again("huge");
     assert!(soon(true) && held(&d, "short") == Some(false), "{}", d.ctl(&["ps", "--json"]).stdout);
     long.start_launch();
     std::thread::sleep(Duration::from_millis(500));
@@ -321,22 +321,30 @@ fn an_admission_program_holds_a_long_job_until_the_short_one_ends() {
     let waited = long.launched();
     assert!(waited >= 450.0, "the long job's launches went on beside the short job: {waited} ms; {}", long.said());
     assert_eq!(held(&d, "long"), Some(false));
-    // Admitted, the long job runs on beside a short job that begins now (another kind:
-    // the first short job's 500 ms is its kind's length now).
+    // Let run, the long job runs on beside a short job that begins now.
     mark(begin(2, "blip", 1_000_000), 3);
-    assert!(long.launch() < 100.0, "an admitted job is not held again");
-    // A kind named in `first` is let run at once beside a far shorter job.
-    assert!(d.ctl(&["policy", "map", "1", "first", "update", "str:long", "1"]).status.success());
-    long.again();
+    assert!(long.launch() < 100.0, "a job let run is not held again");
+    // A kind named in `first` runs at once beside a far shorter job (5 s against 1,000 s).
+    mark(begin(3, "medium", 5_000_000_000), 4);
+    assert!(d.ctl(&["policy", "map", "1", "first", "update", "str:huge2", "1"]).status.success());
+    long.again("huge2");
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(held(&d, "long"), Some(false), "{}", d.ctl(&["ps", "--json"]).stdout);
     assert!(long.launch() < 100.0);
-    // Waiting again, then the policy is unloaded: the hold is lifted.
-    assert!(d.ctl(&["policy", "map", "1", "first", "delete", "str:long"]).status.success());
-    long.again();
+    // Waiting again, then the policy is unloaded: the hold is lifted, before gmux's own
+    // bound of a second would have lifted it.
+    let began = std::time::Instant::now();
+    long.again("huge3");
     assert!(soon(true), "{}", d.ctl(&["ps", "--json"]).stdout);
     assert!(d.ctl(&["policy", "unload", "1"]).status.success());
+    let unloaded = began.elapsed();
     assert!(soon(false), "still held after the policy was unloaded");
+    let lifted = began.elapsed();
+    // Unloaded well within the second (not so on a machine too slow to tell): lifted by
+    // the unload, before the bound.
+    if unloaded < Duration::from_millis(700) {
+        assert!(lifted < Duration::from_secs(1), "lifted {lifted:?} after the job began, unloaded at {unloaded:?}: by the bound");
+    }
     assert!(long.launch() < 100.0);
     long.finish();
 }

@@ -128,6 +128,7 @@ impl Arbiter {
             held: self.procs.values().map(|p| p.report.held).fold(0, u64::saturating_add),
             budget: self.settings.hbm.unwrap_or(u64::MAX),
             name: crate::hooks::short_name(h.tenant),
+            name_len: h.tenant.len() as u32,
         };
         let answer = if resuming { Admission::default() } else { self.sched_hooks.task_init(&joining) };
         if answer.refuse {

@@ -11,8 +11,9 @@
 //! for each line `launch` on its standard input launches six 50 ms kernels on one
 //! stream and prints `launched in X ms` (the launches wait while the daemon holds the
 //! process, or keeps its queue shallow), then synchronizes and prints `synced`; for each
-//! line `again` it ends its job, begins another and prints `begun`. Ends the job when its
-//! input closes, and prints `end: R` (what `gmux_job_end` returned).
+//! line `again NAME` it ends its job, begins one named NAME (estimated 1,000 s) and
+//! prints `begun`. Ends the job when its input closes, and prints `end: R` (what
+//! `gmux_job_end` returned).
 
 use super::*;
 use std::io::Read;
@@ -96,11 +97,12 @@ fn long(app: &App, begin: Begin, end: End) -> bool {
     }
     println!("long: ready");
     for line in std::io::stdin().lines().map_while(Result::ok) {
-        if line.trim() == "again" {
-            // SAFETY: a job number from gmux_job_begin; a NUL-terminated name.
+        if let Some(name) = line.trim().strip_prefix("again ") {
+            let name = std::ffi::CString::new(name).expect("a line has no NUL");
+            // SAFETY: a job number from gmux_job_begin.
             check_mark(unsafe { end(job) }, "gmux_job_end");
-            // SAFETY: as above, and a writable job number.
-            check_mark(unsafe { begin(c"long".as_ptr(), 1_000_000.0, &mut job) }, "gmux_job_begin");
+            // SAFETY: a NUL-terminated name and a writable job number.
+            check_mark(unsafe { begin(name.as_ptr(), 1_000_000.0, &mut job) }, "gmux_job_begin");
             println!("begun");
             continue;
         }

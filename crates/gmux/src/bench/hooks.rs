@@ -88,6 +88,7 @@ fn time(hook: &str, policy: Policy, jit: bool, calls: u64) -> f64 {
                         held: i,
                         budget: u64::MAX,
                         name: *b"bench\0\0\0\0\0\0\0\0\0\0\0",
+                        name_len: 5,
                     };
                     std::hint::black_box(s.task_init(&j));
                 }

@@ -282,6 +282,10 @@ impl Channels {
             }
         };
         let waiting = self.hold_for_admission(&mut open, &mut bounds, now);
+        if let (Mode::Release(r), true) = (&self.mode, waiting) {
+            let runs = |t: TenantId| open.iter().zip(&bounds).any(|(o, b)| o.tenant == t && *b != gmux_channel::HOLD && o.jobs.running() > 0);
+            lock(r).served_only(runs);
+        }
         for (o, b) in open.iter_mut().zip(&bounds) {
             // A held process's jobs are not being served (a release policy said so already).
             o.jobs.set_held(*b == gmux_channel::HOLD, now);

@@ -6,9 +6,11 @@
 //! process whose running jobs all wait is held: it releases no new command. The program
 //! advises; gmux keeps the final say:
 //! - a job waits at most [`ADMISSION_WAIT_MAX`], then is admitted;
-//! - the GPU never idles for admission: while a process that the release policy lets run
+//! - admission never holds every job: while a process that the release policy lets run
 //!   has a running job, at least one such process is not held for admission (the oldest
-//!   waiting job is admitted where none would run).
+//!   waiting job is admitted where none would run);
+//! - at most [`MAX_ASKS`] questions a decision, oldest jobs of each process first, so
+//!   that the jobs tenants mark bound the dispatcher's time.
 
 use super::Jobs;
 use crate::hooks::{short_name, JobAsk};
@@ -17,6 +19,9 @@ use crate::tenant::TenantId;
 
 /// The longest a job waits for admission: then it is admitted, whatever the program says.
 pub const ADMISSION_WAIT_MAX: Nanos = 1_000_000_000;
+
+/// Most questions to the program in one decision; the jobs not asked wait for the next.
+pub const MAX_ASKS: usize = 256;
 
 /// One process as admission sees it.
 pub struct Candidate<'a> {
@@ -36,6 +41,7 @@ pub fn admit(procs: &mut [Candidate<'_>], now: Nanos, ask: &mut dyn FnMut(&JobAs
     let running = procs.iter().map(|p| p.jobs.running() as u32).fold(0, u32::saturating_add);
     let mut admitted = procs.iter().map(|p| p.jobs.admitted() as u32).fold(0, u32::saturating_add);
     let mut shortest = procs.iter().filter_map(|p| p.jobs.shortest_admitted()).min().unwrap_or(u64::MAX);
+    let mut asks_left = MAX_ASKS;
     for p in procs.iter_mut() {
         let asks: Vec<JobAsk> = p
             .jobs
@@ -55,7 +61,15 @@ pub fn admit(procs: &mut [Candidate<'_>], now: Nanos, ask: &mut dyn FnMut(&JobAs
             .collect();
         for mut a in asks {
             (a.admitted, a.shortest) = (admitted, shortest);
-            if a.waited >= ADMISSION_WAIT_MAX || ask(&a) {
+            let let_run = if a.waited >= ADMISSION_WAIT_MAX {
+                true
+            } else if asks_left == 0 {
+                false
+            } else {
+                asks_left -= 1;
+                ask(&a)
+            };
+            if let_run {
                 p.jobs.admit(a.job);
                 admitted += 1;
                 shortest = shortest.min(if a.estimate > 0 { a.estimate } else { super::UNKNOWN_NS });
@@ -133,6 +147,49 @@ mod tests {
         let (mut a, mut b) = two();
         a.admit(1);
         assert_eq!(decide(&mut a, &mut b, [false, true], 2 * MS, &mut |_| false), [false, false]);
+    }
+
+    #[test]
+    fn a_decision_asks_at_most_the_bound_and_the_rest_next_time() {
+        let mut many = Jobs::default();
+        for j in 0..300 {
+            many.begin(j, "k", MS, j).unwrap();
+        }
+        let mut procs = [Candidate { tenant: TenantId(0), pid: 1, jobs: &mut many, free: true }];
+        let mut asked = Vec::new();
+        admit(&mut procs, 2 * MS, &mut |j| {
+            asked.push(j.job);
+            false
+        });
+        assert_eq!(asked, (0..MAX_ASKS as u64).collect::<Vec<_>>(), "the oldest first");
+        asked.clear();
+        admit(&mut procs, 3 * MS, &mut |j| {
+            asked.push(j.job);
+            true
+        });
+        assert_eq!(asked.len(), MAX_ASKS, "one admitted by gmux before, so 299 wait; 256 asked");
+        assert_eq!(many.unadmitted().len(), 300 - 1 - MAX_ASKS);
+    }
+
+    /// A job that claims to be tiny and never ends stops being the shortest once it ran
+    /// past twice its claim; a claim past [`super::super::UNKNOWN_NS`] counts as that.
+    #[test]
+    fn a_tiny_claim_that_never_ends_stops_holding_others() {
+        let (mut liar, mut other) = (Jobs::default(), Jobs::default());
+        liar.begin(1, "tiny", 1, 0).unwrap();
+        liar.admit(1);
+        other.begin(1, "k", u64::MAX, 0).unwrap();
+        let mut seen = Vec::new();
+        let mut ask = |j: &JobAsk| {
+            seen.push((j.shortest, j.estimate));
+            false
+        };
+        liar.serve_until(2);
+        decide(&mut liar, &mut other, [true, true], 2, &mut ask);
+        liar.serve_until(3);
+        decide(&mut liar, &mut other, [true, true], 3, &mut ask);
+        let unknown = super::super::UNKNOWN_NS;
+        assert_eq!(seen, [(1, unknown), (unknown, unknown)]);
     }
 
     proptest! {

@@ -145,9 +145,10 @@ impl Jobs {
 
     /// The estimated length of a job of kind `kind`: the kind's mean time so far, else
     /// the application's estimate (0: none).
+    /// At most [`UNKNOWN_NS`]: an application's estimate is untrusted.
     fn estimate(&self, kind: usize) -> Nanos {
         let k = &self.kinds[kind];
-        k.total_ns.checked_div(k.done).unwrap_or(k.expected_ns)
+        k.total_ns.checked_div(k.done).unwrap_or(k.expected_ns).min(UNKNOWN_NS)
     }
 
     /// The running jobs as a release policy sees them, as client `client`, with what
@@ -221,10 +222,13 @@ impl Jobs {
         self.running.values().filter(|r| r.admitted).count()
     }
 
-    /// The estimated length of the shortest admitted running job, by its kind
-    /// ([`UNKNOWN_NS`] for a kind of no estimate). `None`: none runs.
+    /// The estimated length of the shortest admitted running job, by its kind. A job of
+    /// no estimate, or served past twice its estimate ([`Jobs::serve_until`]), counts as
+    /// [`UNKNOWN_NS`]: a job that claims to be tiny and never ends does not stay the
+    /// shortest. `None`: none runs.
     pub fn shortest_admitted(&self) -> Option<Nanos> {
-        self.running.values().filter(|r| r.admitted).map(|r| Some(self.estimate(r.kind)).filter(|e| *e > 0).unwrap_or(UNKNOWN_NS)).min()
+        let size = |r: &Running| Some(self.estimate(r.kind)).filter(|e| *e > 0 && r.served <= e.saturating_mul(2)).unwrap_or(UNKNOWN_NS);
+        self.running.values().filter(|r| r.admitted).map(size).min()
     }
 
     /// Every kind seen, in the order first seen.

@@ -68,6 +68,15 @@ impl Releaser {
         self.catching_up
     }
 
+    /// After the last decision, something else held processes too (a scheduling
+    /// program's admission): the tenants for which `runs` is false are not charged as
+    /// served until the next decision.
+    pub fn served_only(&mut self, runs: impl Fn(TenantId) -> bool) {
+        if let Some(d) = self.last.as_mut() {
+            d.served.retain(|t| runs(*t));
+        }
+    }
+
     /// Tenant `client` has no process left: its fairness state is dropped.
     pub fn forget(&mut self, client: TenantId) {
         self.dispatcher.forget(client);
