@@ -204,6 +204,29 @@ mod tests {
         assert!(alone.abs_diff(after.len() / 2) <= 2, "{alone} turns alone of {}", after.len());
     }
 
+    /// Two tenants with comparable jobs run side by side, and neither falls behind; when
+    /// something else holds one of them after each decision (a program's admission),
+    /// only the other is charged as served, and the held one falls behind.
+    #[test]
+    fn a_tenant_held_by_something_else_is_not_charged_as_served() {
+        let behind_after = |hold_one: bool| {
+            let mut r = Releaser::new(DispatchPolicy::SrptDeficit { threshold: 20.0 });
+            let mut p = [(0, Jobs::default()), (1, Jobs::default())];
+            p[0].1.begin(1, "a", 500 * MS, 0).unwrap();
+            p[1].1.begin(1, "b", 500 * MS, 0).unwrap();
+            (0..100).position(|t| {
+                decide(&mut r, &mut p, t * MS);
+                if hold_one {
+                    r.served_only(|c| c == TenantId(0));
+                }
+                r.catching_up()
+            })
+        };
+        assert_eq!(behind_after(false), None);
+        let first = behind_after(true).expect("tenant 1 falls behind");
+        assert!((40..=43).contains(&first), "behind after {first} ms");
+    }
+
     #[test]
     fn a_job_of_no_estimate_or_past_twice_its_own_waits_behind_known_ones() {
         use Release::*;
