@@ -9,8 +9,9 @@
 //! - admission never holds every job: while a process that the release policy lets run
 //!   has a running job, at least one such process is not held for admission (the oldest
 //!   waiting job is admitted where none would run);
-//! - at most [`MAX_ASKS`] questions a decision, oldest jobs of each process first, so
-//!   that the jobs tenants mark bound the dispatcher's time.
+//! - at most [`MAX_ASKS`] questions a decision, and [`MAX_ASKS_EACH`] about one
+//!   process's jobs, its oldest first, so that the jobs tenants mark bound the
+//!   dispatcher's time and one process's jobs do not crowd out the others'.
 
 use super::Jobs;
 use crate::hooks::{short_name, JobAsk};
@@ -22,6 +23,9 @@ pub const ADMISSION_WAIT_MAX: Nanos = 1_000_000_000;
 
 /// Most questions to the program in one decision; the jobs not asked wait for the next.
 pub const MAX_ASKS: usize = 256;
+
+/// Most questions about one process's jobs in one decision.
+pub const MAX_ASKS_EACH: usize = 16;
 
 /// One process as admission sees it.
 pub struct Candidate<'a> {
@@ -59,14 +63,16 @@ pub fn admit(procs: &mut [Candidate<'_>], now: Nanos, ask: &mut dyn FnMut(&JobAs
                 shortest,
             })
             .collect();
+        let mut asks_here = MAX_ASKS_EACH;
         for mut a in asks {
             (a.admitted, a.shortest) = (admitted, shortest);
             let let_run = if a.waited >= ADMISSION_WAIT_MAX {
                 true
-            } else if asks_left == 0 {
+            } else if asks_left == 0 || asks_here == 0 {
                 false
             } else {
                 asks_left -= 1;
+                asks_here -= 1;
                 ask(&a)
             };
             if let_run {
@@ -150,25 +156,31 @@ mod tests {
     }
 
     #[test]
-    fn a_decision_asks_at_most_the_bound_and_the_rest_next_time() {
-        let mut many = Jobs::default();
-        for j in 0..300 {
-            many.begin(j, "k", MS, j).unwrap();
+    fn a_decision_asks_at_most_the_bounds_and_the_rest_next_time() {
+        let mut jobs: Vec<Jobs> = (0..20).map(|_| Jobs::default()).collect();
+        for (p, j) in jobs.iter_mut().enumerate() {
+            for n in 0..30 {
+                j.begin(n, "k", MS, p as u64 * 100 + n).unwrap();
+            }
         }
-        let mut procs = [Candidate { tenant: TenantId(0), pid: 1, jobs: &mut many, free: true }];
+        let mut procs: Vec<Candidate<'_>> =
+            jobs.iter_mut().enumerate().map(|(i, jobs)| Candidate { tenant: TenantId(i as u32), pid: i as u32, jobs, free: true }).collect();
         let mut asked = Vec::new();
         admit(&mut procs, 2 * MS, &mut |j| {
-            asked.push(j.job);
+            asked.push((j.pid, j.job));
             false
         });
-        assert_eq!(asked, (0..MAX_ASKS as u64).collect::<Vec<_>>(), "the oldest first");
+        assert_eq!(asked.len(), MAX_ASKS);
+        let first: Vec<(u32, u64)> = asked.iter().copied().filter(|(p, _)| *p == 0).collect();
+        assert_eq!(first, (0..MAX_ASKS_EACH as u64).map(|j| (0, j)).collect::<Vec<_>>(), "each process's oldest, at most 16");
+        // Past the bound, every job runs, asked or not.
         asked.clear();
-        admit(&mut procs, 3 * MS, &mut |j| {
-            asked.push(j.job);
-            true
+        admit(&mut procs, ADMISSION_WAIT_MAX + 2 * MS, &mut |j| {
+            asked.push((j.pid, j.job));
+            false
         });
-        assert_eq!(asked.len(), MAX_ASKS, "one admitted by gmux before, so 299 wait; 256 asked");
-        assert_eq!(many.unadmitted().len(), 300 - 1 - MAX_ASKS);
+        assert!(asked.is_empty());
+        assert!(procs.iter().all(|p| p.jobs.unadmitted().is_empty()));
     }
 
     /// A job that claims to be tiny and never ends stops being the shortest once it ran
