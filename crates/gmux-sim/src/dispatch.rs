@@ -35,8 +35,8 @@ pub struct DispatchOutcome {
     pub elapsed_ns: f64,
 }
 
-/// Runs clients' jobs until `duration_ns` under `policy`.
-pub fn run(clients: &[(String, JobSpec)], policy: DispatchPolicy, duration_ns: f64, seed: u64) -> DispatchOutcome {
+/// Every job's arrival before `duration_ns` (time, client), in time order.
+pub(crate) fn arrivals(clients: &[(String, JobSpec)], duration_ns: f64, seed: u64) -> Vec<(f64, usize)> {
     let mut arrivals: Vec<(f64, usize)> = Vec::new();
     for (i, (_, spec)) in clients.iter().enumerate() {
         let mut rng = ChaCha8Rng::seed_from_u64(seed.wrapping_add(i as u64));
@@ -50,6 +50,12 @@ pub fn run(clients: &[(String, JobSpec)], policy: DispatchPolicy, duration_ns: f
         }
     }
     arrivals.sort_by(|a, b| a.0.total_cmp(&b.0));
+    arrivals
+}
+
+/// Runs clients' jobs until `duration_ns` under `policy`.
+pub fn run(clients: &[(String, JobSpec)], policy: DispatchPolicy, duration_ns: f64, seed: u64) -> DispatchOutcome {
+    let arrivals = arrivals(clients, duration_ns, seed);
     let mut est = RemainingEstimator::default();
     for (name, spec) in clients {
         let profile = [KernelRecord { kernel: KernelKey::code(0), count: spec.kernels as u64, time: (spec.kernels as f64 * spec.kernel_us * 1e3) as u64 }];

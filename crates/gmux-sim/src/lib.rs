@@ -9,6 +9,7 @@ mod gmuxd;
 pub mod ideal;
 pub mod lanes;
 pub mod model;
+pub mod release;
 pub mod report;
 pub mod scenario;
 pub mod trace;

@@ -57,6 +57,11 @@ pub struct ScenarioFile {
     /// Kernel-granular dispatch policies to compare (Paella); replaces time slicing.
     #[serde(default)]
     pub dispatchers: Vec<DispatchPolicy>,
+    /// With `dispatchers`: the tenants are separate processes, as under gmuxd, and each
+    /// policy is applied by gmuxd's release policy (holding processes), after a row of
+    /// native time slicing (`crate::release`).
+    #[serde(default)]
+    pub processes: bool,
     /// Device constants.
     #[serde(default)]
     pub device: DeviceModel,
@@ -147,6 +152,9 @@ impl ScenarioFile {
         if self.subscriptions.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
             return Err("subscriptions must be positive percentages".into());
         }
+        if self.processes && self.dispatchers.is_empty() {
+            return Err("processes = true applies dispatchers as gmuxd does: add dispatchers = [...]".into());
+        }
         let needs_gpu = self.dispatchers.is_empty() && self.systems.iter().any(|s| s != "in-hbm");
         if needs_gpu && self.gpu.is_none() {
             return Err("gpu budget missing: add gpu = \"16G\"".into());
@@ -176,7 +184,7 @@ impl ScenarioFile {
     /// Number of rows `run` will produce.
     pub fn rows(&self) -> usize {
         if !self.dispatchers.is_empty() {
-            return self.dispatchers.len();
+            return self.dispatchers.len() + usize::from(self.processes);
         }
         self.subscriptions.len() * self.systems.len() * self.policies.len() * self.placements.len() + self.alone.len()
     }
@@ -227,8 +235,16 @@ impl ScenarioFile {
         let mut tick = |rows: &Vec<Row>, label: String| progress(&Progress { done: rows.len(), total, label });
         if !self.dispatchers.is_empty() {
             let clients: Vec<(String, JobSpec)> = self.tenants.iter().map(|t| (t.name.clone(), t.jobs.clone().expect("validated"))).collect();
-            for &d in &self.dispatchers {
-                let out = dispatch::run(&clients, d, self.duration_ns(), self.seed);
+            let runs: Vec<Option<DispatchPolicy>> = if self.processes {
+                std::iter::once(None).chain(self.dispatchers.iter().copied().map(Some)).collect()
+            } else {
+                self.dispatchers.iter().copied().map(Some).collect()
+            };
+            for d in runs {
+                let out = match d {
+                    Some(d) if !self.processes => dispatch::run(&clients, d, self.duration_ns(), self.seed),
+                    _ => crate::release::run(&clients, d, self.duration_ns(), self.seed),
+                };
                 let lc: Vec<f64> = self
                     .tenants
                     .iter()
@@ -236,10 +252,15 @@ impl ScenarioFile {
                     .filter(|(t, _)| t.latency_critical.unwrap_or(true))
                     .flat_map(|(_, l)| l.iter().copied())
                     .collect();
-                let mut row = blank("gmux-exact", d.build().name(), None, out.elapsed_ns);
+                let (system, name) = match d {
+                    None => ("native", "time slicing".to_string()),
+                    Some(d) if self.processes => ("gmuxd", format!("release {}", d.build().name())),
+                    Some(d) => ("gmux-exact", d.build().name().to_string()),
+                };
+                let mut row = blank(system, &name, None, out.elapsed_ns);
                 (row.p50_ms, row.p99_ms) = percentiles(lc);
                 rows.push(row);
-                tick(&rows, format!("dispatch {}", d.build().name()));
+                tick(&rows, format!("dispatch {name}"));
             }
             return Ok(Report { scenario: name.into(), description: self.description.clone(), results: rows });
         }

@@ -67,6 +67,19 @@ fn paella_srpt_deficit_halves_short_job_p99() {
     assert!(rr * 2.0 <= fifo && rr >= srpt, "round robin P99 {rr} ms between SRPT+deficit {srpt} and FIFO {fifo}");
 }
 
+/// gmuxd's release policies over processes (the daemon's `Releaser`): holding the long
+/// jobs' processes while short jobs run cuts the short jobs' tail well below native time
+/// slicing; FIFO over jobs does not.
+#[test]
+fn gmuxd_release_srpt_deficit_cuts_the_short_jobs_tail_under_native() {
+    let r = report("gmuxd-release", None);
+    let native = row(&r, "native", "time slicing", None).p99_ms.unwrap();
+    let srpt = row(&r, "gmuxd", "release srpt-deficit", None).p99_ms.unwrap();
+    let fifo = row(&r, "gmuxd", "release fifo", None).p99_ms.unwrap();
+    assert!(srpt * 3.0 <= native, "srpt-deficit P99 {srpt} ms vs native {native} ms");
+    assert!(fifo > 2.0 * srpt, "FIFO P99 {fifo} ms vs srpt-deficit {srpt} ms");
+}
+
 #[test]
 fn gmt_tiers_reuse_beats_tier_order_and_two_tier() {
     let r = report("gmt-tiers", None);
@@ -130,4 +143,15 @@ fn gmuxd_runs_the_real_decisions_within_the_budget() {
     let t = over.throughput_norm.unwrap();
     assert!((0.1..0.9).contains(&t), "gmuxd at 300%: {t}");
     assert!(over.bytes_h2d > 16 << 30, "switches bring memory in: {} B", over.bytes_h2d);
+}
+
+/// `processes = true` applies dispatchers: without any, the file is refused with the fix.
+#[test]
+fn processes_without_dispatchers_is_refused() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/gmuxd-release.toml");
+    let mut s = load_scenario(&path).unwrap();
+    assert_eq!(s.file.validate(), Ok(()));
+    s.file.dispatchers.clear();
+    let e = s.file.validate().unwrap_err();
+    assert!(e.contains("processes = true applies dispatchers as gmuxd does: add dispatchers = [...]"), "{e}");
 }
