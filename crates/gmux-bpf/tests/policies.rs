@@ -204,8 +204,7 @@ fn rt_boost_gates(obj: &[u8], named: bool) -> [bool; 2] {
     use gmux_core::sched::Policy as Sched;
     let p = Policy::load(obj).expect("loads");
     if named {
-        let mut key = [0u8; 16];
-        key[..2].copy_from_slice(b"rt");
+        let key = gmux_core::hooks::short_name("rt");
         p.map("rt_names").expect("the rt_names map").update(&key, &1u64.to_le_bytes()).expect("set");
     }
     let mut d = Arbiter::new(Some(8 << 30), None, Sched::Priority, Switch::Msched);
@@ -328,8 +327,7 @@ fn admit_short_keeps_a_long_job_waiting_beside_a_short_one() {
     // The short job ended: nothing shorter runs, so the long job runs; the one of no
     // estimate still waits beside it.
     assert_eq!(decide(&mut s, &mut short, &mut long, &mut guess, 3 * MS), [false, false, true]);
-    let mut key = [0u8; 16];
-    key[..5].copy_from_slice(b"guess");
+    let key = gmux_core::hooks::short_name("guess");
     s.maps().find(|(n, _)| *n == "first").expect("the first map").1.update(&key, &1u64.to_le_bytes()).expect("set");
     assert_eq!(decide(&mut s, &mut short, &mut long, &mut guess, 4 * MS), [false, false, false], "named in first: at once");
     assert_eq!(s.failures, 0);

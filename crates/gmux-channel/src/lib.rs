@@ -21,7 +21,7 @@ mod ring;
 pub use ends::{Broken, Client, Handover, Server, CLIENT_POLL, HOLD};
 pub use fdpass::{recv_with_fds, send_with_fds};
 pub use message::{BadMessage, JobName, Message, MAX_JOB_NAME};
-pub use region::{eventfd, ring_eventfd, SLOTS};
+pub use region::{check, eventfd, ring_eventfd, SLOTS};
 
 #[cfg(test)]
 mod tests;

@@ -67,7 +67,8 @@ unsafe impl Send for Region {}
 // SAFETY: as for Send: concurrent access goes through atomics only.
 unsafe impl Sync for Region {}
 
-fn check(r: libc::c_int) -> io::Result<libc::c_int> {
+/// `r`, or the OS error a negative `r` reports (a libc call's result).
+pub fn check(r: libc::c_int) -> io::Result<libc::c_int> {
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {

@@ -7,7 +7,7 @@ use crate::Failure;
 use gmux_bpf::hooks::PolicyHooks;
 use gmux_bpf::sched::SchedPolicy;
 use gmux_bpf::Policy;
-use gmux_core::hooks::{Candidate, JobAsk, Joining, MemoryHooks, SchedHooks};
+use gmux_core::hooks::{short_name, Candidate, JobAsk, Joining, MemoryHooks, SchedHooks};
 use gmux_core::{ChunkId, TenantId};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -87,7 +87,7 @@ fn time(hook: &str, policy: Policy, jit: bool, calls: u64) -> f64 {
                         processes: 3,
                         held: i,
                         budget: u64::MAX,
-                        name: *b"bench\0\0\0\0\0\0\0\0\0\0\0",
+                        name: short_name("bench"),
                         name_len: 5,
                     };
                     std::hint::black_box(s.task_init(&j));
@@ -98,7 +98,7 @@ fn time(hook: &str, policy: Policy, jit: bool, calls: u64) -> f64 {
                         tenant: t,
                         pid: 100,
                         job: i,
-                        kind: *b"bench\0\0\0\0\0\0\0\0\0\0\0",
+                        kind: short_name("bench"),
                         estimate: 20_000_000,
                         waited: i,
                         running: 3,

@@ -32,7 +32,7 @@ impl Channels {
         let held = admit(&mut procs, now, &mut |j| hooks.admission(j));
         let mut waiting = false;
         for ((p, h), b) in procs.iter_mut().zip(&held).zip(bounds.iter_mut()) {
-            waiting |= !p.jobs.unadmitted().is_empty();
+            waiting |= p.jobs.admitted() < p.jobs.running();
             if *h {
                 *b = gmux_channel::HOLD;
             }

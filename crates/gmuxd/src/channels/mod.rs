@@ -17,7 +17,7 @@ mod admission;
 use super::log::say;
 use super::server::{lock, Dispatch};
 use crate::status::{JobKindStatus, JobsStatus};
-use gmux_channel::{Broken, Handover, Message, Server};
+use gmux_channel::{check, Broken, Handover, Message, Server};
 use gmux_core::hooks::SchedHooks;
 use gmux_core::sched::dispatch::{shallow_bounds, DispatchPolicy, Jobs, Process, Release, Releaser};
 use gmux_core::{Nanos, TenantId};
@@ -87,14 +87,6 @@ pub(crate) struct Channels {
 /// How often bounds are decided again while one holds (an estimate runs out with time,
 /// and a release policy's fairness counts it).
 const REBOUND: Duration = Duration::from_millis(1);
-
-fn check(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
 
 impl Channels {
     /// No channels yet; the dispatcher runs once [`Channels::dispatch`] is called, and
