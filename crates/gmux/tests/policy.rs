@@ -341,7 +341,9 @@ fn a_map_write_reaches_the_processes_that_run_the_policy() {
         "{}",
         r.describe()
     );
-    std::thread::sleep(Duration::from_millis(300));
+    // The process takes writes at its agent's next step: about 20 ms, longer on a loaded
+    // machine.
+    std::thread::sleep(Duration::from_millis(1000));
     let _ = running.child().kill();
     let out = running.0.take().expect("running").wait_with_output().expect("a's output");
     let text = String::from_utf8_lossy(&out.stderr);
