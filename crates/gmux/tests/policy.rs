@@ -273,7 +273,8 @@ fn a_memory_programs_maps_are_read_from_the_processes_that_run_it() {
     // Three 4 MiB buffers (two chunks each): each command uses its buffer's two chunks,
     // and `uses` counts them from the policy's attachment, which comes while the process
     // runs (it loads the policy when it registers).
-    let mut c = d.sb.gmux(Some("16M"), ["loop", "--buffers", "3", "--bytes", "4M", "--rounds", "400"]);
+    // Long enough that a policy attached late on a loaded machine still sees commands.
+    let mut c = d.sb.gmux(Some("16M"), ["loop", "--buffers", "3", "--bytes", "4M", "--rounds", "2000"]);
     c.env("GMUX_TENANT", "a").env("GMUX_LOG", "info");
     let r = run_within(&mut c, Duration::from_secs(60));
     assert!(r.status.success() && r.stdout.contains("mismatches: 0") && r.stderr.contains("policy 1 (lfu.o) attached"), "{}", r.describe());
@@ -294,7 +295,7 @@ fn a_memory_programs_maps_are_read_from_the_processes_that_run_it() {
     let uses: Vec<u64> = lines.map(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{l:?}"))).collect();
     assert_eq!(uses.len(), 6, "{text}");
     let (least, most) = (uses.iter().min().copied().unwrap_or(0), uses.iter().max().copied().unwrap_or(0));
-    assert!(least >= 1 && most <= 402 && most - least <= 2, "each chunk's uses since the policy attached, alike: {uses:?}");
+    assert!(least >= 1 && most <= 2002 && most - least <= 2, "each chunk's uses since the policy attached, alike: {uses:?}");
 }
 
 /// `gmux policy map … update|delete` on a policy with memory programs writes the copy
